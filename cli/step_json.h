@@ -1,0 +1,70 @@
+// The JSON form of one sampling or verification step, as read by `distsample kernel ...` (and,
+// later, `distsample step ...`). Input and output layouts are documented in README
+// ("Replaying a step").
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "config/kernel_config.h"
+#include "kernels/sampling_backend.h"
+
+namespace ds::cli {
+
+// Bad input: the message names the field and what was expected. Exit code 2.
+struct input_error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct json_request {
+    sampling_params params;
+    int64_t position = 0;
+    std::vector<int32_t> history;  // tokens already emitted (penalty counts)
+};
+
+// A parsed step, owning every array the step_input points into.
+struct json_step {
+    int32_t vocab_size = 0;
+    int32_t tokens_per_req = 1;
+    std::vector<float> logits;  // rows * vocab_size
+    std::vector<json_request> requests;
+    std::vector<int32_t> slots;
+    std::vector<int64_t> positions;
+    std::vector<int32_t> candidates;
+    std::vector<uint32_t> bitmask;
+    std::vector<double> coins;
+    std::vector<double> final_coins;
+    verify_thresholds thresholds;
+
+    int32_t batch_size() const { return static_cast<int32_t>(requests.size()); }
+    // Limits that fit exactly this step (slot b + 1 holds request b).
+    kernel_config fitting_config(int threads) const;
+    step_input as_input() const;
+};
+
+// Throws input_error on malformed or out-of-range input.
+json_step parse_step(const nlohmann::json& doc, step_kind kind);
+
+// Owns the outputs of one step.
+struct step_result {
+    std::vector<int32_t> packed;
+    std::vector<int32_t> accept_index;
+    std::vector<float> logprobs;
+    std::vector<uint8_t> row_error;
+
+    step_result(int32_t batch_size, int32_t tokens_per_req);
+    step_output view();
+};
+
+nlohmann::json result_to_json(const step_result& result, step_kind kind, int32_t batch_size,
+                              int32_t tokens_per_req);
+
+// Registers the requests into a fresh backend's pool and runs the step. Throws input_error for
+// invalid parameters; other failures throw std::runtime_error.
+step_result run_step(sampling_backend& backend, const json_step& step, step_kind kind);
+
+}  // namespace ds::cli

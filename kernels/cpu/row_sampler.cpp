@@ -1,0 +1,202 @@
+#include "kernels/cpu/row_sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/det_math.h"
+
+namespace ds::cpu {
+
+namespace dm = ds::detmath;
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+void load_row_as_float(const logits_view& logits, int64_t row, float* out) {
+    const int64_t offset = row * logits.row_stride;
+    switch (logits.dtype) {
+        case logits_dtype::f32: {
+            const float* src = static_cast<const float*>(logits.data) + offset;
+            std::copy(src, src + logits.vocab, out);
+            return;
+        }
+        case logits_dtype::bf16: {
+            const uint16_t* src = static_cast<const uint16_t*>(logits.data) + offset;
+            for (int32_t i = 0; i < logits.vocab; ++i) out[i] = dm::bf16_bits_to_float(src[i]);
+            return;
+        }
+        case logits_dtype::f16: {
+            const uint16_t* src = static_cast<const uint16_t*>(logits.data) + offset;
+            for (int32_t i = 0; i < logits.vocab; ++i) out[i] = dm::fp16_bits_to_float(src[i]);
+            return;
+        }
+    }
+}
+
+}  // namespace
+
+row_sampler::row_sampler(int32_t vocab)
+    : vocab_(vocab),
+      logits_(static_cast<size_t>(vocab)),
+      mass_(static_cast<size_t>(vocab)),
+      order_(static_cast<size_t>(vocab)) {}
+
+const float* row_sampler::prepare_logits(const logits_view& logits, int64_t row,
+                                         const sampling_params& params, token_count_span seen,
+                                         const uint32_t* bitmask_row) {
+    const bool penalised = params.has_penalties() && seen.size > 0;
+    if (logits.dtype == logits_dtype::f32 && !penalised && params.logit_bias.empty() &&
+        bitmask_row == nullptr) {
+        return static_cast<const float*>(logits.data) + row * logits.row_stride;
+    }
+    float* out = logits_.data();
+    load_row_as_float(logits, row, out);
+    if (penalised) {
+        // Repetition first (scales the model's logit), then frequency and presence (subtract).
+        for (int32_t i = 0; i < seen.size; ++i) {
+            float& l = out[seen.data[i].token];
+            if (params.repetition_penalty != 1.0f) {
+                l = l > 0.0f ? l / params.repetition_penalty : l * params.repetition_penalty;
+            }
+            const float frequency = params.frequency_penalty * static_cast<float>(seen.data[i].count);
+            l = l - frequency;
+            l = l - params.presence_penalty;
+        }
+    }
+    for (const logit_bias_entry& entry : params.logit_bias) out[entry.token] = out[entry.token] + entry.bias;
+    if (bitmask_row != nullptr) {
+        const int32_t words = bitmask_words(vocab_);
+        for (int32_t w = 0; w < words; ++w) {
+            const uint32_t word = bitmask_row[w];
+            if (word == 0xFFFFFFFFu) continue;
+            const int32_t end = std::min(vocab_, (w + 1) * 32);
+            for (int32_t token = w * 32; token < end; ++token) {
+                if (((word >> (token - w * 32)) & 1u) == 0) out[token] = kNegInf;
+            }
+        }
+    }
+    return out;
+}
+
+int32_t row_sampler::argmax(const float* logits) const {
+    int32_t best = -1;
+    float best_value = kNegInf;
+    for (int32_t i = 0; i < vocab_; ++i) {
+        // Strict '>' keeps the lowest index on ties and never picks NaN or -inf.
+        if (logits[i] > best_value) {
+            best_value = logits[i];
+            best = i;
+        }
+    }
+    return best;
+}
+
+uint64_t row_sampler::build_distribution(const float* logits, int32_t top_token,
+                                         const sampling_params& params) {
+    const float max_logit = logits[top_token];
+    const float temperature = params.temperature;
+    cut_ = filter_cut{};
+    cut_.min_mass = std::max<uint64_t>(1, dm::min_p_mass_threshold(params.min_p));
+
+    uint64_t* mass = mass_.data();
+    int32_t* order = order_.data();
+    int64_t nonzero = 0;
+    uint64_t unfiltered_kept = 0;  // mass passing min_p alone
+    for (int32_t i = 0; i < vocab_; ++i) {
+        const float l = logits[i];
+        uint64_t q = 0;
+        if (l == max_logit) {
+            q = dm::kMassOne;
+        } else if (l > kNegInf) {
+            q = dm::weight_to_mass(dm::det_exp((l - max_logit) / temperature));
+        }
+        mass[i] = q;
+        if (q > 0) order[nonzero++] = i;
+        if (q >= cut_.min_mass) unfiltered_kept += q;
+    }
+
+    const int64_t top_k = (params.top_k < 0 || params.top_k >= nonzero) ? nonzero : params.top_k;
+    if (top_k == nonzero && params.top_p >= 1.0f) return unfiltered_kept;
+
+    auto better = [mass](int32_t a, int32_t b) { return mass[a] > mass[b] || (mass[a] == mass[b] && a < b); };
+    auto mass_sum = [mass, order](int64_t begin, int64_t end) {
+        uint64_t sum = 0;
+        for (int64_t i = begin; i < end; ++i) sum += mass[order[i]];
+        return sum;
+    };
+    int64_t kept = nonzero;
+    uint64_t top_k_mass = 0;
+    if (top_k < nonzero) {
+        std::nth_element(order, order + top_k - 1, order + nonzero, better);
+        kept = top_k;
+        top_k_mass = mass_sum(0, top_k);
+    } else {
+        top_k_mass = mass_sum(0, nonzero);
+    }
+    if (params.top_p < 1.0f) {
+        // Shortest prefix of the order reaching ceil(top_p * M_k): bisect with partial
+        // partitions, keeping prefix(lo) < target <= prefix(hi).
+        const uint64_t target = dm::top_p_mass_target(params.top_p, top_k_mass);
+        int64_t lo = 0;
+        int64_t hi = kept;
+        uint64_t prefix_lo = 0;
+        while (hi - lo > 1) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            std::nth_element(order + lo, order + mid, order + hi, better);
+            const uint64_t left = mass_sum(lo, mid);
+            if (prefix_lo + left >= target) {
+                hi = mid;
+            } else {
+                prefix_lo += left;
+                lo = mid;
+            }
+        }
+        kept = hi;
+    }
+    // order[0, kept) are the kept tokens and order[kept - 1] is the last of them in the order.
+    const int32_t boundary = *std::min_element(order, order + kept, [&](int32_t a, int32_t b) { return better(b, a); });
+    cut_.has_boundary = true;
+    cut_.boundary_mass = mass[boundary];
+    cut_.boundary_token = boundary;
+    uint64_t kept_mass = 0;
+    for (int64_t i = 0; i < kept; ++i) {
+        if (mass[order[i]] >= cut_.min_mass) kept_mass += mass[order[i]];
+    }
+    return kept_mass;
+}
+
+uint64_t row_sampler::kept_mass_of(int32_t token) const {
+    const uint64_t q = mass_[static_cast<size_t>(token)];
+    return cut_.keeps(token, q) ? q : 0;
+}
+
+int32_t row_sampler::token_at(uint64_t target, int32_t excluded) const {
+    const uint64_t* mass = mass_.data();
+    uint64_t prefix = 0;
+    for (int32_t i = 0; i < vocab_; ++i) {
+        if (i == excluded || !cut_.keeps(i, mass[i])) continue;
+        prefix += mass[i];
+        if (prefix > target) return i;
+    }
+    return -1;
+}
+
+double row_sampler::logprob(const float* logits, int32_t token) const {
+    if (token < 0) return std::numeric_limits<double>::quiet_NaN();
+    const int32_t top = argmax(logits);
+    const double max_logit = logits[top];
+    double sum = 0.0;
+    for (int32_t i = 0; i < vocab_; ++i) {
+        if (logits[i] == logits[top]) {
+            sum += 1.0;
+        } else if (logits[i] > kNegInf) {
+            sum += std::exp(static_cast<double>(logits[i]) - max_logit);
+        }
+    }
+    const double shifted = logits[token] == logits[top] ? 0.0 : static_cast<double>(logits[token]) - max_logit;
+    return shifted - std::log(sum);
+}
+
+}  // namespace ds::cpu

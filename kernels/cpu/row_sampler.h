@@ -1,0 +1,67 @@
+// One logits row through the exact sampling pipeline of DESIGN.md §2, on the CPU:
+//   processed logits (penalties, bias, bitmask) -> argmax -> integer masses Q -> filter cut
+//   (top-k, top-p, min-p on (Q desc, index asc)) -> inverse CDF in token-index order.
+// A row_sampler owns the scratch of one worker thread, sized once for the vocabulary.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/param_pool.h"
+#include "kernels/sampling_types.h"
+
+namespace ds::cpu {
+
+// Which tokens survive filtering: mass >= min_mass, and when has_boundary, no later than the
+// boundary token in (mass desc, index asc) order.
+struct filter_cut {
+    uint64_t min_mass = 1;
+    bool has_boundary = false;
+    uint64_t boundary_mass = 0;
+    int32_t boundary_token = -1;
+
+    bool keeps(int32_t token, uint64_t mass) const {
+        if (mass < min_mass) return false;
+        if (!has_boundary) return true;
+        return mass > boundary_mass || (mass == boundary_mass && token <= boundary_token);
+    }
+};
+
+class row_sampler {
+   public:
+    explicit row_sampler(int32_t vocab);
+
+    // Returns the row's logits as floats with penalties, logit bias and the bitmask row applied
+    // (masked tokens become -inf). Reads fp32 rows in place when nothing modifies them.
+    const float* prepare_logits(const logits_view& logits, int64_t row, const sampling_params& params,
+                                token_count_span seen, const uint32_t* bitmask_row);
+
+    // Greedy choice: the largest logit, NaN and -inf ignored, ties to the lowest index; -1 when
+    // no token is allowed.
+    int32_t argmax(const float* logits) const;
+
+    // Builds the masses and the filter cut for a stochastic row whose argmax is `top_token`
+    // (>= 0). Returns the kept mass M (>= 2^40).
+    uint64_t build_distribution(const float* logits, int32_t top_token, const sampling_params& params);
+
+    // Mass of `token` after filtering (0 when filtered out). Valid after build_distribution.
+    uint64_t kept_mass_of(int32_t token) const;
+
+    // The first token, in index order, whose inclusive prefix of kept mass exceeds `target`;
+    // `excluded` (or -1) contributes no mass. Valid after build_distribution.
+    int32_t token_at(uint64_t target, int32_t excluded) const;
+
+    // log_softmax of the processed logits at `token`, at temperature 1; NaN for token -1.
+    double logprob(const float* logits, int32_t token) const;
+
+    const filter_cut& cut() const { return cut_; }
+
+   private:
+    int32_t vocab_;
+    std::vector<float> logits_;
+    std::vector<uint64_t> mass_;
+    std::vector<int32_t> order_;
+    filter_cut cut_;
+};
+
+}  // namespace ds::cpu

@@ -1,0 +1,77 @@
+#include "kernels/param_pool.h"
+
+#include <fmt/format.h>
+
+#include "kernels/validation.h"
+
+namespace ds {
+
+param_pool::param_pool(const kernel_config& config)
+    : config_(config),
+      params_(static_cast<size_t>(config.max_slots)),
+      counts_(static_cast<size_t>(config.max_slots) * static_cast<size_t>(config.max_penalty_tokens)),
+      count_sizes_(static_cast<size_t>(config.max_slots), 0) {
+    // Slot 0: greedy and unmodified, so phantom rows can never produce NaN or touch the RNG.
+    params_[0].temperature = 0.0f;
+}
+
+status param_pool::check_slot(int32_t slot) const {
+    if (slot >= 1 && slot < config_.max_slots) return status::success();
+    return status::invalid(fmt::format("slot = {}: expected an integer in [1, {}] (slot 0 is reserved)",
+                                       slot, config_.max_slots - 1));
+}
+
+status param_pool::register_request(int32_t slot, const sampling_params& params) {
+    return register_request(slot, params, nullptr, 0);
+}
+
+status param_pool::register_request(int32_t slot, const sampling_params& params,
+                                    const int32_t* history, int32_t history_size) {
+    status s = check_slot(slot);
+    if (s.is_ok()) s = validate_sampling_params(params, config_);
+    if (!s.is_ok()) return s;
+    params_[static_cast<size_t>(slot)] = params;  // reuses the reserved bias capacity
+    count_sizes_[static_cast<size_t>(slot)] = 0;
+    return record_tokens(slot, history, history_size);
+}
+
+status param_pool::release(int32_t slot) {
+    status s = check_slot(slot);
+    if (!s.is_ok()) return s;
+    params_[static_cast<size_t>(slot)] = sampling_params{};
+    count_sizes_[static_cast<size_t>(slot)] = 0;
+    return status::success();
+}
+
+status param_pool::record_tokens(int32_t slot, const int32_t* tokens, int32_t count) {
+    status s = check_slot(slot);
+    if (!s.is_ok() || !params_[static_cast<size_t>(slot)].has_penalties()) return s;
+    token_count* row = counts_.data() + static_cast<size_t>(slot) * static_cast<size_t>(config_.max_penalty_tokens);
+    int32_t& size = count_sizes_[static_cast<size_t>(slot)];
+    for (int32_t i = 0; i < count; ++i) {
+        const int32_t token = tokens[i];
+        if (token < 0 || token >= config_.vocab_size) {
+            return status::invalid(fmt::format("tokens[{}] = {}: expected a token id in [0, {})", i,
+                                               token, config_.vocab_size));
+        }
+        int32_t j = 0;
+        while (j < size && row[j].token != token) ++j;
+        if (j < size) {
+            ++row[j].count;
+        } else if (size < config_.max_penalty_tokens) {
+            row[size++] = token_count{token, 1};
+        } else {
+            return status::invalid(fmt::format(
+                "slot {} has seen {} distinct tokens: penalties track at most max_penalty_tokens = {}",
+                slot, size + 1, config_.max_penalty_tokens));
+        }
+    }
+    return status::success();
+}
+
+token_count_span param_pool::seen_tokens(int32_t slot) const {
+    const size_t offset = static_cast<size_t>(slot) * static_cast<size_t>(config_.max_penalty_tokens);
+    return token_count_span{counts_.data() + offset, count_sizes_[static_cast<size_t>(slot)]};
+}
+
+}  // namespace ds

@@ -1,0 +1,57 @@
+#include "kernels/sampling_backend.h"
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/cpu_backend.h"
+
+namespace ds {
+
+const char* dtype_name(logits_dtype dtype) {
+    switch (dtype) {
+        case logits_dtype::f32: return "f32";
+        case logits_dtype::bf16: return "bf16";
+        case logits_dtype::f16: return "f16";
+    }
+    return "unknown";
+}
+
+std::size_t dtype_size(logits_dtype dtype) { return dtype == logits_dtype::f32 ? 4 : 2; }
+
+status sampling_backend::commit_tokens(const step_input& step, const step_output& out) {
+    const int32_t n = step.tokens_per_req;
+    const int32_t* lengths = accept_length_of(out, step.batch_size, n);
+    for (int32_t b = 0; b < step.batch_size; ++b) {
+        if (step.slots[b] == 0) continue;  // phantom rows have no history
+        const int32_t* emitted = predict_of(out) + static_cast<int64_t>(b) * n;
+        int32_t count = 0;
+        while (count < lengths[b] && emitted[count] >= 0) ++count;
+        status s = pool().record_tokens(step.slots[b], emitted, count);
+        if (!s.is_ok()) return s;
+    }
+    return status::success();
+}
+
+status parse_backend_kind(std::string_view name, backend_kind& kind) {
+    if (name == "cpu") {
+        kind = backend_kind::cpu;
+    } else if (name == "cuda") {
+        kind = backend_kind::cuda;
+    } else {
+        return status::invalid(fmt::format("backend = '{}': expected 'cpu' or 'cuda'", name));
+    }
+    return status::success();
+}
+
+status make_backend(backend_kind kind, const kernel_config& config, std::unique_ptr<sampling_backend>& out) {
+    const std::string config_error = validate_kernel_config(config);
+    if (!config_error.empty()) return status::invalid(config_error);
+    if (kind == backend_kind::cuda) {
+        return {status_code::unsupported,
+                "backend = 'cuda': the CUDA sampling backend is not implemented yet (only the shared "
+                "math is built for the GPU); use --backend cpu"};
+    }
+    out = std::make_unique<cpu::cpu_backend>(config);
+    return status::success();
+}
+
+}  // namespace ds

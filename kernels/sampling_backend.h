@@ -1,0 +1,42 @@
+// The one interface every sampling backend implements (CPU now; CUDA behind the same calls).
+// A backend owns the rank's parameter pool and all scratch, sized once from a kernel_config.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "config/kernel_config.h"
+#include "kernels/param_pool.h"
+#include "kernels/sampling_types.h"
+
+namespace ds {
+
+class sampling_backend {
+   public:
+    virtual ~sampling_backend() = default;
+
+    virtual const char* name() const = 0;
+    virtual const kernel_config& config() const = 0;
+    virtual param_pool& pool() = 0;
+
+    // One token per request: predict [bs] then accept_length [bs] (all 1) in out.packed;
+    // accept_index[b] = b. Requires step.tokens_per_req == 1.
+    virtual status sample(const step_input& step, const step_output& out) = 0;
+    // Chain verification of step.candidates against bs * N logits rows (DESIGN.md §3).
+    virtual status verify(const step_input& step, const step_output& out) = 0;
+
+    // Adds every request's emitted tokens (predict[b*N, b*N + accept_length)) to its slot's
+    // penalty counts. Call once per step with the outputs every rank agreed on.
+    status commit_tokens(const step_input& step, const step_output& out);
+};
+
+enum class backend_kind { cpu, cuda };
+
+// "cpu" or "cuda"; an unknown name is an invalid_argument status naming the allowed values.
+status parse_backend_kind(std::string_view name, backend_kind& kind);
+
+// Builds a backend, or returns a status saying why it cannot (bad config, CUDA not built).
+status make_backend(backend_kind kind, const kernel_config& config, std::unique_ptr<sampling_backend>& out);
+
+}  // namespace ds
