@@ -101,7 +101,8 @@ void cpu_backend::run_request(const step_input& step, const step_output& out, in
                         ? step.coins[static_cast<int64_t>(b) * (n - 1) + j]
                         : dm::bits_to_unit_double(dm::random_bits64(params.seed, position, static_cast<uint32_t>(j + 1),
                                                                     dm::draw_purpose::coin));
-                draft_accepted = p >= step.thresholds.single || coin <= p / step.thresholds.acc;
+                // A draft without mass is accepted only by the lossy threshold_single = 0 knob.
+                draft_accepted = p >= step.thresholds.single || (draft_mass > 0 && coin <= p / step.thresholds.acc);
                 excluded_mass = draft_mass;
             }
             if (draft_accepted) {

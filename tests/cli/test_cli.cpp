@@ -1,0 +1,203 @@
+// `distsample kernel ...` driven from outside: JSON on stdin, JSON on stdout, exit codes.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+using nlohmann::json;
+
+namespace {
+
+struct run_result {
+    int exit_code = -1;
+    std::string out;
+    std::string err;
+};
+
+std::string slurp(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+run_result run_cli(const std::string& args, const std::string& input) {
+    // ctest runs tests of this binary in parallel: one set of files per test.
+    const std::string stem = ::testing::TempDir() + "/ds_cli_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    const std::string in_path = stem + "_in.json";
+    const std::string out_path = stem + "_out.json";
+    const std::string err_path = stem + "_err.txt";
+    std::ofstream(in_path) << input;
+    const std::string cmd = std::string(DISTSAMPLE_BIN) + " " + args + " < " + in_path + " > " + out_path + " 2> " + err_path;
+    const int raw = std::system(cmd.c_str());
+    run_result r;
+    r.exit_code = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    r.out = slurp(out_path);
+    r.err = slurp(err_path);
+    return r;
+}
+
+json one_hot_rows(int rows, int vocab, const std::vector<int>& peaks) {
+    json logits = json::array();
+    for (int r = 0; r < rows; ++r) {
+        json row = json::array();
+        for (int i = 0; i < vocab; ++i) row.push_back(i == peaks[static_cast<size_t>(r)] ? 1.0 : 0.0);
+        logits.push_back(row);
+    }
+    return logits;
+}
+
+}  // namespace
+
+TEST(Cli, HelpDescribesCommands) {
+    const run_result r = run_cli("--help", "");
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_NE(r.out.find("kernel"), std::string::npos);
+    EXPECT_NE(r.out.find("demo"), std::string::npos);
+    const run_result v = run_cli("kernel verify --help", "");
+    EXPECT_EQ(v.exit_code, 0);
+    EXPECT_NE(v.out.find("--backend"), std::string::npos);
+}
+
+TEST(Cli, SampleGreedyAndStochastic) {
+    json in;
+    in["vocab_size"] = 8;
+    in["logits"] = json::array({json::array({0, 1, 5, 2, -1e30, 0, 0, 0}), json::array({0, 0, 0, 0, 0, 0, 0, 3})});
+    in["requests"] = json::array({json{{"temperature", 0.0}}, json{{"seed", 5}, {"position", 3}, {"top_k", 2}}});
+    const run_result r = run_cli("kernel sample --backend cpu", in.dump());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json out = json::parse(r.out);
+    EXPECT_EQ(out["tokens"][0], 2);
+    const int second = out["tokens"][1];
+    EXPECT_TRUE(second == 7 || second == 0) << second;  // top-2 keeps 7 and the first of the ties
+    ASSERT_EQ(out["logprobs"].size(), 2u);
+    EXPECT_LT(out["logprobs"][0].get<double>(), 0.0);
+    // The same input gives the same output.
+    EXPECT_EQ(run_cli("kernel sample", in.dump()).out, r.out);
+}
+
+TEST(Cli, VerifyGreedyChainSeedCase) {
+    json in;
+    in["vocab_size"] = 61750;
+    in["logits"] = one_hot_rows(4, 61750, {1266, 9400, 61749, 6620});
+    in["requests"] = json::array({json{{"temperature", 0}}});
+    in["candidates"] = json::array({json::array({23958, 1266, 9400, 61749})});
+    const run_result r = run_cli("kernel verify", in.dump());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json out = json::parse(r.out);
+    EXPECT_EQ(out["predict"], json::array({1266, 9400, 61749, 6620}));
+    EXPECT_EQ(out["accept_index"], json::array({json::array({0, 1, 2, 3})}));
+    EXPECT_EQ(out["accept_length"], json::array({4}));
+}
+
+TEST(Cli, VerifyTargetOnlyWithReplayedCoins) {
+    json in;
+    in["vocab_size"] = 16;
+    json logits = json::array();
+    for (int r = 0; r < 4; ++r) {
+        json row = json::array();
+        for (int i = 0; i < 16; ++i) {
+            double l = r >= 2 ? 0.0 : -1e30;
+            if (r == 0 && i == 11) l = std::log(0.95);
+            if (r == 0 && i == 3) l = std::log(0.05);
+            if (r == 1 && i == 12) l = std::log(0.1);
+            if (r == 1 && i == 5) l = 0.0;
+            row.push_back(l);
+        }
+        logits.push_back(row);
+    }
+    in["logits"] = logits;
+    in["requests"] = json::array({json{{"seed", 1}}});
+    in["candidates"] = json::array({json::array({10, 11, 12, 13})});
+    in["threshold_single"] = 0.9;
+    in["threshold_acc"] = 1.0;
+    in["coins"] = json::array({json::array({0.5, 0.9, 0.5})});
+    in["final_coins"] = json::array({0.1});
+    const run_result r = run_cli("kernel verify --backend cpu", in.dump());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json out = json::parse(r.out);
+    EXPECT_EQ(out["accept_length"], json::array({2}));
+    EXPECT_EQ(out["predict"][0], 11);
+    EXPECT_EQ(out["predict"][1], 5);
+    EXPECT_EQ(out["predict"][2], -1);
+}
+
+TEST(Cli, RowWithNothingAllowedIsReportedNotFatal) {
+    json in;
+    in["vocab_size"] = 4;
+    in["logits"] = json::array({json::array({1, 2, 3, 4}), json::array({1, 2, 3, 4})});
+    in["requests"] = json::array({json::object(), json{{"temperature", 0}}});
+    in["bitmask"] = json::array({json::array({15}), json::array({0})});
+    const run_result r = run_cli("kernel sample", in.dump());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json out = json::parse(r.out);
+    EXPECT_EQ(out["tokens"][1], -1);
+    EXPECT_TRUE(out["logprobs"][1].is_null());
+    EXPECT_EQ(out["row_errors"], json::array({1}));
+}
+
+TEST(Cli, BadInputExitsTwoWithOneLineNamingTheField) {
+    json good;
+    good["vocab_size"] = 4;
+    good["logits"] = json::array({json::array({1, 2, 3, 4})});
+    good["requests"] = json::array({json::object()});
+    struct bad_case {
+        std::string input;
+        std::string args;
+        std::string expect;
+    };
+    json bad_top_p = good;
+    bad_top_p["requests"][0]["top_p"] = 1.5;
+    json short_row = good;
+    short_row["logits"][0] = json::array({1, 2, 3});
+    json no_vocab = good;
+    no_vocab.erase("vocab_size");
+    json bad_bias = good;
+    bad_bias["requests"][0]["logit_bias"] = json{{"9", 1.0}};
+    json bad_candidates = good;
+    bad_candidates["candidates"] = json::array({json::array({0, 7})});
+    bad_candidates["logits"] = json::array({json::array({1, 2, 3, 4}), json::array({1, 2, 3, 4})});
+    json ragged = bad_candidates;
+    ragged["requests"].push_back(json::object());
+    ragged["candidates"].push_back(json::array({1}));
+    ragged["logits"].push_back(json::array({1, 2, 3, 4}));
+    ragged["logits"].push_back(json::array({1, 2, 3, 4}));
+    json bad_coin = bad_candidates;
+    bad_coin["candidates"][0][1] = 2;
+    bad_coin["coins"] = json::array({json::array({1.5})});
+    json bad_history = good;
+    bad_history["requests"][0]["history"] = json::array({1, 99});
+    bad_history["requests"][0]["presence_penalty"] = 0.5;
+    const bad_case cases[] = {
+        {bad_top_p.dump(), "kernel sample", "requests[0].top_p = 1.5: expected a number in (0, 1]"},
+        {short_row.dump(), "kernel sample", "logits[0]: expected an array of 4 numbers"},
+        {no_vocab.dump(), "kernel sample", "vocab_size: expected a value"},
+        {bad_bias.dump(), "kernel sample", "requests[0].logit_bias[9]"},
+        {bad_candidates.dump(), "kernel verify", "candidates[0][1] = 7: expected an integer in [0, 3]"},
+        {ragged.dump(), "kernel verify", "candidates[1]: expected an array of 2 ids"},
+        {bad_coin.dump(), "kernel verify", "coins[0][0] = 1.5"},
+        {bad_history.dump(), "kernel sample", "requests[0].history[1] = 99"},
+        {"{not json", "kernel sample", "input: expected one JSON object"},
+        {"[]", "kernel sample", "input: expected one JSON object"},
+        {good.dump(), "kernel sample --backend tpu", "backend = 'tpu'"},
+    };
+    for (const bad_case& c : cases) {
+        const run_result r = run_cli(c.args, c.input);
+        EXPECT_EQ(r.exit_code, 2) << c.expect << "\nstderr: " << r.err;
+        EXPECT_NE(r.err.find(c.expect), std::string::npos) << "stderr: " << r.err;
+        EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+        EXPECT_TRUE(r.out.empty()) << r.out;
+    }
+}
+
+TEST(Cli, DemoRunsAndSummarises) {
+    const run_result r = run_cli("demo --steps 3 --batch 4 --vocab 2048", "");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("step 3 (verify)"), std::string::npos);
+    EXPECT_NE(r.out.find("acceptance"), std::string::npos);
+}

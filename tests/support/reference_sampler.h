@@ -1,0 +1,22 @@
+// Test oracles, written from the definitions in DESIGN.md §2 as plainly as possible (full sort,
+// no partial selection), so the optimised backends can be checked against them.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/sampling_types.h"
+
+namespace ds::testing {
+
+// Integer mass of every token after top-k, top-p and min-p, for processed logits `row` of a
+// stochastic request. Tokens filtered out (or with no mass) get 0.
+std::vector<uint64_t> reference_kept_mass(const std::vector<float>& row, const sampling_params& params);
+
+// Greedy reference: largest logit, NaN/-inf ignored, lowest index on ties, -1 if none.
+int32_t reference_argmax(const std::vector<float>& row);
+
+// log_softmax(row)[token] in long double.
+long double reference_logprob(const std::vector<float>& row, int32_t token);
+
+}  // namespace ds::testing
