@@ -106,7 +106,7 @@ int run_demo_command(const demo_options& options) {
     target_config.vocab_size = vocab;
     target_config.seed = options.seed;
     synthetic_lm_config draft_config = target_config;
-    draft_config.draft_noise = 1.2f;
+    draft_config.draft_noise = 1.0f;
     const synthetic_lm target(target_config);
     const synthetic_lm draft(draft_config);
 

@@ -14,9 +14,9 @@ struct synthetic_lm_config {
     int32_t vocab_size = 32000;
     uint64_t seed = 1;
     float zipf_exponent = 1.1f;  // base logit of token i is -zipf_exponent * ln(1 + i)
-    float noise = 1.5f;          // amplitude of per-context noise on every logit
+    float noise = 1.2f;          // amplitude of per-context noise on every logit
     int32_t hot_tokens = 6;      // context-chosen tokens that get hot_boost
-    float hot_boost = 9.0f;
+    float hot_boost = 11.0f;
     float draft_noise = 0.0f;    // extra noise of a draft model (0 for the target)
 };
 

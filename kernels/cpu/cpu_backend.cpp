@@ -118,7 +118,7 @@ void cpu_backend::run_request(const step_input& step, const step_output& out, in
                 emitted = sampler.token_at(dm::mul_high64(bits, mass), residual && has_draft ? draft : -1);
             }
         }
-        if (out.logprobs != nullptr) out.logprobs[row] = static_cast<float>(sampler.logprob(logits, emitted));
+        if (out.logprobs != nullptr) out.logprobs[row] = static_cast<float>(sampler.logprob(logits, top, emitted));
         predict[j] = draft_accepted ? draft : emitted;
         accept_index[j] = static_cast<int32_t>(row);
         if (!draft_accepted) break;

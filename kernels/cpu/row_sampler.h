@@ -51,8 +51,9 @@ class row_sampler {
     // `excluded` (or -1) contributes no mass. Valid after build_distribution.
     int32_t token_at(uint64_t target, int32_t excluded) const;
 
-    // log_softmax of the processed logits at `token`, at temperature 1; NaN for token -1.
-    double logprob(const float* logits, int32_t token) const;
+    // log_softmax of the processed logits at `token`, at temperature 1, given the row's argmax;
+    // NaN for token -1.
+    double logprob(const float* logits, int32_t top_token, int32_t token) const;
 
     const filter_cut& cut() const { return cut_; }
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -26,6 +27,14 @@ std::string slurp(const std::string& path) {
     return ss.str();
 }
 
+// The tool sits next to the test binary (build/bin/, or a GPU bundle's bin/).
+std::string tool_path() {
+    std::string self(4096, '\0');
+    const ssize_t size = readlink("/proc/self/exe", self.data(), self.size());
+    self.resize(size > 0 ? static_cast<size_t>(size) : 0);
+    return self.substr(0, self.rfind('/') + 1) + "distsample";
+}
+
 run_result run_cli(const std::string& args, const std::string& input) {
     // ctest runs tests of this binary in parallel: one set of files per test.
     const std::string stem = ::testing::TempDir() + "/ds_cli_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
@@ -33,7 +42,7 @@ run_result run_cli(const std::string& args, const std::string& input) {
     const std::string out_path = stem + "_out.json";
     const std::string err_path = stem + "_err.txt";
     std::ofstream(in_path) << input;
-    const std::string cmd = std::string(DISTSAMPLE_BIN) + " " + args + " < " + in_path + " > " + out_path + " 2> " + err_path;
+    const std::string cmd = tool_path() + " " + args + " < " + in_path + " > " + out_path + " 2> " + err_path;
     const int raw = std::system(cmd.c_str());
     run_result r;
     r.exit_code = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# GPU runs, the same way every session (DESIGN.md §7):
+#   tools/gpu-run.sh bundle   here: build for sm_90 into build-gpu/ and bundle the binaries and the
+#                             shared libraries they need into .gpu-bundle/ (git-ignored)
+#   tools/gpu-run.sh run      on the GPU machine (device tool, carry .gpu-bundle): run every test
+#                             binary and, if given, a command; logs go to $OUT when it is set
+# Example with the device tool: run(command="tools/gpu-run.sh run", carry=[".gpu-bundle"]).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+readonly BUNDLE=.gpu-bundle
+
+bundle() {
+  export CUDACXX=${CUDACXX:-/usr/local/cuda/bin/nvcc}
+  local launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDISTSAMPLE_WITH_CUDA=ON -DDISTSAMPLE_CUDA_ARCH=90 "${launcher[@]}" >/dev/null
+  cmake --build build-gpu -j"$(nproc)"
+  rm -rf "$BUNDLE"
+  mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
+  cp build-gpu/bin/* "$BUNDLE/bin/"
+  # Every shared library the binaries use except the C runtime and the CUDA driver, which the GPU
+  # machine has (and must match its kernel driver).
+  local lib
+  for lib in $(ldd "$BUNDLE"/bin/* 2>/dev/null | awk '/=> \//{print $3}' | sort -u); do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libgcc_s.so*) ;;
+      *) cp -L "$lib" "$BUNDLE/lib/" ;;
+    esac
+  done
+  du -sh "$BUNDLE"
+}
+
+run() {
+  local out=${OUT:-/tmp/gpu-run}
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+  local failed=0 test
+  for test in "$BUNDLE"/bin/test_*; do
+    echo "== $(basename "$test")"
+    if ! "$test" --gtest_brief=1 >"$out/$(basename "$test").log" 2>&1; then
+      failed=1
+      echo "FAILED: $(basename "$test")"
+    fi
+    tail -n 3 "$out/$(basename "$test").log"
+  done
+  if (($# > 0)); then
+    echo "== $*"
+    "$@"
+  fi
+  return "$failed"
+}
+
+case "${1:-}" in
+  bundle) bundle ;;
+  run) shift; run "$@" ;;
+  *) echo "usage: $0 bundle | run [command...]" >&2; exit 2 ;;
+esac
