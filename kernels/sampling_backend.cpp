@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "kernels/cpu/cpu_backend.h"
 
 namespace ds {
 
@@ -39,18 +38,6 @@ status parse_backend_kind(std::string_view name, backend_kind& kind) {
     } else {
         return status::invalid(fmt::format("backend = '{}': expected 'cpu' or 'cuda'", name));
     }
-    return status::success();
-}
-
-status make_backend(backend_kind kind, const kernel_config& config, std::unique_ptr<sampling_backend>& out) {
-    const std::string config_error = validate_kernel_config(config);
-    if (!config_error.empty()) return status::invalid(config_error);
-    if (kind == backend_kind::cuda) {
-        return {status_code::unsupported,
-                "backend = 'cuda': the CUDA sampling backend is not implemented yet (only the shared "
-                "math is built for the GPU); use --backend cpu"};
-    }
-    out = std::make_unique<cpu::cpu_backend>(config);
     return status::success();
 }
 

@@ -32,13 +32,15 @@ const char* dtype_name(logits_dtype dtype);
 std::size_t dtype_size(logits_dtype dtype);
 
 // Rows of logits over the full vocabulary (or over one rank's vocab shard). Row r starts at
-// data + r * row_stride elements; row_stride >= vocab.
+// data + r * row_stride elements; row_stride >= vocab. `on_device` marks GPU memory (a model
+// runtime's output), which only the CUDA backend reads; host rows work with every backend.
 struct logits_view {
     const void* data = nullptr;
     logits_dtype dtype = logits_dtype::f32;
     int64_t rows = 0;
     int32_t vocab = 0;
     int64_t row_stride = 0;
+    bool on_device = false;
 };
 
 struct logit_bias_entry {

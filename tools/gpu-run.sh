@@ -4,6 +4,7 @@
 #                             shared libraries they need into .gpu-bundle/ (git-ignored)
 #   tools/gpu-run.sh run      on the GPU machine (device tool, carry .gpu-bundle): run every test
 #                             binary and, if given, a command; logs go to $OUT when it is set
+#   tools/gpu-run.sh bench    on the GPU machine: the sampling benchmark and its PyTorch peers
 # Example with the device tool: run(command="tools/gpu-run.sh run", carry=[".gpu-bundle"]).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,8 +52,18 @@ run() {
   return "$failed"
 }
 
+bench() {
+  local out=${OUT:-/tmp/gpu-run}
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+  "$BUNDLE/bin/bench_cuda_sampling" --json "$out/ours.json" | tee "$out/bench.txt"
+  python3 bench/peers_torch.py "$out/ours.json" | tee "$out/peers.txt"
+}
+
 case "${1:-}" in
   bundle) bundle ;;
   run) shift; run "$@" ;;
-  *) echo "usage: $0 bundle | run [command...]" >&2; exit 2 ;;
+  bench) bench ;;
+  *) echo "usage: $0 bundle | run [command...] | bench" >&2; exit 2 ;;
 esac

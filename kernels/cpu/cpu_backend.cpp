@@ -29,8 +29,16 @@ cpu_backend::cpu_backend(const kernel_config& config)
     for (int t = 0; t < threads_.size(); ++t) samplers_.emplace_back(config.vocab_size);
 }
 
+namespace {
+status check_host_logits(const step_input& step) {
+    if (!step.logits.on_device) return status::success();
+    return status::invalid("logits.on_device = true: the cpu backend reads host memory; use --backend cuda");
+}
+}  // namespace
+
 status cpu_backend::sample(const step_input& step, const step_output& out) {
     status s = validate_step(step, step_kind::sample, config_);
+    if (s.is_ok()) s = check_host_logits(step);
     if (!s.is_ok()) return s;
     run_steps(step, out);
     return status::success();
@@ -38,6 +46,7 @@ status cpu_backend::sample(const step_input& step, const step_output& out) {
 
 status cpu_backend::verify(const step_input& step, const step_output& out) {
     status s = validate_step(step, step_kind::verify, config_);
+    if (s.is_ok()) s = check_host_logits(step);
     if (!s.is_ok()) return s;
     run_steps(step, out);
     return status::success();

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/det_math_probe.h"
 #include "kernels/det_math.h"
 
@@ -24,19 +25,6 @@ __global__ void det_math_kernel(const float* exp_in, const float* log_in, int64_
     }
 }
 
-status cuda_failure(const char* what, cudaError_t error) {
-    cudaGetLastError();  // clear the sticky error so later calls start clean
-    return {status_code::internal, std::string(what) + ": " + cudaGetErrorString(error)};
-}
-
-// Frees device buffers on every exit path.
-struct device_buffers {
-    void* ptrs[6] = {};
-    ~device_buffers() {
-        for (void* p : ptrs) cudaFree(p);
-    }
-};
-
 }  // namespace
 
 int device_count() {
@@ -53,24 +41,25 @@ status probe_det_math(const float* exp_in, const float* log_in, int64_t n, uint6
     const size_t fbytes = static_cast<size_t>(n) * sizeof(float);
     const size_t ubytes = static_cast<size_t>(n) * sizeof(uint64_t);
     const size_t sizes[6] = {fbytes, fbytes, fbytes, fbytes, ubytes, ubytes};
-    device_buffers buf;
+    device_buffer buf[6];
     for (int i = 0; i < 6; ++i) {
-        if (cudaError_t e = cudaMalloc(&buf.ptrs[i], sizes[i]); e != cudaSuccess) return cuda_failure("cudaMalloc", e);
+        status s = buf[i].allocate(sizes[i]);
+        if (!s.is_ok()) return s;
     }
-    auto* d_exp_in = static_cast<float*>(buf.ptrs[0]);
-    auto* d_log_in = static_cast<float*>(buf.ptrs[1]);
-    auto* d_exp_out = static_cast<float*>(buf.ptrs[2]);
-    auto* d_log_out = static_cast<float*>(buf.ptrs[3]);
-    auto* d_mass = static_cast<uint64_t*>(buf.ptrs[4]);
-    auto* d_bits = static_cast<uint64_t*>(buf.ptrs[5]);
-    if (cudaError_t e = cudaMemcpy(d_exp_in, exp_in, fbytes, cudaMemcpyHostToDevice); e != cudaSuccess) return cuda_failure("copy in", e);
-    if (cudaError_t e = cudaMemcpy(d_log_in, log_in, fbytes, cudaMemcpyHostToDevice); e != cudaSuccess) return cuda_failure("copy in", e);
+    auto* d_exp_in = static_cast<float*>(buf[0].get());
+    auto* d_log_in = static_cast<float*>(buf[1].get());
+    auto* d_exp_out = static_cast<float*>(buf[2].get());
+    auto* d_log_out = static_cast<float*>(buf[3].get());
+    auto* d_mass = static_cast<uint64_t*>(buf[4].get());
+    auto* d_bits = static_cast<uint64_t*>(buf[5].get());
+    CUDA_TRY(cudaMemcpy(d_exp_in, exp_in, fbytes, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(d_log_in, log_in, fbytes, cudaMemcpyHostToDevice));
     det_math_kernel<<<1024, 256>>>(d_exp_in, d_log_in, n, seed, d_exp_out, d_log_out, d_mass, d_bits);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return cuda_failure("launch", e);
-    if (cudaError_t e = cudaMemcpy(exp_out, d_exp_out, fbytes, cudaMemcpyDeviceToHost); e != cudaSuccess) return cuda_failure("copy out", e);
-    if (cudaError_t e = cudaMemcpy(log_out, d_log_out, fbytes, cudaMemcpyDeviceToHost); e != cudaSuccess) return cuda_failure("copy out", e);
-    if (cudaError_t e = cudaMemcpy(mass_out, d_mass, ubytes, cudaMemcpyDeviceToHost); e != cudaSuccess) return cuda_failure("copy out", e);
-    if (cudaError_t e = cudaMemcpy(bits_out, d_bits, ubytes, cudaMemcpyDeviceToHost); e != cudaSuccess) return cuda_failure("copy out", e);
+    CUDA_TRY(cudaGetLastError());
+    CUDA_TRY(cudaMemcpy(exp_out, d_exp_out, fbytes, cudaMemcpyDeviceToHost));
+    CUDA_TRY(cudaMemcpy(log_out, d_log_out, fbytes, cudaMemcpyDeviceToHost));
+    CUDA_TRY(cudaMemcpy(mass_out, d_mass, ubytes, cudaMemcpyDeviceToHost));
+    CUDA_TRY(cudaMemcpy(bits_out, d_bits, ubytes, cudaMemcpyDeviceToHost));
     return status::success();
 }
 

@@ -1,0 +1,29 @@
+// Builds a backend by kind. Separate from sampling_backend.cpp so the CPU core does not depend on
+// the CUDA library.
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/sampling_backend.h"
+#if defined(DISTSAMPLE_HAVE_CUDA)
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+namespace ds {
+
+status make_backend(backend_kind kind, const kernel_config& config, std::unique_ptr<sampling_backend>& out) {
+    const std::string config_error = validate_kernel_config(config);
+    if (!config_error.empty()) return status::invalid(config_error);
+    if (kind == backend_kind::cuda) {
+#if defined(DISTSAMPLE_HAVE_CUDA)
+        std::unique_ptr<cuda::cuda_backend> backend;
+        status s = cuda::cuda_backend::create(config, backend);
+        if (s.is_ok()) out = std::move(backend);
+        return s;
+#else
+        return {status_code::unsupported,
+                "backend = 'cuda': this build has no CUDA support (configure with DISTSAMPLE_WITH_CUDA=ON); use --backend cpu"};
+#endif
+    }
+    out = std::make_unique<cpu::cpu_backend>(config);
+    return status::success();
+}
+
+}  // namespace ds

@@ -1,0 +1,344 @@
+// Block-wide building blocks of the sampling kernel, all on integers or with a fixed reduction
+// tree, so their results do not depend on scheduling. A block has kBlockThreads threads; every
+// function must be called by all of them (they synchronise).
+#pragma once
+
+#include <cstdint>
+
+namespace ds::cuda {
+
+constexpr int kBlockThreads = 1024;
+constexpr int kWarps = kBlockThreads / 32;
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
+// Elements each thread loads before using any: keeps enough reads in flight to cover memory
+// latency with one block per SM. A thread still visits its indices in ascending order.
+constexpr int kUnroll = 8;
+
+// Radix selection over 41-bit masses: one 8-bit digit (bits 33..40) then three 11-bit digits.
+constexpr int kRadixBins = 2048;
+constexpr int kRadixPasses = 4;
+
+struct block_shared {
+    uint64_t warp_u64[kWarps];
+    float warp_value[kWarps];
+    int32_t warp_index[kWarps];
+    double warp_f64[kWarps];
+    uint32_t bin_count[kRadixBins];
+    uint64_t bin_mass[kRadixBins];
+    uint64_t broadcast_u64[4];
+    int32_t broadcast_i32[4];
+};
+
+__device__ __forceinline__ uint64_t warp_sum(uint64_t v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+    return v;
+}
+
+__device__ __forceinline__ uint64_t warp_inclusive_scan(uint64_t v) {
+    const int lane = threadIdx.x & 31;
+    for (int offset = 1; offset < 32; offset <<= 1) {
+        const uint64_t other = __shfl_up_sync(kFullMask, v, offset);
+        if (lane >= offset) v += other;
+    }
+    return v;
+}
+
+// (value, index) with the larger value winning and ties to the lower index; index -1 is empty.
+__device__ __forceinline__ bool argmax_better(float value, int32_t index, float best_value, int32_t best_index) {
+    if (index < 0) return false;
+    if (best_index < 0) return true;
+    return value > best_value || (value == best_value && index < best_index);
+}
+
+// Greedy argmax of logit(i) over [0, vocab): NaN and -inf never win, ties go to the lowest index.
+// Returns the index (-1 when nothing is allowed) to every thread.
+template <class Logit>
+__device__ int32_t block_argmax(const Logit& logit, int32_t vocab, block_shared& sh) {
+    float best = -HUGE_VALF;
+    int32_t best_index = -1;
+    for (int32_t base = threadIdx.x; base < vocab; base += kBlockThreads * kUnroll) {
+        float values[kUnroll];
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+            const int32_t i = base + k * kBlockThreads;
+            values[k] = i < vocab ? logit(i) : -HUGE_VALF;
+        }
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+            if (values[k] > best) {  // strict: keeps this thread's lowest index on ties, skips NaN and -inf
+                best = values[k];
+                best_index = base + k * kBlockThreads;
+            }
+        }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float other = __shfl_xor_sync(kFullMask, best, offset);
+        const int32_t other_index = __shfl_xor_sync(kFullMask, best_index, offset);
+        if (argmax_better(other, other_index, best, best_index)) {
+            best = other;
+            best_index = other_index;
+        }
+    }
+    const int warp = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0) {
+        sh.warp_value[warp] = best;
+        sh.warp_index[warp] = best_index;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float value = -HUGE_VALF;
+        int32_t index = -1;
+        for (int w = 0; w < kWarps; ++w) {
+            if (argmax_better(sh.warp_value[w], sh.warp_index[w], value, index)) {
+                value = sh.warp_value[w];
+                index = sh.warp_index[w];
+            }
+        }
+        sh.broadcast_i32[0] = index;
+    }
+    __syncthreads();
+    const int32_t result = sh.broadcast_i32[0];
+    __syncthreads();
+    return result;
+}
+
+// Sum of f(i) over [0, vocab), returned to every thread. Exact (integers).
+template <class F>
+__device__ uint64_t block_sum(const F& f, int32_t vocab, block_shared& sh) {
+    uint64_t s = 0;
+    for (int32_t base = threadIdx.x; base < vocab; base += kBlockThreads * kUnroll) {
+        uint64_t values[kUnroll];
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+            const int32_t i = base + k * kBlockThreads;
+            values[k] = i < vocab ? f(i) : 0;
+        }
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) s += values[k];
+    }
+    s = warp_sum(s);
+    if ((threadIdx.x & 31) == 0) sh.warp_u64[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint64_t total = 0;
+        for (int w = 0; w < kWarps; ++w) total += sh.warp_u64[w];
+        sh.broadcast_u64[0] = total;
+    }
+    __syncthreads();
+    const uint64_t result = sh.broadcast_u64[0];
+    __syncthreads();
+    return result;
+}
+
+// Sum of a double f(i) in a fixed tree (deterministic for a given block size).
+template <class F>
+__device__ double block_sum_f64(const F& f, int32_t vocab, block_shared& sh) {
+    double s = 0.0;
+    for (int32_t i = threadIdx.x; i < vocab; i += kBlockThreads) s += f(i);
+    for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_xor_sync(kFullMask, s, offset);
+    if ((threadIdx.x & 31) == 0) sh.warp_f64[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int w = 0; w < kWarps; ++w) total += sh.warp_f64[w];
+        sh.warp_f64[0] = total;
+    }
+    __syncthreads();
+    const double result = sh.warp_f64[0];
+    __syncthreads();
+    return result;
+}
+
+// The first i in index order whose inclusive prefix sum of f exceeds `target`, or -1. Each warp
+// owns one contiguous segment (coalesced reads); the owning warp then scans its segment.
+template <class F>
+__device__ int32_t block_find_prefix(const F& f, int32_t vocab, uint64_t target, block_shared& sh) {
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int32_t segment = (vocab + kWarps - 1) / kWarps;
+    const int32_t begin = min(vocab, warp * segment);
+    const int32_t end = min(vocab, begin + segment);
+    uint64_t s = 0;
+    for (int32_t base = begin + lane; base < end; base += 32 * kUnroll) {
+        uint64_t values[kUnroll];
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+            const int32_t i = base + 32 * k;
+            values[k] = i < end ? f(i) : 0;
+        }
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) s += values[k];
+    }
+    s = warp_sum(s);
+    if (lane == 0) sh.warp_u64[warp] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint64_t before = 0;
+        int32_t owner = -1;
+        for (int w = 0; w < kWarps; ++w) {
+            if (before + sh.warp_u64[w] > target) {
+                owner = w;
+                break;
+            }
+            before += sh.warp_u64[w];
+        }
+        sh.broadcast_i32[1] = owner;
+        sh.broadcast_u64[1] = before;
+        sh.broadcast_i32[2] = -1;
+    }
+    __syncthreads();
+    if (warp == sh.broadcast_i32[1]) {
+        uint64_t running = sh.broadcast_u64[1];
+        for (int32_t base = begin; base < end; base += 32) {
+            const int32_t i = base + lane;
+            const uint64_t inclusive = warp_inclusive_scan(i < end ? f(i) : 0);
+            const unsigned crossed = __ballot_sync(kFullMask, running + inclusive > target);
+            if (crossed != 0) {
+                if (lane == __ffs(crossed) - 1) sh.broadcast_i32[2] = i;
+                break;
+            }
+            running += __shfl_sync(kFullMask, inclusive, 31);
+        }
+    }
+    __syncthreads();
+    const int32_t result = sh.broadcast_i32[2];
+    __syncthreads();
+    return result;
+}
+
+struct radix_result {
+    uint64_t value = 0;        // the selected mass value
+    uint64_t count_above = 0;  // tokens with a larger mass
+    uint64_t mass_above = 0;   // their total mass
+};
+
+// Exact radix selection over the positive masses q(i), walking down from the largest: finds the
+// value at which the running count (by_mass == false) or running mass (by_mass == true) first
+// reaches `target`. Histograms hold exact integer counts and masses (the AIR top-p idea), so the
+// result is independent of thread scheduling. Requires target <= total count / mass.
+template <class Mass>
+__device__ radix_result block_radix_select(const Mass& q_of, int32_t vocab, bool by_mass, uint64_t target,
+                                           block_shared& sh) {
+    uint64_t prefix = 0;
+    uint64_t count_above = 0;
+    uint64_t mass_above = 0;
+    for (int pass = 0; pass < kRadixPasses; ++pass) {
+        const int shift = 33 - 11 * pass;  // 33, 22, 11, 0
+        const uint64_t high_mask = pass == 0 ? 0 : (~uint64_t{0} << (shift + 11));
+        for (int b = threadIdx.x; b < kRadixBins; b += kBlockThreads) {
+            sh.bin_count[b] = 0;
+            sh.bin_mass[b] = 0;
+        }
+        __syncthreads();
+        // Warp-aggregated: the lanes of a warp that share a digit (most share the lowest one)
+        // make one pair of atomics, so crowded bins do not serialise the block.
+        const int lane = threadIdx.x & 31;
+        for (int32_t start = 0; start < vocab; start += kBlockThreads * kUnroll) {
+            uint64_t masses[kUnroll];
+#pragma unroll
+            for (int k = 0; k < kUnroll; ++k) {
+                const int32_t i = start + k * kBlockThreads + static_cast<int32_t>(threadIdx.x);
+                masses[k] = i < vocab ? q_of(i) : 0;
+            }
+#pragma unroll
+            for (int k = 0; k < kUnroll; ++k) {
+            const uint64_t q = masses[k];
+            const bool take = q != 0 && (q & high_mask) == prefix;
+            const int digit = take ? static_cast<int>((q >> shift) & (kRadixBins - 1)) : -1;
+            unsigned remaining = __ballot_sync(kFullMask, take);
+            while (remaining != 0) {
+                const int leader = __ffs(remaining) - 1;
+                const int group_digit = __shfl_sync(kFullMask, digit, leader);
+                const bool member = take && digit == group_digit;
+                const unsigned group = __ballot_sync(kFullMask, member);
+                const uint64_t group_mass = warp_sum(member ? q : 0);
+                if (lane == leader) {
+                    atomicAdd(&sh.bin_count[group_digit], static_cast<unsigned>(__popc(group)));
+                    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.bin_mass[group_digit]),
+                              static_cast<unsigned long long>(group_mass));
+                }
+                remaining &= ~group;
+            }
+            }
+        }
+        __syncthreads();
+        // Walk bins from the top: thread t holds reversed bins 2t and 2t+1.
+        constexpr int kBinsPerThread = kRadixBins / kBlockThreads;
+        static_assert(kBinsPerThread == 2, "two bins per thread");
+        const int top_bin = kRadixBins - 1 - kBinsPerThread * static_cast<int>(threadIdx.x);
+        const uint64_t c0 = sh.bin_count[top_bin];
+        const uint64_t c1 = sh.bin_count[top_bin - 1];
+        const uint64_t m0 = sh.bin_mass[top_bin];
+        const uint64_t m1 = sh.bin_mass[top_bin - 1];
+        const uint64_t metric0 = by_mass ? m0 : c0;
+        const uint64_t metric1 = by_mass ? m1 : c1;
+        // Exclusive prefix over threads of (metric, count, mass), in warp then block order.
+        const int warp = threadIdx.x >> 5;
+        uint64_t inc_metric = warp_inclusive_scan(metric0 + metric1);
+        uint64_t inc_count = warp_inclusive_scan(c0 + c1);
+        uint64_t inc_mass = warp_inclusive_scan(m0 + m1);
+        __syncthreads();  // every thread has read its bins
+        uint64_t* warp_metric = sh.warp_u64;
+        if (lane == 31) warp_metric[warp] = inc_metric;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            uint64_t run = 0;
+            for (int w = 0; w < kWarps; ++w) {
+                const uint64_t t = warp_metric[w];
+                warp_metric[w] = run;
+                run += t;
+            }
+        }
+        __syncthreads();
+        const uint64_t metric_before_warp = warp_metric[warp];
+        __syncthreads();
+        // Counts and masses before this warp, with the same exclusive-prefix layout.
+        if (lane == 31) sh.warp_u64[warp] = inc_count;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            uint64_t run = 0;
+            for (int w = 0; w < kWarps; ++w) {
+                const uint64_t t = sh.warp_u64[w];
+                sh.warp_u64[w] = run;
+                run += t;
+            }
+        }
+        __syncthreads();
+        const uint64_t count_before_warp = sh.warp_u64[warp];
+        __syncthreads();
+        if (lane == 31) sh.warp_u64[warp] = inc_mass;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            uint64_t run = 0;
+            for (int w = 0; w < kWarps; ++w) {
+                const uint64_t t = sh.warp_u64[w];
+                sh.warp_u64[w] = run;
+                run += t;
+            }
+        }
+        __syncthreads();
+        const uint64_t mass_before_warp = sh.warp_u64[warp];
+        const uint64_t metric_before = metric_before_warp + inc_metric - (metric0 + metric1);
+        const uint64_t count_before = count_before_warp + inc_count - (c0 + c1);
+        const uint64_t mass_before = mass_before_warp + inc_mass - (m0 + m1);
+        const uint64_t already = by_mass ? mass_above : count_above;
+        const uint64_t need = target - already;
+        if (metric_before < need && metric_before + metric0 >= need) {
+            sh.broadcast_i32[3] = top_bin;
+            sh.broadcast_u64[2] = count_before;
+            sh.broadcast_u64[3] = mass_before;
+        } else if (metric_before + metric0 < need && metric_before + metric0 + metric1 >= need) {
+            sh.broadcast_i32[3] = top_bin - 1;
+            sh.broadcast_u64[2] = count_before + c0;
+            sh.broadcast_u64[3] = mass_before + m0;
+        }
+        __syncthreads();
+        prefix |= static_cast<uint64_t>(sh.broadcast_i32[3]) << shift;
+        count_above += sh.broadcast_u64[2];
+        mass_above += sh.broadcast_u64[3];
+        __syncthreads();
+    }
+    return radix_result{prefix, count_above, mass_above};
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,359 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cuda/chain_kernel.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/validation.h"
+
+namespace ds::cuda {
+
+namespace {
+
+constexpr size_t kAlign = 256;
+
+size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// Where each input section sits in the staging buffer for one step (bytes from its start).
+struct staging_layout {
+    size_t requests = 0, candidates = 0, coins = 0, final_coins = 0, bias = 0, seen = 0, bitmask = 0, total = 0;
+
+    bool operator==(const staging_layout& o) const {
+        return requests == o.requests && candidates == o.candidates && coins == o.coins &&
+               final_coins == o.final_coins && bias == o.bias && seen == o.seen && bitmask == o.bitmask &&
+               total == o.total;
+    }
+};
+
+// Where each output sits in the output buffer (bytes), matching step_output.
+struct output_layout {
+    size_t packed = 0, accept_index = 0, logprobs = 0, row_error = 0, total = 0;
+};
+
+output_layout outputs_for(int32_t bs, int32_t n) {
+    output_layout o;
+    const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
+    o.packed = 0;
+    o.accept_index = align_up((rows + static_cast<size_t>(bs)) * sizeof(int32_t));
+    o.logprobs = o.accept_index + align_up(rows * sizeof(int32_t));
+    o.row_error = o.logprobs + align_up(rows * sizeof(float));
+    o.total = o.row_error + static_cast<size_t>(bs);
+    return o;
+}
+
+}  // namespace
+
+struct cuda_backend::impl {
+    kernel_config config;
+    param_pool pool;
+    cudaStream_t stream = nullptr;
+    device_buffer staging_device;
+    pinned_buffer staging_host;
+    device_buffer host_logits_copy;  // for logits that arrive in host memory
+    device_buffer processed;
+    device_buffer weights;
+    device_buffer outputs_device;
+    pinned_buffer outputs_host;
+    std::vector<request_params> requests;  // host scratch, reserved
+
+    // The captured graph and the shape it was captured for.
+    cudaGraphExec_t graph = nullptr;
+    staging_layout graph_layout;
+    chain_kernel_params graph_params;
+    step_kind graph_kind = step_kind::sample;
+
+    explicit impl(const kernel_config& c) : config(c), pool(c) {}
+    ~impl() {
+        if (graph != nullptr) cudaGraphExecDestroy(graph);
+        if (stream != nullptr) cudaStreamDestroy(stream);
+    }
+
+    size_t max_staging_bytes() const {
+        const size_t batch = static_cast<size_t>(config.max_batch);
+        const size_t rows = static_cast<size_t>(config.max_rows());
+        return align_up(batch * sizeof(request_params)) + align_up(rows * sizeof(int32_t)) +
+               align_up(rows * sizeof(double)) + align_up(batch * sizeof(double)) +
+               align_up(batch * static_cast<size_t>(config.max_logit_bias) * sizeof(logit_bias_entry)) +
+               align_up(batch * static_cast<size_t>(config.max_penalty_tokens) * sizeof(token_count)) +
+               align_up(rows * static_cast<size_t>(bitmask_words(config.vocab_size)) * sizeof(uint32_t));
+    }
+
+    // Validates the step, gathers the slots' parameters and packs every input into the pinned
+    // staging buffer; fills the kernel parameters with device addresses.
+    status stage(const step_input& step, step_kind kind, staging_layout& layout, chain_kernel_params& params) {
+        status s = validate_step(step, kind, config);
+        if (!s.is_ok()) return s;
+        const int32_t bs = step.batch_size;
+        const int32_t n = step.tokens_per_req;
+        const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
+        requests.clear();
+        size_t bias_total = 0;
+        size_t seen_total = 0;
+        for (int32_t b = 0; b < bs; ++b) {
+            const sampling_params& sp = pool.params(step.slots[b]);
+            request_params r;
+            r.position = step.positions[b];
+            r.seed = sp.seed;
+            r.temperature = sp.temperature;
+            r.top_p = sp.top_p;
+            r.min_p = sp.min_p;
+            r.presence_penalty = sp.presence_penalty;
+            r.frequency_penalty = sp.frequency_penalty;
+            r.repetition_penalty = sp.repetition_penalty;
+            r.top_k = sp.top_k;
+            r.greedy = is_greedy(sp) ? 1 : 0;
+            r.bias_offset = static_cast<int32_t>(bias_total);
+            r.bias_count = static_cast<int32_t>(sp.logit_bias.size());
+            r.seen_offset = static_cast<int32_t>(seen_total);
+            r.seen_count = sp.has_penalties() ? pool.seen_tokens(step.slots[b]).size : 0;
+            bias_total += sp.logit_bias.size();
+            seen_total += static_cast<size_t>(r.seen_count);
+            requests.push_back(r);
+        }
+        layout = staging_layout{};
+        size_t at = 0;
+        auto section = [&](size_t& offset, size_t bytes) {
+            offset = at;
+            at += align_up(bytes);
+        };
+        section(layout.requests, static_cast<size_t>(bs) * sizeof(request_params));
+        section(layout.candidates, kind == step_kind::verify ? rows * sizeof(int32_t) : 0);
+        section(layout.coins, step.coins != nullptr ? rows * sizeof(double) : 0);
+        section(layout.final_coins, step.final_coins != nullptr ? static_cast<size_t>(bs) * sizeof(double) : 0);
+        section(layout.bias, bias_total * sizeof(logit_bias_entry));
+        section(layout.seen, seen_total * sizeof(token_count));
+        section(layout.bitmask,
+                step.bitmask != nullptr ? rows * static_cast<size_t>(bitmask_words(config.vocab_size)) * sizeof(uint32_t) : 0);
+        layout.total = at;
+
+        auto* host = static_cast<char*>(staging_host.get());
+        std::memcpy(host + layout.requests, requests.data(), requests.size() * sizeof(request_params));
+        if (kind == step_kind::verify) std::memcpy(host + layout.candidates, step.candidates, rows * sizeof(int32_t));
+        if (step.coins != nullptr) std::memcpy(host + layout.coins, step.coins, static_cast<size_t>(bs) * (n - 1) * sizeof(double));
+        if (step.final_coins != nullptr) std::memcpy(host + layout.final_coins, step.final_coins, static_cast<size_t>(bs) * sizeof(double));
+        auto* bias_out = reinterpret_cast<logit_bias_entry*>(host + layout.bias);
+        auto* seen_out = reinterpret_cast<token_count*>(host + layout.seen);
+        for (int32_t b = 0; b < bs; ++b) {
+            const sampling_params& sp = pool.params(step.slots[b]);
+            const request_params& r = requests[static_cast<size_t>(b)];
+            std::copy(sp.logit_bias.begin(), sp.logit_bias.end(), bias_out + r.bias_offset);
+            const token_count_span seen = pool.seen_tokens(step.slots[b]);
+            std::copy(seen.data, seen.data + r.seen_count, seen_out + r.seen_offset);
+        }
+        if (step.bitmask != nullptr) {
+            std::memcpy(host + layout.bitmask, step.bitmask, rows * static_cast<size_t>(bitmask_words(config.vocab_size)) * sizeof(uint32_t));
+        }
+
+        const output_layout out = outputs_for(bs, n);
+        auto* device = static_cast<char*>(staging_device.get());
+        auto* outputs = static_cast<char*>(outputs_device.get());
+        params = chain_kernel_params{};
+        params.logits = step.logits.on_device ? step.logits.data : host_logits_copy.get();
+        params.dtype = step.logits.dtype;
+        params.row_stride = step.logits.on_device ? step.logits.row_stride : step.logits.vocab;
+        params.vocab = config.vocab_size;
+        params.batch_size = bs;
+        params.tokens_per_req = n;
+        params.requests = reinterpret_cast<const request_params*>(device + layout.requests);
+        params.candidates = kind == step_kind::verify ? reinterpret_cast<const int32_t*>(device + layout.candidates) : nullptr;
+        params.coins = step.coins != nullptr ? reinterpret_cast<const double*>(device + layout.coins) : nullptr;
+        params.final_coins = step.final_coins != nullptr ? reinterpret_cast<const double*>(device + layout.final_coins) : nullptr;
+        params.bias = reinterpret_cast<const logit_bias_entry*>(device + layout.bias);
+        params.seen = reinterpret_cast<const token_count*>(device + layout.seen);
+        params.bitmask = step.bitmask != nullptr ? reinterpret_cast<const uint32_t*>(device + layout.bitmask) : nullptr;
+        params.thresholds = step.thresholds;
+        params.processed = static_cast<float*>(processed.get());
+        params.weights = static_cast<float*>(weights.get());
+        params.packed = reinterpret_cast<int32_t*>(outputs + out.packed);
+        params.accept_index = reinterpret_cast<int32_t*>(outputs + out.accept_index);
+        params.logprobs = reinterpret_cast<float*>(outputs + out.logprobs);
+        params.row_error = reinterpret_cast<uint8_t*>(outputs + out.row_error);
+        if (const char* problem = params.check()) return {status_code::internal, problem};
+        return status::success();
+    }
+
+    // The device work of a step: one input copy, the kernel, one output copy. Capturable.
+    status enqueue(const staging_layout& layout, const chain_kernel_params& params) {
+        CUDA_TRY(cudaMemcpyAsync(staging_device.get(), staging_host.get(), layout.total, cudaMemcpyHostToDevice, stream));
+        CUDA_TRY(launch_chain_kernel(params, stream));
+        const output_layout out = outputs_for(params.batch_size, params.tokens_per_req);
+        CUDA_TRY(cudaMemcpyAsync(outputs_host.get(), outputs_device.get(), out.total, cudaMemcpyDeviceToHost, stream));
+        return status::success();
+    }
+
+    status copy_host_logits(const logits_view& logits) {
+        if (logits.on_device || logits.rows == 0) return status::success();
+        const size_t element = dtype_size(logits.dtype);
+        CUDA_TRY(cudaMemcpy2DAsync(host_logits_copy.get(), static_cast<size_t>(logits.vocab) * element, logits.data,
+                                   static_cast<size_t>(logits.row_stride) * element,
+                                   static_cast<size_t>(logits.vocab) * element, static_cast<size_t>(logits.rows),
+                                   cudaMemcpyHostToDevice, stream));
+        return status::success();
+    }
+
+    status finish(int32_t bs, int32_t n, const step_output& out) {
+        CUDA_TRY(cudaStreamSynchronize(stream));
+        const output_layout layout = outputs_for(bs, n);
+        const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
+        const auto* host = static_cast<const char*>(outputs_host.get());
+        std::memcpy(out.packed, host + layout.packed, (rows + static_cast<size_t>(bs)) * sizeof(int32_t));
+        std::memcpy(out.accept_index, host + layout.accept_index, rows * sizeof(int32_t));
+        if (out.logprobs != nullptr) std::memcpy(out.logprobs, host + layout.logprobs, rows * sizeof(float));
+        if (out.row_error != nullptr) std::memcpy(out.row_error, host + layout.row_error, static_cast<size_t>(bs));
+        return status::success();
+    }
+
+    status run(const step_input& step, step_kind kind, const step_output& out) {
+        staging_layout layout;
+        chain_kernel_params params;
+        status s = stage(step, kind, layout, params);
+        if (!s.is_ok() || step.batch_size == 0) return s;
+        s = copy_host_logits(step.logits);
+        if (s.is_ok()) s = enqueue(layout, params);
+        if (s.is_ok()) s = finish(step.batch_size, step.tokens_per_req, out);
+        return s;
+    }
+};
+
+cuda_backend::cuda_backend(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
+cuda_backend::~cuda_backend() = default;
+
+status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_backend>& out) {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        cudaGetLastError();
+        return {status_code::unsupported, "backend = 'cuda': no CUDA device is available; use --backend cpu"};
+    }
+    auto state = std::make_unique<impl>(config);
+    CUDA_TRY(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
+    const size_t rows = static_cast<size_t>(config.max_rows());
+    const size_t vocab = static_cast<size_t>(config.vocab_size);
+    const output_layout max_out = outputs_for(config.max_batch, config.max_tokens_per_req);
+    status s = state->staging_device.allocate(state->max_staging_bytes());
+    if (s.is_ok()) s = state->staging_host.allocate(state->max_staging_bytes());
+    if (s.is_ok()) s = state->host_logits_copy.allocate(rows * vocab * sizeof(float));
+    if (s.is_ok()) s = state->processed.allocate(static_cast<size_t>(config.max_batch) * vocab * sizeof(float));
+    if (s.is_ok()) s = state->weights.allocate(static_cast<size_t>(config.max_batch) * vocab * sizeof(float));
+    if (s.is_ok()) s = state->outputs_device.allocate(max_out.total);
+    if (s.is_ok()) s = state->outputs_host.allocate(max_out.total);
+    if (!s.is_ok()) return s;
+    state->requests.reserve(static_cast<size_t>(config.max_batch));
+    out.reset(new cuda_backend(std::move(state)));
+    return status::success();
+}
+
+const kernel_config& cuda_backend::config() const { return impl_->config; }
+param_pool& cuda_backend::pool() { return impl_->pool; }
+
+status cuda_backend::sample(const step_input& step, const step_output& out) {
+    return impl_->run(step, step_kind::sample, out);
+}
+
+status cuda_backend::verify(const step_input& step, const step_output& out) {
+    return impl_->run(step, step_kind::verify, out);
+}
+
+status cuda_backend::capture_graph(const step_input& step, step_kind kind) {
+    if (!step.logits.on_device) {
+        return status::invalid("logits.on_device = false: a captured graph reads the logits in place, so they must be device memory");
+    }
+    impl& st = *impl_;
+    status s = st.stage(step, kind, st.graph_layout, st.graph_params);
+    if (!s.is_ok()) return s;
+    if (step.batch_size == 0) return status::invalid("batch_size = 0: nothing to capture");
+    if (st.graph != nullptr) {
+        cudaGraphExecDestroy(st.graph);
+        st.graph = nullptr;
+    }
+    cudaGraph_t graph = nullptr;
+    CUDA_TRY(cudaStreamBeginCapture(st.stream, cudaStreamCaptureModeThreadLocal));
+    s = st.enqueue(st.graph_layout, st.graph_params);
+    const cudaError_t end = cudaStreamEndCapture(st.stream, &graph);
+    if (!s.is_ok()) return s;
+    CUDA_TRY(end);
+    const cudaError_t instantiated = cudaGraphInstantiate(&st.graph, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_TRY(instantiated);
+    st.graph_kind = kind;
+    return status::success();
+}
+
+status cuda_backend::replay_graph(const step_input& step, const step_output& out) {
+    impl& st = *impl_;
+    if (st.graph == nullptr) return status::invalid("replay_graph: no graph has been captured");
+    staging_layout layout;
+    chain_kernel_params params;
+    status s = st.stage(step, st.graph_kind, layout, params);
+    if (!s.is_ok()) return s;
+    if (!(layout == st.graph_layout) || params.logits != st.graph_params.logits || params.dtype != st.graph_params.dtype ||
+        params.row_stride != st.graph_params.row_stride) {
+        return status::invalid(
+            "replay_graph: the step's shape differs from the captured one (batch, N, logits, optional inputs, bias and "
+            "penalty sizes must match); capture again");
+    }
+    CUDA_TRY(cudaGraphLaunch(st.graph, st.stream));
+    return st.finish(step.batch_size, step.tokens_per_req, out);
+}
+
+status cuda_backend::time_graph(int iterations, double& microseconds_per_step) {
+    impl& st = *impl_;
+    if (st.graph == nullptr) return status::invalid("time_graph: no graph has been captured");
+    cudaEvent_t start = nullptr;
+    cudaEvent_t stop = nullptr;
+    CUDA_TRY(cudaEventCreate(&start));
+    CUDA_TRY(cudaEventCreate(&stop));
+    CUDA_TRY(cudaGraphLaunch(st.graph, st.stream));  // warm-up
+    CUDA_TRY(cudaEventRecord(start, st.stream));
+    for (int i = 0; i < iterations; ++i) CUDA_TRY(cudaGraphLaunch(st.graph, st.stream));
+    CUDA_TRY(cudaEventRecord(stop, st.stream));
+    CUDA_TRY(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    microseconds_per_step = 1000.0 * ms / iterations;
+    return status::success();
+}
+
+}  // namespace ds::cuda
+
+namespace ds::cuda {
+
+status measure_copy_bandwidth(size_t bytes, int iterations, double& terabytes_per_second) {
+    device_buffer from;
+    device_buffer to;
+    status s = from.allocate(bytes);
+    if (s.is_ok()) s = to.allocate(bytes);
+    if (!s.is_ok()) return s;
+    CUDA_TRY(cudaMemset(from.get(), 1, bytes));
+    cudaEvent_t start = nullptr;
+    cudaEvent_t stop = nullptr;
+    CUDA_TRY(cudaEventCreate(&start));
+    CUDA_TRY(cudaEventCreate(&stop));
+    CUDA_TRY(cudaMemcpy(to.get(), from.get(), bytes, cudaMemcpyDeviceToDevice));
+    CUDA_TRY(cudaEventRecord(start));
+    for (int i = 0; i < iterations; ++i) CUDA_TRY(cudaMemcpyAsync(to.get(), from.get(), bytes, cudaMemcpyDeviceToDevice));
+    CUDA_TRY(cudaEventRecord(stop));
+    CUDA_TRY(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    terabytes_per_second = 2.0 * static_cast<double>(bytes) * iterations / (ms * 1e-3) / 1e12;
+    return status::success();
+}
+
+status upload_to_device(const void* host, size_t bytes, std::shared_ptr<void>& device) {
+    void* raw = nullptr;
+    CUDA_TRY(cudaMalloc(&raw, bytes > 0 ? bytes : 1));
+    device = std::shared_ptr<void>(raw, [](void* p) { cudaFree(p); });
+    CUDA_TRY(cudaMemcpy(raw, host, bytes, cudaMemcpyHostToDevice));
+    return status::success();
+}
+
+}  // namespace ds::cuda

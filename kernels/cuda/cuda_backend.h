@@ -1,0 +1,57 @@
+// The CUDA sampling backend: the same operations and the same tokens as the CPU backend
+// (DESIGN.md §2), on an NVIDIA GPU. Plain C++ interface; the CUDA state lives in the .cu file.
+//
+// Per step: the requests' parameters, candidates, coins and bitmask are packed into a pinned
+// staging buffer and copied to the device in one transfer; host logits are copied too (device
+// logits, logits_view::on_device, are read in place); one kernel runs every request's chain; one
+// device-to-host copy returns predict | accept_length | accept_index | logprobs | row errors. All
+// buffers are allocated at construction.
+#pragma once
+
+#include <memory>
+
+#include "kernels/sampling_backend.h"
+
+namespace ds::cuda {
+
+class cuda_backend final : public sampling_backend {
+   public:
+    ~cuda_backend() override;
+
+    // Allocates every buffer for `config` on the current CUDA device.
+    static status create(const kernel_config& config, std::unique_ptr<cuda_backend>& out);
+
+    const char* name() const override { return "cuda"; }
+    const kernel_config& config() const override;
+    param_pool& pool() override;
+
+    status sample(const step_input& step, const step_output& out) override;
+    status verify(const step_input& step, const step_output& out) override;
+
+    // CUDA graphs: capture one step's transfers and kernel for a fixed shape (batch size, N,
+    // logits pointer, which optional inputs are present), then replay it with new contents.
+    status capture_graph(const step_input& step, step_kind kind);
+    status replay_graph(const step_input& step, const step_output& out);
+    // Mean time of one replay of the captured graph (transfers and kernel), from CUDA events
+    // around `iterations` back-to-back launches.
+    status time_graph(int iterations, double& microseconds_per_step);
+
+   private:
+    struct impl;
+    explicit cuda_backend(std::unique_ptr<impl> state);
+    std::unique_ptr<impl> impl_;
+};
+
+}  // namespace ds::cuda
+
+namespace ds::cuda {
+
+// A copy of host bytes in device memory, for callers (tests, examples) that hold no CUDA types.
+// Freed when the last owner goes.
+status upload_to_device(const void* host, size_t bytes, std::shared_ptr<void>& device);
+
+// Device-to-device copy bandwidth, counting bytes read plus bytes written (TB/s), over a copy of
+// `bytes` repeated `iterations` times: the memory floor a sampling kernel is compared with.
+status measure_copy_bandwidth(size_t bytes, int iterations, double& terabytes_per_second);
+
+}  // namespace ds::cuda
