@@ -3,6 +3,7 @@
 // Each case captures one step (staging copy, kernel, packed output copy) in a CUDA graph and
 // times replays. Prints a table; with --json FILE also writes the figures for bench/peers_torch.py.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -33,8 +34,10 @@ ds::sampling_params make_params(float temperature, int32_t top_k, float top_p) {
 
 int main(int argc, char** argv) {
     std::string json_path;
+    int only_case = -1;  // --case K runs one case (for profilers)
     for (int i = 1; i + 1 < argc; ++i) {
         if (std::string(argv[i]) == "--json") json_path = argv[i + 1];
+        if (std::string(argv[i]) == "--case") only_case = std::atoi(argv[i + 1]);
     }
     if (ds::cuda::device_count() == 0) {
         std::fprintf(stderr, "bench_cuda_sampling: no CUDA device\n");
@@ -73,7 +76,9 @@ int main(int argc, char** argv) {
     if (!json_path.empty()) json.open(json_path);
     if (json) json << "{\"bandwidth_tbps\": " << bandwidth << ", \"vocab\": " << kVocab << ", \"cases\": [";
     bool first = true;
-    for (const bench_case& c : cases) {
+    for (size_t index = 0; index < cases.size(); ++index) {
+        const bench_case& c = cases[index];
+        if (only_case >= 0 && static_cast<size_t>(only_case) != index) continue;
         ds::kernel_config config;
         config.vocab_size = kVocab;
         config.max_batch = c.batch;
@@ -107,7 +112,7 @@ int main(int argc, char** argv) {
         const ds::step_kind kind = c.tokens_per_req > 1 ? ds::step_kind::verify : ds::step_kind::sample;
         step.candidates = kind == ds::step_kind::verify ? candidates.data() : nullptr;
         double micros = 0.0;
-        ds::status s = backend->capture_graph(step, kind);
+        ds::status s = backend->capture_graph(step, kind, /*with_logprobs=*/false);
         if (s.is_ok()) s = backend->time_graph(kIterations, micros);
         if (!s.is_ok()) {
             std::fprintf(stderr, "%s: %s\n", c.name.c_str(), s.message.c_str());

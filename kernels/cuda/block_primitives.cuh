@@ -18,15 +18,32 @@ constexpr int kUnroll = 8;
 constexpr int kRadixBins = 2048;
 constexpr int kRadixPasses = 4;
 
+// The few hundred to few thousand tokens that can survive top-k/top-p, gathered and sorted in
+// shared memory (see select_cut in chain_kernel.cu); rows with more use the radix passes.
+constexpr int kCandidateCapacity = 2048;
+
+struct radix_bins {
+    uint32_t count[kRadixBins];
+    uint64_t mass[kRadixBins];
+};
+
+struct candidate_list {
+    uint64_t mass[kCandidateCapacity];
+    int32_t token[kCandidateCapacity];
+};
+
 struct block_shared {
     uint64_t warp_u64[kWarps];
     float warp_value[kWarps];
     int32_t warp_index[kWarps];
     double warp_f64[kWarps];
-    uint32_t bin_count[kRadixBins];
-    uint64_t bin_mass[kRadixBins];
+    union {
+        radix_bins bins;
+        candidate_list candidates;
+    } scratch;
     uint64_t broadcast_u64[4];
     int32_t broadcast_i32[4];
+    uint32_t counter;
 };
 
 __device__ __forceinline__ uint64_t warp_sum(uint64_t v) {
@@ -50,27 +67,8 @@ __device__ __forceinline__ bool argmax_better(float value, int32_t index, float 
     return value > best_value || (value == best_value && index < best_index);
 }
 
-// Greedy argmax of logit(i) over [0, vocab): NaN and -inf never win, ties go to the lowest index.
-// Returns the index (-1 when nothing is allowed) to every thread.
-template <class Logit>
-__device__ int32_t block_argmax(const Logit& logit, int32_t vocab, block_shared& sh) {
-    float best = -HUGE_VALF;
-    int32_t best_index = -1;
-    for (int32_t base = threadIdx.x; base < vocab; base += kBlockThreads * kUnroll) {
-        float values[kUnroll];
-#pragma unroll
-        for (int k = 0; k < kUnroll; ++k) {
-            const int32_t i = base + k * kBlockThreads;
-            values[k] = i < vocab ? logit(i) : -HUGE_VALF;
-        }
-#pragma unroll
-        for (int k = 0; k < kUnroll; ++k) {
-            if (values[k] > best) {  // strict: keeps this thread's lowest index on ties, skips NaN and -inf
-                best = values[k];
-                best_index = base + k * kBlockThreads;
-            }
-        }
-    }
+// Combines each thread's (best, best_index) into the block's argmax, returned to every thread.
+__device__ inline int32_t block_argmax_finish(float best, int32_t best_index, block_shared& sh) {
     for (int offset = 16; offset > 0; offset >>= 1) {
         const float other = __shfl_xor_sync(kFullMask, best, offset);
         const int32_t other_index = __shfl_xor_sync(kFullMask, best_index, offset);
@@ -100,6 +98,57 @@ __device__ int32_t block_argmax(const Logit& logit, int32_t vocab, block_shared&
     const int32_t result = sh.broadcast_i32[0];
     __syncthreads();
     return result;
+}
+
+// Greedy argmax of logit(i) over [0, vocab): NaN and -inf never win, ties go to the lowest index.
+// Returns the index (-1 when nothing is allowed) to every thread.
+template <class Logit>
+__device__ int32_t block_argmax(const Logit& logit, int32_t vocab, block_shared& sh) {
+    float best = -HUGE_VALF;
+    int32_t best_index = -1;
+    for (int32_t base = threadIdx.x; base < vocab; base += kBlockThreads * kUnroll) {
+        float values[kUnroll];
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+            const int32_t i = base + k * kBlockThreads;
+            values[k] = i < vocab ? logit(i) : -HUGE_VALF;
+        }
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+            if (values[k] > best) {  // strict: keeps this thread's lowest index on ties, skips NaN and -inf
+                best = values[k];
+                best_index = base + k * kBlockThreads;
+            }
+        }
+    }
+    return block_argmax_finish(best, best_index, sh);
+}
+
+// block_argmax for unmodified fp32 rows that are 16-byte aligned with vocab % 4 == 0: float4
+// loads keep four times as many bytes in flight. Same result (each thread still visits its
+// indices in ascending order).
+__device__ inline int32_t block_argmax_f32x4(const float* row, int32_t vocab, block_shared& sh) {
+    const auto* row4 = reinterpret_cast<const float4*>(row);
+    const int32_t quads = vocab / 4;
+    float best = -HUGE_VALF;
+    int32_t best_index = -1;
+    for (int32_t base = threadIdx.x; base < quads; base += kBlockThreads * kUnroll) {
+        float4 values[kUnroll];
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+            const int32_t q = base + k * kBlockThreads;
+            values[k] = q < quads ? row4[q] : make_float4(-HUGE_VALF, -HUGE_VALF, -HUGE_VALF, -HUGE_VALF);
+        }
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+            const int32_t i = 4 * (base + k * kBlockThreads);
+            if (values[k].x > best) { best = values[k].x; best_index = i; }
+            if (values[k].y > best) { best = values[k].y; best_index = i + 1; }
+            if (values[k].z > best) { best = values[k].z; best_index = i + 2; }
+            if (values[k].w > best) { best = values[k].w; best_index = i + 3; }
+        }
+    }
+    return block_argmax_finish(best, best_index, sh);
 }
 
 // Sum of f(i) over [0, vocab), returned to every thread. Exact (integers).
@@ -226,8 +275,8 @@ __device__ radix_result block_radix_select(const Mass& q_of, int32_t vocab, bool
         const int shift = 33 - 11 * pass;  // 33, 22, 11, 0
         const uint64_t high_mask = pass == 0 ? 0 : (~uint64_t{0} << (shift + 11));
         for (int b = threadIdx.x; b < kRadixBins; b += kBlockThreads) {
-            sh.bin_count[b] = 0;
-            sh.bin_mass[b] = 0;
+            sh.scratch.bins.count[b] = 0;
+            sh.scratch.bins.mass[b] = 0;
         }
         __syncthreads();
         // Warp-aggregated: the lanes of a warp that share a digit (most share the lowest one)
@@ -253,8 +302,8 @@ __device__ radix_result block_radix_select(const Mass& q_of, int32_t vocab, bool
                 const unsigned group = __ballot_sync(kFullMask, member);
                 const uint64_t group_mass = warp_sum(member ? q : 0);
                 if (lane == leader) {
-                    atomicAdd(&sh.bin_count[group_digit], static_cast<unsigned>(__popc(group)));
-                    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.bin_mass[group_digit]),
+                    atomicAdd(&sh.scratch.bins.count[group_digit], static_cast<unsigned>(__popc(group)));
+                    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.scratch.bins.mass[group_digit]),
                               static_cast<unsigned long long>(group_mass));
                 }
                 remaining &= ~group;
@@ -266,10 +315,10 @@ __device__ radix_result block_radix_select(const Mass& q_of, int32_t vocab, bool
         constexpr int kBinsPerThread = kRadixBins / kBlockThreads;
         static_assert(kBinsPerThread == 2, "two bins per thread");
         const int top_bin = kRadixBins - 1 - kBinsPerThread * static_cast<int>(threadIdx.x);
-        const uint64_t c0 = sh.bin_count[top_bin];
-        const uint64_t c1 = sh.bin_count[top_bin - 1];
-        const uint64_t m0 = sh.bin_mass[top_bin];
-        const uint64_t m1 = sh.bin_mass[top_bin - 1];
+        const uint64_t c0 = sh.scratch.bins.count[top_bin];
+        const uint64_t c1 = sh.scratch.bins.count[top_bin - 1];
+        const uint64_t m0 = sh.scratch.bins.mass[top_bin];
+        const uint64_t m1 = sh.scratch.bins.mass[top_bin - 1];
         const uint64_t metric0 = by_mass ? m0 : c0;
         const uint64_t metric1 = by_mass ? m1 : c1;
         // Exclusive prefix over threads of (metric, count, mass), in warp then block order.
@@ -339,6 +388,97 @@ __device__ radix_result block_radix_select(const Mass& q_of, int32_t vocab, bool
         __syncthreads();
     }
     return radix_result{prefix, count_above, mass_above};
+}
+
+// Exclusive prefix of `value` over the block's threads in thread order; `total` gets the sum.
+__device__ inline uint64_t block_exclusive_scan(uint64_t value, uint64_t& total, block_shared& sh) {
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const uint64_t inclusive = warp_inclusive_scan(value);
+    if (lane == 31) sh.warp_u64[warp] = inclusive;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint64_t run = 0;
+        for (int w = 0; w < kWarps; ++w) {
+            const uint64_t t = sh.warp_u64[w];
+            sh.warp_u64[w] = run;
+            run += t;
+        }
+        sh.broadcast_u64[0] = run;
+    }
+    __syncthreads();
+    const uint64_t result = sh.warp_u64[warp] + inclusive - value;
+    total = sh.broadcast_u64[0];
+    __syncthreads();
+    return result;
+}
+
+// Counts and masses per digit into sh.scratch.bins (first `bins` entries): digit_mass(i, digit,
+// mass) sets digit = -1 to skip token i. Warp-aggregated like the radix passes.
+template <class DigitMass>
+__device__ void block_histogram(const DigitMass& digit_mass, int32_t vocab, int bins, block_shared& sh) {
+    for (int b = threadIdx.x; b < bins; b += kBlockThreads) {
+        sh.scratch.bins.count[b] = 0;
+        sh.scratch.bins.mass[b] = 0;
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    for (int32_t start = 0; start < vocab; start += kBlockThreads) {
+        const int32_t i = start + static_cast<int32_t>(threadIdx.x);
+        int digit = -1;
+        uint64_t mass = 0;
+        if (i < vocab) digit_mass(i, digit, mass);
+        unsigned remaining = __ballot_sync(kFullMask, digit >= 0);
+        while (remaining != 0) {
+            const int leader = __ffs(remaining) - 1;
+            const int group_digit = __shfl_sync(kFullMask, digit, leader);
+            const bool member = digit == group_digit;
+            const unsigned group = __ballot_sync(kFullMask, member);
+            const uint64_t group_mass = warp_sum(member ? mass : 0);
+            if (lane == leader) {
+                atomicAdd(&sh.scratch.bins.count[group_digit], static_cast<unsigned>(__popc(group)));
+                atomicAdd(reinterpret_cast<unsigned long long*>(&sh.scratch.bins.mass[group_digit]),
+                          static_cast<unsigned long long>(group_mass));
+            }
+            remaining &= ~group;
+        }
+    }
+    __syncthreads();
+}
+
+// Sorts sh.scratch.candidates[0, count) by (mass desc, token asc), count <= kCandidateCapacity,
+// with a bitonic network over the next power of two (padding sorts last).
+__device__ inline void block_sort_candidates(int32_t count, block_shared& sh) {
+    int32_t size = 2;
+    while (size < count) size <<= 1;
+    candidate_list& c = sh.scratch.candidates;
+    for (int32_t i = count + static_cast<int32_t>(threadIdx.x); i < size; i += kBlockThreads) {
+        c.mass[i] = 0;
+        c.token[i] = INT32_MAX;
+    }
+    __syncthreads();
+    auto before = [&](int32_t a, int32_t b) {  // a sorts before b
+        return c.mass[a] > c.mass[b] || (c.mass[a] == c.mass[b] && c.token[a] < c.token[b]);
+    };
+    for (int32_t k = 2; k <= size; k <<= 1) {
+        for (int32_t j = k >> 1; j > 0; j >>= 1) {
+            for (int32_t i = threadIdx.x; i < size; i += kBlockThreads) {
+                const int32_t partner = i ^ j;
+                if (partner > i) {
+                    const bool ascending = (i & k) == 0;  // "ascending" = in our sort order
+                    if (ascending ? before(partner, i) : before(i, partner)) {
+                        const uint64_t m = c.mass[i];
+                        c.mass[i] = c.mass[partner];
+                        c.mass[partner] = m;
+                        const int32_t t = c.token[i];
+                        c.token[i] = c.token[partner];
+                        c.token[partner] = t;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
 }
 
 }  // namespace ds::cuda

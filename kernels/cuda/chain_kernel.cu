@@ -3,6 +3,9 @@
 // integer masses of kernels/det_math.h, so the tokens equal the CPU backend's bit for bit.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <type_traits>
+
 #include "kernels/cuda/block_primitives.cuh"
 #include "kernels/cuda/chain_kernel.h"
 #include "kernels/det_math.h"
@@ -74,8 +77,118 @@ __device__ void materialize_row(const typename Dtype::raw* row, const uint32_t* 
     __syncthreads();
 }
 
+struct cut_selection {
+    cut kept_cut;
+    uint64_t kept_mass;
+};
+
+// Top-k / top-p cut on the (mass desc, index asc) order, exactly as cpu::row_sampler.
+//
+// Fast path: a histogram of the weights' float exponents bounds the masses that can survive; if
+// at most kCandidateCapacity tokens reach that bound they are gathered into shared memory, sorted,
+// and the cut is read off the sorted list. Otherwise: exact radix selection over the whole row.
+template <class Mass>
+__device__ cut_selection select_cut(const Mass& q_of, const float* weights, int32_t vocab, const request_params& r,
+                                    bool top_k_active, uint64_t mass_total, uint64_t min_mass, block_shared& sh) {
+    // Tokens with weight >= 2^(e-127) all have mass >= mass(2^(e-127)); walk exponents down until
+    // they hold k tokens (top-k) or the top-p target mass (top-p alone).
+    block_histogram(
+        [&](int32_t i, int& digit, uint64_t& mass) {
+            const float w = weights[i];
+            mass = dm::weight_to_mass(w);
+            if (mass > 0) digit = static_cast<int>(dm::float_as_bits(w) >> 23);
+        },
+        vocab, 128, sh);
+    if (threadIdx.x == 0) {
+        const uint64_t target = top_k_active ? static_cast<uint64_t>(r.top_k) : dm::top_p_mass_target(r.top_p, mass_total);
+        uint64_t reached = 0;
+        int exponent = 127;
+        for (; exponent > 0; --exponent) {
+            reached += top_k_active ? sh.scratch.bins.count[exponent] : sh.scratch.bins.mass[exponent];
+            if (reached >= target) break;
+        }
+        sh.broadcast_u64[0] = max(uint64_t{1}, dm::weight_to_mass(dm::bits_as_float(static_cast<uint32_t>(exponent) << 23)));
+        sh.counter = 0;
+    }
+    __syncthreads();
+    const uint64_t bound = sh.broadcast_u64[0];
+    candidate_list& list = sh.scratch.candidates;
+    for (int32_t i = threadIdx.x; i < vocab; i += kBlockThreads) {
+        const uint64_t q = q_of(i);
+        if (q >= bound) {
+            const uint32_t slot = atomicAdd(&sh.counter, 1u);
+            if (slot < kCandidateCapacity) {
+                list.mass[slot] = q;
+                list.token[slot] = i;
+            }
+        }
+    }
+    __syncthreads();
+    const auto count = static_cast<int32_t>(sh.counter);
+    __syncthreads();
+    if (count <= kCandidateCapacity) {
+        block_sort_candidates(count, sh);
+        // Thread t holds sorted positions 2t and 2t+1.
+        static_assert(kCandidateCapacity == 2 * kBlockThreads, "two candidates per thread");
+        const int32_t p0 = 2 * static_cast<int32_t>(threadIdx.x);
+        const uint64_t m0 = p0 < count ? list.mass[p0] : 0;
+        const uint64_t m1 = p0 + 1 < count ? list.mass[p0 + 1] : 0;
+        const int32_t top_k_length = top_k_active ? r.top_k : count;
+        const uint64_t k0 = p0 < top_k_length ? m0 : 0;
+        const uint64_t k1 = p0 + 1 < top_k_length ? m1 : 0;
+        uint64_t top_k_mass = 0;
+        const uint64_t before = block_exclusive_scan(k0 + k1, top_k_mass, sh);
+        if (!top_k_active) top_k_mass = mass_total;
+        int32_t length = top_k_length;
+        if (r.top_p < 1.0f) {
+            const uint64_t target = dm::top_p_mass_target(r.top_p, top_k_mass);
+            if (before < target && before + k0 >= target) sh.broadcast_i32[0] = p0 + 1;
+            if (before + k0 < target && before + k0 + k1 >= target) sh.broadcast_i32[0] = p0 + 2;
+            __syncthreads();
+            length = sh.broadcast_i32[0];
+        }
+        const uint64_t kept0 = p0 < length && m0 >= min_mass ? m0 : 0;
+        const uint64_t kept1 = p0 + 1 < length && m1 >= min_mass ? m1 : 0;
+        uint64_t kept_mass = 0;
+        block_exclusive_scan(kept0 + kept1, kept_mass, sh);
+        const cut result{min_mass, true, list.mass[length - 1], list.token[length - 1]};
+        __syncthreads();
+        return cut_selection{result, kept_mass};
+    }
+
+    uint64_t boundary_mass = 0;
+    uint64_t ties_needed = 0;
+    uint64_t top_k_mass = mass_total;
+    if (top_k_active) {
+        const radix_result k = block_radix_select(q_of, vocab, false, static_cast<uint64_t>(r.top_k), sh);
+        boundary_mass = k.value;
+        ties_needed = static_cast<uint64_t>(r.top_k) - k.count_above;
+        top_k_mass = k.mass_above + ties_needed * k.value;
+    }
+    if (r.top_p < 1.0f) {
+        // The top-p prefix is never longer than the top-k prefix (its target is at most M_k), so
+        // selecting over all tokens lands inside the top-k set.
+        const uint64_t target = dm::top_p_mass_target(r.top_p, top_k_mass);
+        const radix_result t = block_radix_select(q_of, vocab, true, target, sh);
+        boundary_mass = t.value;
+        ties_needed = (target - t.mass_above + t.value - 1) / t.value;
+    }
+    // Ties at the boundary are kept in index order: find the last one kept.
+    const int32_t boundary = block_find_prefix([&](int32_t i) -> uint64_t { return q_of(i) == boundary_mass ? 1 : 0; },
+                                               vocab, ties_needed - 1, sh);
+    const cut result{min_mass, true, boundary_mass, boundary};
+    const uint64_t kept_mass = block_sum(
+        [&](int32_t i) -> uint64_t {
+            const uint64_t q = q_of(i);
+            return result.keeps(i, q) ? q : 0;
+        },
+        vocab, sh);
+    return cut_selection{result, kept_mass};
+}
+
 template <class Dtype>
 __global__ void __launch_bounds__(kBlockThreads) chain_kernel(chain_kernel_params p) {
+    constexpr bool kIsF32 = std::is_same<typename Dtype::raw, float>::value;
     __shared__ block_shared sh;
     const int32_t b = blockIdx.x;
     const int32_t n = p.tokens_per_req;
@@ -103,7 +216,10 @@ __global__ void __launch_bounds__(kBlockThreads) chain_kernel(chain_kernel_param
             materialize_row<Dtype>(row, p.bitmask != nullptr ? p.bitmask + row_index * words : nullptr, r, p, processed);
         }
         auto logit = [&](int32_t i) { return modified ? processed[i] : Dtype::load(row, i); };
-        const int32_t top = block_argmax(logit, p.vocab, sh);
+        // Unmodified, aligned fp32 rows are streamed with float4 loads.
+        const bool vectorized = kIsF32 && !modified && (reinterpret_cast<uintptr_t>(row) & 15) == 0 && (p.vocab & 3) == 0;
+        const int32_t top = vectorized ? block_argmax_f32x4(reinterpret_cast<const float*>(row), p.vocab, sh)
+                                       : block_argmax(logit, p.vocab, sh);
         const bool has_draft = j + 1 < n;
         const int32_t draft = has_draft ? p.candidates[base + j + 1] : -1;
         int32_t emitted = -1;
@@ -112,69 +228,75 @@ __global__ void __launch_bounds__(kBlockThreads) chain_kernel(chain_kernel_param
             draft_accepted = has_draft && draft == top;
             emitted = top;
         } else if (top >= 0) {
-            // Weights once per row (the only exp); every later pass reads them back.
+            // Weights once per row (the only exp); every later pass reads them back. The same pass
+            // totals the tokens with mass, their mass, and the mass that passes min_p.
             const float max_logit = logit(top);
-            for (int32_t base = threadIdx.x; base < p.vocab; base += kBlockThreads * kUnroll) {
-                float values[kUnroll];
-#pragma unroll
-                for (int k = 0; k < kUnroll; ++k) {
-                    const int32_t i = base + k * kBlockThreads;
-                    values[k] = i < p.vocab ? logit(i) : -HUGE_VALF;
+            const uint64_t min_mass = max(uint64_t{1}, dm::min_p_mass_threshold(r.min_p));
+            uint64_t nonzero = 0;
+            uint64_t mass_total = 0;
+            uint64_t min_p_total = 0;
+            auto weigh = [&](float l) {
+                float w = 0.0f;
+                if (l == max_logit) {
+                    w = 1.0f;
+                } else if (l > -HUGE_VALF) {
+                    w = dm::det_exp((l - max_logit) / r.temperature);
                 }
+                const uint64_t q = dm::weight_to_mass(w);
+                nonzero += q > 0 ? 1 : 0;
+                mass_total += q;
+                min_p_total += q >= min_mass ? q : 0;
+                return w;
+            };
+            if (vectorized) {
+                const auto* row4 = reinterpret_cast<const float4*>(row);
+                auto* weights4 = reinterpret_cast<float4*>(weights);
+                const int32_t quads = p.vocab / 4;
+                constexpr int kQuadUnroll = kUnroll / 2;
+                for (int32_t base = threadIdx.x; base < quads; base += kBlockThreads * kQuadUnroll) {
+                    float4 values[kQuadUnroll];
 #pragma unroll
-                for (int k = 0; k < kUnroll; ++k) {
-                    const int32_t i = base + k * kBlockThreads;
-                    const float l = values[k];
-                    float w = 0.0f;
-                    if (l == max_logit) {
-                        w = 1.0f;
-                    } else if (l > -HUGE_VALF) {
-                        w = dm::det_exp((l - max_logit) / r.temperature);
+                    for (int k = 0; k < kQuadUnroll; ++k) {
+                        const int32_t q = base + k * kBlockThreads;
+                        values[k] = q < quads ? row4[q] : make_float4(-HUGE_VALF, -HUGE_VALF, -HUGE_VALF, -HUGE_VALF);
                     }
-                    if (i < p.vocab) weights[i] = w;
+#pragma unroll
+                    for (int k = 0; k < kQuadUnroll; ++k) {
+                        const int32_t q = base + k * kBlockThreads;
+                        const float4 w = make_float4(weigh(values[k].x), weigh(values[k].y), weigh(values[k].z), weigh(values[k].w));
+                        if (q < quads) weights4[q] = w;
+                    }
+                }
+            } else {
+                for (int32_t base = threadIdx.x; base < p.vocab; base += kBlockThreads * kUnroll) {
+                    float values[kUnroll];
+#pragma unroll
+                    for (int k = 0; k < kUnroll; ++k) {
+                        const int32_t i = base + k * kBlockThreads;
+                        values[k] = i < p.vocab ? logit(i) : -HUGE_VALF;
+                    }
+#pragma unroll
+                    for (int k = 0; k < kUnroll; ++k) {
+                        const int32_t i = base + k * kBlockThreads;
+                        const float w = weigh(values[k]);
+                        if (i < p.vocab) weights[i] = w;
+                    }
                 }
             }
-            __syncthreads();
+            block_exclusive_scan(nonzero, nonzero, sh);
+            block_exclusive_scan(mass_total, mass_total, sh);
+            block_exclusive_scan(min_p_total, min_p_total, sh);
             auto q_of = [&](int32_t i) -> uint64_t { return dm::weight_to_mass(weights[i]); };
-            cut c{};
-            c.min_mass = max(uint64_t{1}, dm::min_p_mass_threshold(r.min_p));
-            c.has_boundary = false;
-            const bool top_k_active =
-                r.top_k >= 0 &&
-                static_cast<uint64_t>(r.top_k) <
-                    block_sum([&](int32_t i) -> uint64_t { return q_of(i) > 0 ? 1 : 0; }, p.vocab, sh);
-            if (top_k_active || r.top_p < 1.0f) {
-                uint64_t boundary_mass = 0;
-                uint64_t ties_needed = 0;
-                uint64_t top_k_mass = 0;
-                if (top_k_active) {
-                    const radix_result k = block_radix_select(q_of, p.vocab, false, static_cast<uint64_t>(r.top_k), sh);
-                    boundary_mass = k.value;
-                    ties_needed = static_cast<uint64_t>(r.top_k) - k.count_above;
-                    top_k_mass = k.mass_above + ties_needed * k.value;
-                } else {
-                    top_k_mass = block_sum(q_of, p.vocab, sh);
-                }
-                if (r.top_p < 1.0f) {
-                    // The top-p prefix is never longer than the top-k prefix (its target is at most
-                    // M_k), so selecting over all tokens lands inside the top-k set.
-                    const uint64_t target = dm::top_p_mass_target(r.top_p, top_k_mass);
-                    const radix_result t = block_radix_select(q_of, p.vocab, true, target, sh);
-                    boundary_mass = t.value;
-                    ties_needed = (target - t.mass_above + t.value - 1) / t.value;
-                }
-                // Ties at the boundary are kept in index order: find the last one kept.
-                const int32_t boundary = block_find_prefix(
-                    [&](int32_t i) -> uint64_t { return q_of(i) == boundary_mass ? 1 : 0; }, p.vocab, ties_needed - 1, sh);
-                c.has_boundary = true;
-                c.boundary_mass = boundary_mass;
-                c.boundary_token = boundary;
-            }
+            const bool top_k_active = r.top_k >= 0 && static_cast<uint64_t>(r.top_k) < nonzero;
+            const cut_selection selection =
+                top_k_active || r.top_p < 1.0f ? select_cut(q_of, weights, p.vocab, r, top_k_active, mass_total, min_mass, sh)
+                                               : cut_selection{cut{min_mass, false, 0, -1}, min_p_total};
+            const cut c = selection.kept_cut;
+            const uint64_t kept = selection.kept_mass;
             auto kept_q = [&](int32_t i) -> uint64_t {
                 const uint64_t q = q_of(i);
                 return c.keeps(i, q) ? q : 0;
             };
-            const uint64_t kept = block_sum(kept_q, p.vocab, sh);
             uint64_t excluded_mass = 0;
             if (has_draft) {
                 const uint64_t draft_mass = kept_q(draft);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/cuda/chain_kernel.h"
@@ -85,7 +86,8 @@ struct cuda_backend::impl {
 
     // Validates the step, gathers the slots' parameters and packs every input into the pinned
     // staging buffer; fills the kernel parameters with device addresses.
-    status stage(const step_input& step, step_kind kind, staging_layout& layout, chain_kernel_params& params) {
+    status stage(const step_input& step, step_kind kind, bool with_logprobs, staging_layout& layout,
+                 chain_kernel_params& params) {
         status s = validate_step(step, kind, config);
         if (!s.is_ok()) return s;
         const int32_t bs = step.batch_size;
@@ -171,7 +173,7 @@ struct cuda_backend::impl {
         params.weights = static_cast<float*>(weights.get());
         params.packed = reinterpret_cast<int32_t*>(outputs + out.packed);
         params.accept_index = reinterpret_cast<int32_t*>(outputs + out.accept_index);
-        params.logprobs = reinterpret_cast<float*>(outputs + out.logprobs);
+        params.logprobs = with_logprobs ? reinterpret_cast<float*>(outputs + out.logprobs) : nullptr;
         params.row_error = reinterpret_cast<uint8_t*>(outputs + out.row_error);
         if (const char* problem = params.check()) return {status_code::internal, problem};
         return status::success();
@@ -196,14 +198,20 @@ struct cuda_backend::impl {
         return status::success();
     }
 
-    status finish(int32_t bs, int32_t n, const step_output& out) {
+    status finish(int32_t bs, int32_t n, bool with_logprobs, const step_output& out) {
         CUDA_TRY(cudaStreamSynchronize(stream));
         const output_layout layout = outputs_for(bs, n);
         const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
         const auto* host = static_cast<const char*>(outputs_host.get());
         std::memcpy(out.packed, host + layout.packed, (rows + static_cast<size_t>(bs)) * sizeof(int32_t));
         std::memcpy(out.accept_index, host + layout.accept_index, rows * sizeof(int32_t));
-        if (out.logprobs != nullptr) std::memcpy(out.logprobs, host + layout.logprobs, rows * sizeof(float));
+        if (out.logprobs != nullptr) {
+            if (with_logprobs) {
+                std::memcpy(out.logprobs, host + layout.logprobs, rows * sizeof(float));
+            } else {
+                std::fill(out.logprobs, out.logprobs + rows, std::numeric_limits<float>::quiet_NaN());
+            }
+        }
         if (out.row_error != nullptr) std::memcpy(out.row_error, host + layout.row_error, static_cast<size_t>(bs));
         return status::success();
     }
@@ -211,11 +219,11 @@ struct cuda_backend::impl {
     status run(const step_input& step, step_kind kind, const step_output& out) {
         staging_layout layout;
         chain_kernel_params params;
-        status s = stage(step, kind, layout, params);
+        status s = stage(step, kind, out.logprobs != nullptr, layout, params);
         if (!s.is_ok() || step.batch_size == 0) return s;
         s = copy_host_logits(step.logits);
         if (s.is_ok()) s = enqueue(layout, params);
-        if (s.is_ok()) s = finish(step.batch_size, step.tokens_per_req, out);
+        if (s.is_ok()) s = finish(step.batch_size, step.tokens_per_req, out.logprobs != nullptr, out);
         return s;
     }
 };
@@ -258,12 +266,12 @@ status cuda_backend::verify(const step_input& step, const step_output& out) {
     return impl_->run(step, step_kind::verify, out);
 }
 
-status cuda_backend::capture_graph(const step_input& step, step_kind kind) {
+status cuda_backend::capture_graph(const step_input& step, step_kind kind, bool with_logprobs) {
     if (!step.logits.on_device) {
         return status::invalid("logits.on_device = false: a captured graph reads the logits in place, so they must be device memory");
     }
     impl& st = *impl_;
-    status s = st.stage(step, kind, st.graph_layout, st.graph_params);
+    status s = st.stage(step, kind, with_logprobs, st.graph_layout, st.graph_params);
     if (!s.is_ok()) return s;
     if (step.batch_size == 0) return status::invalid("batch_size = 0: nothing to capture");
     if (st.graph != nullptr) {
@@ -288,7 +296,7 @@ status cuda_backend::replay_graph(const step_input& step, const step_output& out
     if (st.graph == nullptr) return status::invalid("replay_graph: no graph has been captured");
     staging_layout layout;
     chain_kernel_params params;
-    status s = st.stage(step, st.graph_kind, layout, params);
+    status s = st.stage(step, st.graph_kind, st.graph_params.logprobs != nullptr, layout, params);
     if (!s.is_ok()) return s;
     if (!(layout == st.graph_layout) || params.logits != st.graph_params.logits || params.dtype != st.graph_params.dtype ||
         params.row_stride != st.graph_params.row_stride) {
@@ -297,7 +305,7 @@ status cuda_backend::replay_graph(const step_input& step, const step_output& out
             "penalty sizes must match); capture again");
     }
     CUDA_TRY(cudaGraphLaunch(st.graph, st.stream));
-    return st.finish(step.batch_size, step.tokens_per_req, out);
+    return st.finish(step.batch_size, step.tokens_per_req, st.graph_params.logprobs != nullptr, out);
 }
 
 status cuda_backend::time_graph(int iterations, double& microseconds_per_step) {

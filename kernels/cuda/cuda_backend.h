@@ -30,7 +30,8 @@ class cuda_backend final : public sampling_backend {
 
     // CUDA graphs: capture one step's transfers and kernel for a fixed shape (batch size, N,
     // logits pointer, which optional inputs are present), then replay it with new contents.
-    status capture_graph(const step_input& step, step_kind kind);
+    // Without logprobs the replays skip their pass and report NaN.
+    status capture_graph(const step_input& step, step_kind kind, bool with_logprobs = true);
     status replay_graph(const step_input& step, const step_output& out);
     // Mean time of one replay of the captured graph (transfers and kernel), from CUDA events
     // around `iterations` back-to-back launches.
