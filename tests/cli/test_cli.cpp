@@ -90,6 +90,27 @@ TEST(Cli, SampleGreedyAndStochastic) {
     EXPECT_EQ(run_cli("kernel sample", in.dump()).out, r.out);
 }
 
+TEST(Cli, CudaBackendMatchesCpuOrSaysWhyNot) {
+    json in;
+    in["vocab_size"] = 64;
+    json row = json::array();
+    for (int i = 0; i < 64; ++i) row.push_back(std::sin(i * 0.7) * 3.0);
+    in["logits"] = json::array({row, row, row});
+    in["requests"] = json::array({json{{"seed", 1}, {"top_p", 0.8}}, json{{"seed", 2}, {"top_k", 5}}, json{{"temperature", 0}}});
+    const run_result cpu = run_cli("kernel sample --backend cpu", in.dump());
+    const run_result cuda = run_cli("kernel sample --backend cuda", in.dump());
+    ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+    if (cuda.exit_code == 0) {
+        const json a = json::parse(cpu.out);
+        const json b = json::parse(cuda.out);
+        EXPECT_EQ(a["tokens"], b["tokens"]);
+    } else {
+        // No GPU here (or a build without CUDA): a clear one-line refusal.
+        EXPECT_EQ(cuda.exit_code, 1);
+        EXPECT_NE(cuda.err.find("--backend cpu"), std::string::npos) << cuda.err;
+    }
+}
+
 TEST(Cli, VerifyGreedyChainSeedCase) {
     json in;
     in["vocab_size"] = 61750;
