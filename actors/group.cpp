@@ -21,6 +21,30 @@ caf::actor_system_config& with_types(caf::actor_system_config& cfg) {
 // answers first; this only guards against a coordinator that is gone.
 constexpr std::chrono::seconds kReplyMargin{5};
 
+// Forwards the caller's steps to the coordinator in arrival order and turns each answer into the
+// fulfilment of a std::promise, without blocking a scheduler thread.
+caf::behavior client_actor(caf::event_based_actor* self, caf::actor coordinator, std::chrono::milliseconds timeout) {
+    return {
+        [self, coordinator, timeout](client_submit_msg& m) {
+            auto reply = m.reply;
+            self->request(coordinator, timeout, submit_msg{m.request})
+                .then(
+                    [reply](step_answer& answer) {
+                        step_reply r;
+                        r.step_id = answer.step_id;
+                        r.outputs = *answer.outputs;
+                        r.desyncs = std::move(answer.desyncs);
+                        reply->set_value(std::move(r));
+                    },
+                    [reply](caf::error& e) {
+                        step_reply r;
+                        r.result = to_status(e, "coordinator");
+                        reply->set_value(std::move(r));
+                    });
+        },
+    };
+}
+
 }  // namespace
 
 struct group::impl {
@@ -30,6 +54,7 @@ struct group::impl {
     local_group transport;
     std::vector<caf::actor> ranks;
     caf::actor coordinator;
+    caf::actor client;
 
     impl(const group_config& c, const local_group_config& t)
         : config(c), system(with_types(system_config)), transport(t) {}
@@ -60,6 +85,7 @@ status group::create(const group_config& config, std::unique_ptr<group>& out) {
     auto state = std::make_unique<impl>(config, t);
     for (int32_t r = 0; r < config.tp; ++r) state->ranks.push_back(spawn_rank_actor(state->system, config, r, state->transport));
     state->coordinator = spawn_coordinator_actor(state->system, config, state->ranks, state->transport);
+    state->client = state->system.spawn(client_actor, state->coordinator, config.step_timeout + kReplyMargin);
     out.reset(new group(std::move(state)));
     // Building a backend can fail (e.g. cuda not built): a registration of slot 0's neutral
     // parameters is not allowed, so probe with a release of slot 1, which every healthy rank accepts.
@@ -71,6 +97,7 @@ group::group(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
 group::~group() {
     // Wake ranks blocked in a collective, then stop every actor; the actor system joins them.
     impl_->transport.abort("group shut down");
+    caf::anon_send_exit(impl_->client, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(impl_->coordinator, caf::exit_reason::user_shutdown);
     for (const caf::actor& rank : impl_->ranks) caf::anon_send_exit(rank, caf::exit_reason::user_shutdown);
 }
@@ -90,24 +117,7 @@ status group::release(int32_t slot) {
 std::future<step_reply> group::submit(step_request step) {
     auto promise = std::make_shared<std::promise<step_reply>>();
     std::future<step_reply> future = promise->get_future();
-    // A one-shot actor per step: it waits on the coordinator without blocking anyone.
-    impl_->system.spawn([promise, coordinator = impl_->coordinator, timeout = impl_->config.step_timeout + kReplyMargin,
-                         request = std::make_shared<const step_request>(std::move(step))](caf::event_based_actor* self) {
-        self->request(coordinator, timeout, submit_msg{request})
-            .then(
-                [promise](step_answer& answer) {
-                    step_reply reply;
-                    reply.step_id = answer.step_id;
-                    reply.outputs = *answer.outputs;
-                    reply.desyncs = std::move(answer.desyncs);
-                    promise->set_value(std::move(reply));
-                },
-                [promise](caf::error& e) {
-                    step_reply reply;
-                    reply.result = to_status(e, "coordinator");
-                    promise->set_value(std::move(reply));
-                });
-    });
+    caf::anon_send(impl_->client, client_submit_msg{std::make_shared<const step_request>(std::move(step)), promise});
     return future;
 }
 

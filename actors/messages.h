@@ -8,6 +8,7 @@
 
 #include <caf/all.hpp>
 
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,13 @@ struct commit_msg {
 // Client -> coordinator, and the answer.
 struct submit_msg {
     std::shared_ptr<const step_request> request;
+};
+
+// Library caller -> its client actor: submit a step and fulfil `reply` with the answer. One client
+// actor per group keeps the caller's submission order.
+struct client_submit_msg {
+    std::shared_ptr<const step_request> request;
+    std::shared_ptr<std::promise<step_reply>> reply;
 };
 
 struct step_answer {
@@ -142,6 +150,7 @@ CAF_ADD_TYPE_ID(distsample, (ds::rank_result))
 CAF_ADD_TYPE_ID(distsample, (ds::commit_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::submit_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::step_answer))
+CAF_ADD_TYPE_ID(distsample, (ds::client_submit_msg))
 CAF_END_TYPE_ID_BLOCK(distsample)
 
 // Process-local messages (they carry shared pointers): never serialized.
@@ -150,3 +159,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::rank_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::commit_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::submit_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::step_answer)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::client_submit_msg)
