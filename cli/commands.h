@@ -33,8 +33,10 @@ struct demo_options {
     int vocab = 32000;
     int draft_tokens = 3;
     uint64_t seed = 2026;
-    int threads = 0;
+    int threads = 1;  // per rank
     std::string backend = "cpu";
+    int tp = 4;
+    std::string mode = "swap";
 };
 
 int run_demo_command(const demo_options& options);

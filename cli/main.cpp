@@ -41,7 +41,9 @@ int main(int argc, char** argv) {
     demo_cmd->add_option("--vocab", demo.vocab, "Vocabulary size")->capture_default_str();
     demo_cmd->add_option("--draft-tokens", demo.draft_tokens, "Drafts per request per step (N - 1)")->capture_default_str();
     demo_cmd->add_option("--seed", demo.seed, "Seed of the models and the requests")->capture_default_str();
-    demo_cmd->add_option("--threads", demo.threads, "CPU worker threads (0 = all cores)")->capture_default_str();
+    demo_cmd->add_option("--threads", demo.threads, "CPU worker threads per rank (0 = all cores)")->capture_default_str();
+    demo_cmd->add_option("--tp", demo.tp, "Tensor-parallel rank actors")->capture_default_str();
+    demo_cmd->add_option("--mode", demo.mode, "Distributed mode: swap, sharded or gathered")->capture_default_str();
     demo_cmd->add_option("--backend", demo.backend, "Sampling backend: cpu or cuda")->capture_default_str();
 
     try {
