@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 
@@ -137,7 +138,12 @@ void finish_step(coordinator* self) {
     for (const caf::actor& rank : st.ranks) {
         self->send(rank, commit_msg{st.current_step, ship ? reference.outputs : nullptr});
     }
-    st.current_promise.deliver(step_answer{step.id, reference.outputs, std::move(found)});
+    step_timing slowest;
+    for (const rank_result& r : st.results) {
+        slowest.rank_step_ns = std::max(slowest.rank_step_ns, r.timing.rank_step_ns);
+        slowest.rank_transport_ns = std::max(slowest.rank_transport_ns, r.timing.rank_transport_ns);
+    }
+    st.current_promise.deliver(step_answer{step.id, reference.outputs, std::move(found), slowest});
     finish_job(self);
 }
 

@@ -34,6 +34,7 @@ caf::behavior client_actor(caf::event_based_actor* self, caf::actor coordinator,
                         r.step_id = answer.step_id;
                         r.outputs = *answer.outputs;
                         r.desyncs = std::move(answer.desyncs);
+                        r.timing = answer.timing;
                         reply->set_value(std::move(r));
                     },
                     [reply](caf::error& e) {

@@ -56,6 +56,7 @@ struct rank_result {
     std::string message;
     uint64_t digest = 0;
     std::shared_ptr<const step_outputs> outputs;
+    step_timing timing;
 };
 
 // Coordinator -> ranks: the outputs to add to the penalty counts (null: the rank's own outputs).
@@ -80,6 +81,7 @@ struct step_answer {
     uint64_t step_id = 0;
     std::shared_ptr<const step_outputs> outputs;
     std::vector<desync_event> desyncs;
+    step_timing timing;
 };
 
 // CAF's error for a failed status (category "distsample", code = status_code, context = message).

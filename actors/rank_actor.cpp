@@ -56,6 +56,7 @@ caf::behavior rank_actor(caf::stateful_actor<rank_state>* self, group_config con
             result.step_id = m.step->id;
             result.code = static_cast<int32_t>(s.code);
             result.message = s.message;
+            result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns()};
             if (s.is_ok()) {
                 result.digest = outputs->digest();
                 result.outputs = outputs;

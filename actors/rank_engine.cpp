@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstring>
 
 namespace ds {
@@ -72,12 +73,17 @@ status rank_engine::release(int32_t slot) {
 status rank_engine::run(const dist_step& step, step_outputs& out) {
     if (!init_status_.is_ok()) return init_status_;
     out.resize(step.plan.bs, step.plan.tokens_per_req);
+    const auto start = std::chrono::steady_clock::now();
+    endpoint_.reset();
+    status s;
     switch (config_.mode) {
-        case dist_mode::gathered: return run_gathered(step, out);
-        case dist_mode::swap: return run_swap(step, out);
-        case dist_mode::sharded: return sharded_->run(step, *shard_pool_, endpoint_, out);
+        case dist_mode::gathered: s = run_gathered(step, out); break;
+        case dist_mode::swap: s = run_swap(step, out); break;
+        case dist_mode::sharded: s = sharded_->run(step, *shard_pool_, endpoint_, out); break;
     }
-    return {status_code::internal, "unknown mode"};
+    last_run_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    last_transport_ns_ = endpoint_.elapsed_ns();
+    return s;
 }
 
 status rank_engine::run_gathered(const dist_step& step, step_outputs& out) {

@@ -9,7 +9,7 @@
 #include "actors/sharded_sampler.h"
 #include "config/group_config.h"
 #include "kernels/sampling_backend.h"
-#include "transport/transport.h"
+#include "transport/timed_transport.h"
 
 namespace ds {
 
@@ -28,6 +28,10 @@ class rank_engine {
     // the whole batch's outputs).
     status run(const dist_step& step, step_outputs& out);
 
+    // Time the last run() took in all, and the part of it spent in collectives.
+    int64_t last_run_ns() const { return last_run_ns_; }
+    int64_t last_transport_ns() const { return last_transport_ns_; }
+
     // Adds the outputs every rank agreed on to the slots' penalty counts.
     status commit(const dist_step& step, const step_outputs& agreed);
 
@@ -38,8 +42,10 @@ class rank_engine {
 
     group_config config_;
     int32_t rank_;
-    transport& endpoint_;
+    timed_transport endpoint_;
     status init_status_;
+    int64_t last_run_ns_ = 0;
+    int64_t last_transport_ns_ = 0;
     std::unique_ptr<sampling_backend> backend_;   // gathered, swap
     std::unique_ptr<param_pool> shard_pool_;      // sharded: parameters over the global vocab
     std::unique_ptr<sharded_sampler> sharded_;    // sharded

@@ -31,11 +31,21 @@ struct desync_event {
     int32_t first_row = -1;  // the first request whose outputs differ
 };
 
+// Where a step's time went on its ranks (the slowest rank of each): the rank's whole step (from
+// receiving it to having its outputs) and the part of it inside transport collectives (waiting
+// for and copying from peers). Step latency minus rank_step_ns is the actors' and coordinator's
+// own cost.
+struct step_timing {
+    int64_t rank_step_ns = 0;
+    int64_t rank_transport_ns = 0;
+};
+
 struct step_reply {
     status result;            // ok, or why the step failed
     uint64_t step_id = 0;     // assigned by the coordinator in submission order
     step_outputs outputs;     // valid when result.is_ok()
     std::vector<desync_event> desyncs;  // found in this step
+    step_timing timing;
 };
 
 // Test hooks: make one rank misbehave on its next step.
