@@ -5,7 +5,9 @@
 //   distributed overhead = step latency - the same per-rank kernels called directly (TP threads,
 //       each verifying its bs/TP requests on full-vocab rows, no actors, no transport): adds the
 //       transport (vocab swap copies, collectives) and the sharded algorithm's extra passes.
-// The whole batch on one backend thread is timed too, for scale.
+// The whole batch on one backend thread is timed too, for scale. A tiny step (bs = 4, N = 1,
+// greedy), at TP = 4 and at TP = 2 (no more rank threads than cores on a 2-core machine), shows
+// the messaging cost without the rank threads competing for the cores.
 #include <benchmark/benchmark.h>
 #include <distsample/group.h>
 #include <fmt/format.h>
@@ -29,24 +31,26 @@ constexpr int32_t kVocab = 32000;
 
 // Logits, candidates and parameters of one verify step over a synthetic target and draft model.
 struct workload {
+    int32_t batch;
+    int32_t n;
     std::vector<float> logits;
     std::vector<int32_t> candidates;
     std::vector<int32_t> slots;
     std::vector<int64_t> positions;
     std::vector<ds::sampling_params> params;
 
-    workload() {
+    workload(int32_t batch_size, int32_t tokens_per_req) : batch(batch_size), n(tokens_per_req) {
         ds::synthetic_lm_config target_config;
         target_config.vocab_size = kVocab;
         ds::synthetic_lm_config draft_config = target_config;
         draft_config.draft_noise = 1.0f;
         const ds::synthetic_lm target(target_config);
         const ds::synthetic_lm draft(draft_config);
-        logits.resize(static_cast<size_t>(kBatch) * kN * kVocab);
+        logits.resize(static_cast<size_t>(batch) * n * kVocab);
         std::vector<float> draft_row(kVocab);
-        for (int32_t b = 0; b < kBatch; ++b) {
+        for (int32_t b = 0; b < batch; ++b) {
             ds::sampling_params p;
-            p.temperature = b % 4 == 0 ? 0.0f : 0.8f;
+            p.temperature = b % 4 == 0 || n == 1 ? 0.0f : 0.8f;
             p.top_p = b % 3 == 0 ? 0.9f : 1.0f;
             p.top_k = b % 5 == 0 ? 40 : -1;
             p.seed = 1000 + static_cast<uint64_t>(b);
@@ -55,9 +59,9 @@ struct workload {
             positions.push_back(100 + b);
             uint64_t context = 77 + static_cast<uint64_t>(b);
             candidates.push_back(b);
-            for (int32_t j = 0; j < kN; ++j) {
-                target.logits(context, logits.data() + (static_cast<size_t>(b) * kN + j) * kVocab);
-                if (j + 1 < kN) {
+            for (int32_t j = 0; j < n; ++j) {
+                target.logits(context, logits.data() + (static_cast<size_t>(b) * n + j) * kVocab);
+                if (j + 1 < n) {
                     draft.logits(context, draft_row.data());
                     const int32_t token = static_cast<int32_t>(std::max_element(draft_row.begin(), draft_row.end()) - draft_row.begin());
                     candidates.push_back(token);
@@ -68,25 +72,27 @@ struct workload {
     }
 
     ds::logits_view view(int32_t first_request, int32_t count) const {
-        return ds::logits_view{logits.data() + static_cast<size_t>(first_request) * kN * kVocab, ds::logits_dtype::f32,
-                               int64_t{count} * kN, kVocab, kVocab};
+        return ds::logits_view{logits.data() + static_cast<size_t>(first_request) * n * kVocab, ds::logits_dtype::f32,
+                               int64_t{count} * n, kVocab, kVocab};
     }
 
-    ds::step_request request() const {
+    ds::step_request request(int32_t tp) const {
         ds::step_request r;
         r.kind = ds::step_kind::verify;
-        r.tokens_per_req = kN;
+        r.tokens_per_req = n;
         r.slots = slots;
         r.positions = positions;
         r.candidates = candidates;
-        r.shards = ds::split_vocab(view(0, kBatch), kTp);
+        r.shards = ds::split_vocab(view(0, batch), tp);
         return r;
     }
 };
 
-const workload& shared_workload() {
-    static const workload w;
-    return w;
+const workload& shared_workload(int32_t batch = kBatch, int32_t n = kN) {
+    static std::map<std::pair<int32_t, int32_t>, std::unique_ptr<workload>> made;
+    std::unique_ptr<workload>& w = made[{batch, n}];
+    if (!w) w = std::make_unique<workload>(batch, n);
+    return *w;
 }
 
 struct percentiles {
@@ -112,20 +118,20 @@ std::vector<std::string>& report() {
 
 void BM_CoordinatorStep(benchmark::State& state) {
     const auto mode = static_cast<ds::dist_mode>(state.range(0));
-    const workload& w = shared_workload();
+    const workload& w = shared_workload(static_cast<int32_t>(state.range(1)), static_cast<int32_t>(state.range(2)));
     ds::group_config config;
-    config.tp = kTp;
+    config.tp = static_cast<int32_t>(state.range(3));
     config.vocab_size = kVocab;
-    config.max_batch = kBatch;
-    config.max_tokens_per_req = kN;
-    config.max_slots = kBatch + 1;
+    config.max_batch = w.batch;
+    config.max_tokens_per_req = w.n;
+    config.max_slots = w.batch + 1;
     config.mode = mode;
     std::unique_ptr<ds::group> group;
     if (ds::status s = ds::group::create(config, group); !s.is_ok()) {
         state.SkipWithError(s.message.c_str());
         return;
     }
-    for (int32_t b = 0; b < kBatch; ++b) {
+    for (int32_t b = 0; b < w.batch; ++b) {
         if (!group->register_request(b + 1, w.params[static_cast<size_t>(b)]).is_ok()) {
             state.SkipWithError("register failed");
             return;
@@ -134,7 +140,7 @@ void BM_CoordinatorStep(benchmark::State& state) {
     std::vector<double> latency_us, overhead_us, transport_us;
     latency_us.reserve(state.max_iterations);
     for (auto _ : state) {
-        ds::step_request request = w.request();  // built outside the timed region
+        ds::step_request request = w.request(config.tp);  // built outside the timed region
         const auto start = std::chrono::steady_clock::now();
         const ds::step_reply reply = group->step(std::move(request));
         const double latency = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
@@ -151,9 +157,10 @@ void BM_CoordinatorStep(benchmark::State& state) {
     state.counters["latency_p50_us"] = l.p50;
     state.counters["coordinator_p50_us"] = o.p50;
     state.counters["coordinator_p99_us"] = o.p99;
-    latencies()[mode] = l;
-    report().push_back(fmt::format("{:<9} step latency p50 {:9.1f} us  p99 {:9.1f} us | coordinator overhead p50 {:7.1f} us  p99 {:7.1f} us | rank time in collectives p50 {:8.1f} us",
-                                   ds::mode_name(mode), l.p50, l.p99, o.p50, o.p99, t.p50));
+    const bool full = w.batch == kBatch && config.tp == kTp;
+    if (full) latencies()[mode] = l;
+    report().push_back(fmt::format("{:<9} {} step latency p50 {:9.1f} us  p99 {:9.1f} us | coordinator overhead p50 {:7.1f} us  p99 {:7.1f} us | rank time in collectives p50 {:8.1f} us",
+                                   ds::mode_name(mode), fmt::format("TP={} bs={:<2} N={}", config.tp, w.batch, w.n), l.p50, l.p99, o.p50, o.p99, t.p50));
 }
 
 // The kernels alone. `ranks` backends, each verifying `requests` requests (its share of the
@@ -228,10 +235,14 @@ void BM_DirectKernels(benchmark::State& state) {
 }
 
 BENCHMARK(BM_CoordinatorStep)
-    ->ArgName("mode")
-    ->Arg(static_cast<int>(ds::dist_mode::swap))
-    ->Arg(static_cast<int>(ds::dist_mode::sharded))
-    ->Arg(static_cast<int>(ds::dist_mode::gathered))
+    ->ArgNames({"mode", "bs", "n", "tp"})
+    ->Args({static_cast<int>(ds::dist_mode::swap), kBatch, kN, kTp})
+    ->Args({static_cast<int>(ds::dist_mode::sharded), kBatch, kN, kTp})
+    ->Args({static_cast<int>(ds::dist_mode::gathered), kBatch, kN, kTp})
+    ->Args({static_cast<int>(ds::dist_mode::swap), 4, 1, kTp})
+    ->Args({static_cast<int>(ds::dist_mode::sharded), 4, 1, kTp})
+    ->Args({static_cast<int>(ds::dist_mode::swap), 4, 1, 2})
+    ->Args({static_cast<int>(ds::dist_mode::sharded), 4, 1, 2})
     ->Iterations(100)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

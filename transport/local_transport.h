@@ -8,6 +8,7 @@
 // aborts the group so the other ranks wake up too.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -66,7 +67,7 @@ class local_group {
     std::mutex mutex_;
     std::condition_variable wake_;
     uint64_t epoch_ = 0;
-    uint64_t generation_ = 0;
+    std::atomic<uint64_t> generation_{0};  // written under mutex_, also read while spinning
     int32_t arrived_ = 0;
     std::vector<uint8_t> waiting_;  // per rank: arrived at the current barrier
     bool aborted_ = false;
