@@ -15,7 +15,7 @@ namespace {
 
 // One queued piece of work. Exactly one of request / reg / rel is used, per `what`.
 struct job {
-    enum class kind { step, reg, release } what = kind::step;
+    enum class kind { step, reg, release, health } what = kind::step;
     std::shared_ptr<const step_request> request;
     register_msg reg;
     release_msg rel;
@@ -227,6 +227,7 @@ void pump(coordinator* self) {
             case job::kind::step: start_step(self, j); break;
             case job::kind::reg: start_fan_out(self, j, j.reg); break;
             case job::kind::release: start_fan_out(self, j, j.rel); break;
+            case job::kind::health: start_fan_out(self, j, health_msg{}); break;
         }
     }
 }
@@ -262,6 +263,14 @@ caf::behavior coordinator_actor(coordinator* self, group_config config, std::vec
             job j;
             j.what = job::kind::release;
             j.rel = m;
+            j.promise = self->make_response_promise();
+            caf::response_promise promise = j.promise;
+            enqueue(std::move(j));
+            return promise;
+        },
+        [self, enqueue](health_msg&) -> caf::result<op_ack> {
+            job j;
+            j.what = job::kind::health;
             j.promise = self->make_response_promise();
             caf::response_promise promise = j.promise;
             enqueue(std::move(j));

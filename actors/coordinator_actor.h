@@ -5,7 +5,7 @@
 // promises and a timeout, and answered exactly once: rank 0's outputs after the digest check and
 // the rank-0 policy, or a typed error naming the field, the rank or the step.
 //
-// Messages: submit_msg -> step_answer; register_msg / release_msg -> op_ack; desync_query ->
+// Messages: submit_msg -> step_answer; register_msg / release_msg / health_msg -> op_ack; desync_query ->
 // desync_log; fault_msg -> op_ack (forwarded to the rank: a test hook).
 #pragma once
 

@@ -93,9 +93,8 @@ status group::create(const group_config& config, std::unique_ptr<group>& out) {
     state->coordinator = spawn_coordinator_actor(state->system, config, state->ranks, state->transport);
     state->client = state->system.spawn(client_actor, state->coordinator, config.step_timeout + kReplyMargin);
     out.reset(new group(std::move(state)));
-    // Building a backend can fail (e.g. cuda not built): a registration of slot 0's neutral
-    // parameters is not allowed, so probe with a release of slot 1, which every healthy rank accepts.
-    return out->release(1);
+    // Building a rank's backend can fail (e.g. cuda not built): say so now, naming the rank.
+    return out->health();
 }
 
 group::group(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
@@ -128,6 +127,11 @@ std::future<step_reply> group::submit(step_request step) {
 }
 
 step_reply group::step(step_request step) { return submit(std::move(step)).get(); }
+
+status group::health() {
+    op_ack ack;
+    return impl_->ask(health_msg{}, ack);
+}
 
 std::vector<desync_event> group::desync_events() {
     desync_log log;

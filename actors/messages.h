@@ -33,6 +33,9 @@ struct fault_msg {
     rank_fault fault = rank_fault::none;
 };
 
+// Is the rank usable (its backend built)? Answered with op_ack or the rank's error.
+struct health_msg {};
+
 struct op_ack {
     int32_t rank = 0;
 };
@@ -117,6 +120,11 @@ typename Inspector::result_type inspect(Inspector& f, fault_msg& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, health_msg&) {
+    return f(caf::meta::type_name("health_msg"));
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, op_ack& x) {
     return f(caf::meta::type_name("op_ack"), x.rank);
 }
@@ -143,6 +151,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(distsample, caf::first_custom_type_id)
 CAF_ADD_TYPE_ID(distsample, (ds::register_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::release_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::fault_msg))
+CAF_ADD_TYPE_ID(distsample, (ds::health_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::op_ack))
 CAF_ADD_TYPE_ID(distsample, (ds::desync_query))
 CAF_ADD_TYPE_ID(distsample, (ds::desync_event))

@@ -33,6 +33,7 @@ caf::behavior rank_actor(caf::stateful_actor<rank_state>* self, group_config con
             return ack(self->state.engine->register_request(m.slot, m.params, m.history));
         },
         [self, ack](release_msg& m) -> caf::result<op_ack> { return ack(self->state.engine->release(m.slot)); },
+        [self, ack](health_msg&) -> caf::result<op_ack> { return ack(self->state.engine->init_status()); },
         [self, rank](fault_msg& m) -> caf::result<op_ack> {
             self->state.fault = m.fault;
             return op_ack{rank};

@@ -10,7 +10,7 @@ namespace ds {
 
 namespace {
 
-constexpr int kSpinRounds = 2000;
+constexpr int kSpinRounds = 100;
 
 }  // namespace
 

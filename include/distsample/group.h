@@ -74,6 +74,9 @@ class group {
     // submit() and wait (bounded by the step timeout and a margin).
     step_reply step(step_request step);
 
+    // Ok when every rank answers and its backend works; else the first rank's error.
+    status health();
+
     // Every desync event so far.
     std::vector<desync_event> desync_events();
 

@@ -331,3 +331,46 @@ TEST(Group, InvalidInputsNameTheField) {
 
 }  // namespace
 }  // namespace ds
+
+namespace ds {
+namespace {
+
+// Penalty counts follow the committed tokens: several steps in a row, with penalties, give the
+// tokens of one backend that commits each step's outputs.
+TEST(Group, PenaltiesFollowCommittedTokensAcrossSteps) {
+    for (dist_mode mode : {dist_mode::swap, dist_mode::sharded}) {
+        std::unique_ptr<group> g;
+        ASSERT_TRUE(group::create(test_config(4, mode), g).is_ok());
+        testing::backend_harness reference(testing::small_config(kVocab, kMaxBatch, kMaxN, kMaxBatch + 1));
+        std::mt19937_64 rng(99);
+        random_step s;
+        do {
+            s = make_random_step(rng);
+        } while (s.kind != step_kind::verify || s.n < 2);
+        s.bitmask.clear();
+        for (int32_t b = 0; b < s.bs(); ++b) {
+            random_request& r = s.requests[static_cast<size_t>(b)];
+            r.params.temperature = b % 2 == 0 ? 0.0f : 0.9f;
+            r.params.repetition_penalty = 1.5f;
+            r.params.presence_penalty = 1.0f;
+            r.params.frequency_penalty = 0.5f;
+            ASSERT_TRUE(g->register_request(b + 1, r.params, r.history).is_ok());
+            ASSERT_TRUE(reference.backend->pool()
+                            .register_request(b + 1, r.params, r.history.data(), static_cast<int32_t>(r.history.size()))
+                            .is_ok());
+        }
+        for (int step = 0; step < 5; ++step) {
+            for (int64_t& position : s.positions) position += 3;
+            const step_reply reply = g->step(s.request(4));
+            ASSERT_TRUE(reply.result.is_ok()) << reply.result.message;
+            step_input in = testing::make_step(s.logits, kVocab, s.slots, s.positions, s.n, &s.candidates);
+            ASSERT_TRUE(reference.run(step_kind::verify, in).is_ok());
+            const step_output out{reference.packed.data(), reference.accept_index.data(), reference.logprobs.data(), reference.row_error.data()};
+            ASSERT_TRUE(reference.backend->commit_tokens(in, out).is_ok());
+            EXPECT_EQ(reply.outputs.packed, reference.packed) << mode_name(mode) << " step " << step;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace ds
