@@ -15,14 +15,28 @@ struct kernel_options {
 // Reads one JSON step on stdin, prints one JSON result on stdout.
 int run_kernel_command(bool verify, const kernel_options& options);
 
+struct step_options {
+    int tp = 4;
+    std::string mode = "swap";
+    std::string transport = "local";
+    std::string backend = "cpu";
+    std::string policy = "on_mismatch";
+    int threads = 1;  // per rank
+};
+
+// Like run_kernel_command, through the coordinator and TP rank actors.
+int run_step_command(bool verify, const step_options& options);
+
 struct demo_options {
     int steps = 12;
     int batch = 6;
     int vocab = 32000;
     int draft_tokens = 3;
     uint64_t seed = 2026;
-    int threads = 0;
+    int threads = 1;  // per rank
     std::string backend = "cpu";
+    int tp = 4;
+    std::string mode = "swap";
 };
 
 int run_demo_command(const demo_options& options);

@@ -1,6 +1,7 @@
-// `distsample demo`: speculative decoding on the CPU backend with synthetic target and draft
-// models. Each step the draft proposes N-1 tokens greedily, the target scores every prefix, and
-// the backend verifies the chain; the demo prints what each request emitted and the acceptance.
+// `distsample demo`: speculative decoding through the coordinator with synthetic target and draft
+// models: TP rank actors (threads), the local transport, the CPU backend. Each step the draft
+// proposes N-1 tokens greedily, the target scores every prefix, and the ranks verify the chains;
+// the demo prints what each request emitted, the acceptance and the step latency.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,8 +10,9 @@
 #include <memory>
 #include <vector>
 
+#include <distsample/group.h>
+
 #include "cli/commands.h"
-#include "kernels/sampling_backend.h"
 #include "sources/synthetic_logits.h"
 
 namespace ds::cli {
@@ -79,25 +81,26 @@ std::string join(const int32_t* tokens, int32_t count) {
 }  // namespace
 
 int run_demo_command(const demo_options& options) {
-    backend_kind kind{};
-    if (status s = parse_backend_kind(options.backend, kind); !s.is_ok()) {
-        std::cerr << "error: " << s.message << '\n';
-        return 2;
-    }
     if (options.batch < 1 || options.steps < 1 || options.draft_tokens < 0 || options.draft_tokens > 15) {
         std::cerr << "error: --batch >= 1, --steps >= 1 and --draft-tokens in [0, 15] expected\n";
         return 2;
     }
     const int32_t n = options.draft_tokens + 1;
     const int32_t vocab = options.vocab;
-    kernel_config config;
+    group_config config;
+    config.tp = options.tp;
     config.vocab_size = vocab;
     config.max_batch = options.batch;
     config.max_slots = options.batch + 1;
     config.max_tokens_per_req = n;
-    config.threads = options.threads;
-    std::unique_ptr<sampling_backend> backend;
-    if (status s = make_backend(kind, config, backend); !s.is_ok()) {
+    config.threads_per_rank = options.threads;
+    config.backend = options.backend;
+    if (!parse_mode(options.mode, config.mode)) {
+        std::cerr << "error: --mode = '" << options.mode << "': expected 'swap', 'sharded' or 'gathered'\n";
+        return 2;
+    }
+    std::unique_ptr<group> ranks;
+    if (status s = group::create(config, ranks); !s.is_ok()) {
         std::cerr << "error: " << s.message << '\n';
         return s.code == status_code::invalid_argument ? 2 : 1;
     }
@@ -116,41 +119,40 @@ int run_demo_command(const demo_options& options) {
     std::vector<int64_t> positions(static_cast<size_t>(bs));
     for (int32_t b = 0; b < bs; ++b) {
         slots[static_cast<size_t>(b)] = b + 1;
-        if (status s = backend->pool().register_request(b + 1, requests[static_cast<size_t>(b)].params); !s.is_ok()) {
+        if (status s = ranks->register_request(b + 1, requests[static_cast<size_t>(b)].params); !s.is_ok()) {
             std::cerr << "error: " << s.message << '\n';
             return 1;
         }
     }
-    fmt::print("distsample demo: {} backend, V={}, {} requests, N={} ({} drafts per step), {} steps\n",
-               backend->name(), vocab, bs, n, n - 1, options.steps);
+    fmt::print("distsample demo: {} backend, TP={} rank actors ({} mode, local transport), V={}, {} requests, N={} ({} drafts per step), {} steps\n",
+               config.backend, config.tp, mode_name(config.mode), vocab, bs, n, n - 1, options.steps);
     for (int32_t b = 0; b < bs; ++b) fmt::print("  request {} (slot {}): {}\n", b, b + 1, requests[static_cast<size_t>(b)].label);
 
     std::vector<float> logits(static_cast<size_t>(bs) * n * vocab);
     std::vector<int32_t> candidates(static_cast<size_t>(bs) * n);
-    std::vector<int32_t> packed(static_cast<size_t>(bs) * (n + 1));
-    std::vector<int32_t> accept_index(static_cast<size_t>(bs) * n);
-    std::vector<float> logprobs(static_cast<size_t>(bs) * n);
-    std::vector<uint8_t> row_error(static_cast<size_t>(bs));
     std::vector<float> draft_row(static_cast<size_t>(vocab));
-    const step_output out{packed.data(), accept_index.data(), logprobs.data(), row_error.data()};
-    double kernel_seconds = 0.0;
+    std::vector<int32_t> packed;
+    double step_seconds = 0.0;
     int64_t emitted_total = 0;
 
+    // One step through the coordinator; `packed` receives predict [bs*N] then accept_length [bs].
     auto run = [&](bool verify_step, int32_t rows_per_req) -> bool {
-        for (int32_t b = 0; b < bs; ++b) positions[static_cast<size_t>(b)] = requests[static_cast<size_t>(b)].position;
-        step_input in;
-        in.logits = logits_view{logits.data(), logits_dtype::f32, int64_t{bs} * rows_per_req, vocab, vocab};
-        in.slots = slots.data();
-        in.positions = positions.data();
-        in.batch_size = bs;
-        in.tokens_per_req = rows_per_req;
-        in.candidates = verify_step ? candidates.data() : nullptr;
+        step_request step;
+        step.kind = verify_step ? step_kind::verify : step_kind::sample;
+        step.tokens_per_req = rows_per_req;
+        step.slots = slots;
+        for (int32_t b = 0; b < bs; ++b) step.positions.push_back(requests[static_cast<size_t>(b)].position);
+        if (verify_step) step.candidates = candidates;
+        step.shards = split_vocab(logits_view{logits.data(), logits_dtype::f32, int64_t{bs} * rows_per_req, vocab, vocab}, config.tp);
         const auto start = std::chrono::steady_clock::now();
-        status s = verify_step ? backend->verify(in, out) : backend->sample(in, out);
-        kernel_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (s.is_ok()) s = backend->commit_tokens(in, out);
-        if (!s.is_ok()) std::cerr << "error: " << s.message << '\n';
-        return s.is_ok();
+        step_reply reply = ranks->step(std::move(step));
+        step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (!reply.result.is_ok()) {
+            std::cerr << "error: " << reply.result.message << '\n';
+            return false;
+        }
+        packed = std::move(reply.outputs.packed);
+        return true;
     };
 
     // Step 0: plain sampling of each request's first token.
@@ -219,8 +221,8 @@ int run_demo_command(const demo_options& options) {
     fmt::print("  acceptance {:.1f} %, mean accept length {:.2f} tokens per verify step, {} tokens in {} steps\n",
                100.0 * static_cast<double>(accepted) / static_cast<double>(std::max<int64_t>(1, proposed)),
                static_cast<double>(accepted + bs * options.steps) / (steps * bs), emitted_total, options.steps + 1);
-    fmt::print("  sampling kernels: {:.2f} ms in total ({:.1f} us per step)\n", kernel_seconds * 1e3,
-               kernel_seconds * 1e6 / (steps + 1));
+    fmt::print("  coordinator steps (TP={}, {} mode): {:.2f} ms in total ({:.1f} us per step), desync events: {}\n", config.tp,
+               mode_name(config.mode), step_seconds * 1e3, step_seconds * 1e6 / (steps + 1), ranks->desync_events().size());
     return 0;
 }
 

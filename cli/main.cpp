@@ -19,6 +19,21 @@ int main(int argc, char** argv) {
         cmd->add_option("--threads", kernel.threads, "CPU worker threads (0 = all cores)")->capture_default_str();
     }
 
+    ds::cli::step_options step;
+    CLI::App* step_cmd = app.add_subcommand(
+        "step", "Run one step through the coordinator and TP rank actors: the JSON of `kernel` in, the same JSON out");
+    step_cmd->require_subcommand(1);
+    CLI::App* step_sample_cmd = step_cmd->add_subcommand("sample", "Sample one token per request");
+    CLI::App* step_verify_cmd = step_cmd->add_subcommand("verify", "Verify draft chains");
+    for (CLI::App* cmd : {step_sample_cmd, step_verify_cmd}) {
+        cmd->add_option("--tp", step.tp, "Tensor-parallel ranks (vocab_size must be a multiple)")->capture_default_str();
+        cmd->add_option("--mode", step.mode, "Distributed mode: swap, sharded or gathered")->capture_default_str();
+        cmd->add_option("--transport", step.transport, "Transport between ranks: local")->capture_default_str();
+        cmd->add_option("--backend", step.backend, "Sampling backend: cpu or cuda")->capture_default_str();
+        cmd->add_option("--rank0-policy", step.policy, "always, never or on_mismatch")->capture_default_str();
+        cmd->add_option("--threads", step.threads, "CPU worker threads per rank (0 = all cores)")->capture_default_str();
+    }
+
     ds::cli::demo_options demo;
     CLI::App* demo_cmd = app.add_subcommand("demo", "Speculative decoding with synthetic target and draft models");
     demo_cmd->add_option("--steps", demo.steps, "Verify steps after the first sampled token")->capture_default_str();
@@ -26,7 +41,9 @@ int main(int argc, char** argv) {
     demo_cmd->add_option("--vocab", demo.vocab, "Vocabulary size")->capture_default_str();
     demo_cmd->add_option("--draft-tokens", demo.draft_tokens, "Drafts per request per step (N - 1)")->capture_default_str();
     demo_cmd->add_option("--seed", demo.seed, "Seed of the models and the requests")->capture_default_str();
-    demo_cmd->add_option("--threads", demo.threads, "CPU worker threads (0 = all cores)")->capture_default_str();
+    demo_cmd->add_option("--threads", demo.threads, "CPU worker threads per rank (0 = all cores)")->capture_default_str();
+    demo_cmd->add_option("--tp", demo.tp, "Tensor-parallel rank actors")->capture_default_str();
+    demo_cmd->add_option("--mode", demo.mode, "Distributed mode: swap, sharded or gathered")->capture_default_str();
     demo_cmd->add_option("--backend", demo.backend, "Sampling backend: cpu or cuda")->capture_default_str();
 
     try {
@@ -37,6 +54,8 @@ int main(int argc, char** argv) {
     }
     if (sample_cmd->parsed()) return ds::cli::run_kernel_command(false, kernel);
     if (verify_cmd->parsed()) return ds::cli::run_kernel_command(true, kernel);
+    if (step_sample_cmd->parsed()) return ds::cli::run_step_command(false, step);
+    if (step_verify_cmd->parsed()) return ds::cli::run_step_command(true, step);
     if (demo_cmd->parsed()) return ds::cli::run_demo_command(demo);
     return 2;
 }

@@ -74,4 +74,18 @@ token_count_span param_pool::seen_tokens(int32_t slot) const {
     return token_count_span{counts_.data() + offset, count_sizes_[static_cast<size_t>(slot)]};
 }
 
+status record_step_tokens(param_pool& pool, const step_input& step, const step_output& out) {
+    const int32_t n = step.tokens_per_req;
+    const int32_t* lengths = accept_length_of(out, step.batch_size, n);
+    for (int32_t b = 0; b < step.batch_size; ++b) {
+        if (step.slots[b] == 0) continue;  // phantom rows have no history
+        const int32_t* emitted = predict_of(out) + static_cast<int64_t>(b) * n;
+        int32_t count = 0;
+        while (count < lengths[b] && emitted[count] >= 0) ++count;
+        status s = pool.record_tokens(step.slots[b], emitted, count);
+        if (!s.is_ok()) return s;
+    }
+    return status::success();
+}
+
 }  // namespace ds

@@ -53,4 +53,8 @@ class param_pool {
     std::vector<int32_t> count_sizes_;
 };
 
+// Adds every request's emitted tokens (predict[b*N, b*N + accept_length), up to the first -1)
+// to its slot's penalty counts; phantom rows (slot 0) are skipped.
+status record_step_tokens(param_pool& pool, const step_input& step, const step_output& out);
+
 }  // namespace ds

@@ -17,17 +17,7 @@ const char* dtype_name(logits_dtype dtype) {
 std::size_t dtype_size(logits_dtype dtype) { return dtype == logits_dtype::f32 ? 4 : 2; }
 
 status sampling_backend::commit_tokens(const step_input& step, const step_output& out) {
-    const int32_t n = step.tokens_per_req;
-    const int32_t* lengths = accept_length_of(out, step.batch_size, n);
-    for (int32_t b = 0; b < step.batch_size; ++b) {
-        if (step.slots[b] == 0) continue;  // phantom rows have no history
-        const int32_t* emitted = predict_of(out) + static_cast<int64_t>(b) * n;
-        int32_t count = 0;
-        while (count < lengths[b] && emitted[count] >= 0) ++count;
-        status s = pool().record_tokens(step.slots[b], emitted, count);
-        if (!s.is_ok()) return s;
-    }
-    return status::success();
+    return record_step_tokens(pool(), step, out);
 }
 
 status parse_backend_kind(std::string_view name, backend_kind& kind) {

@@ -15,6 +15,9 @@ enum class status_code : int {
     invalid_argument,  // a field is out of its allowed range (message names it)
     unsupported,       // the backend cannot do what was asked (e.g. CUDA not built)
     internal,
+    timeout,           // a wait ran past its deadline (message names who was waited for)
+    aborted,           // the operation was cancelled (rank group aborted, actor gone)
+    mismatch,          // ranks produced different outputs (rank-0 policy `never`)
 };
 
 // Hot paths return a status; module boundaries turn a failure into an exception or caf::error.

@@ -43,6 +43,48 @@ row_sampler::row_sampler(int32_t vocab)
       mass_(static_cast<size_t>(vocab)),
       order_(static_cast<size_t>(vocab)) {}
 
+namespace {
+
+// Penalties, bias and bitmask for the tokens in [vocab_offset, vocab_offset + count) of a row
+// whose slice is `out`: repetition first (scales the model's logit), then frequency and presence
+// (subtract), then bias (add), then the mask (-inf).
+void apply_processing(float* out, int32_t count, int32_t vocab_offset, const sampling_params& params,
+                      token_count_span seen, const uint32_t* bitmask_row) {
+    auto local = [&](int32_t token) -> float* {
+        const int32_t i = token - vocab_offset;
+        return i >= 0 && i < count ? out + i : nullptr;
+    };
+    if (params.has_penalties()) {
+        for (int32_t i = 0; i < seen.size; ++i) {
+            float* l = local(seen.data[i].token);
+            if (l == nullptr) continue;
+            if (params.repetition_penalty != 1.0f) {
+                *l = *l > 0.0f ? *l / params.repetition_penalty : *l * params.repetition_penalty;
+            }
+            const float frequency = params.frequency_penalty * static_cast<float>(seen.data[i].count);
+            *l = *l - frequency;
+            *l = *l - params.presence_penalty;
+        }
+    }
+    for (const logit_bias_entry& entry : params.logit_bias) {
+        if (float* l = local(entry.token)) *l = *l + entry.bias;
+    }
+    if (bitmask_row != nullptr) {
+        for (int32_t i = 0; i < count; ++i) {
+            const int32_t token = vocab_offset + i;
+            if (((bitmask_row[token / 32] >> (token % 32)) & 1u) == 0) out[i] = kNegInf;
+        }
+    }
+}
+
+uint64_t mass_of(float l, float max_logit, float temperature) {
+    if (l == max_logit) return dm::kMassOne;
+    if (l > kNegInf) return dm::weight_to_mass(dm::det_exp((l - max_logit) / temperature));
+    return 0;
+}
+
+}  // namespace
+
 const float* row_sampler::prepare_logits(const logits_view& logits, int64_t row,
                                          const sampling_params& params, token_count_span seen,
                                          const uint32_t* bitmask_row) {
@@ -51,39 +93,20 @@ const float* row_sampler::prepare_logits(const logits_view& logits, int64_t row,
         bitmask_row == nullptr) {
         return static_cast<const float*>(logits.data) + row * logits.row_stride;
     }
-    float* out = logits_.data();
-    load_row_as_float(logits, row, out);
-    if (penalised) {
-        // Repetition first (scales the model's logit), then frequency and presence (subtract).
-        for (int32_t i = 0; i < seen.size; ++i) {
-            float& l = out[seen.data[i].token];
-            if (params.repetition_penalty != 1.0f) {
-                l = l > 0.0f ? l / params.repetition_penalty : l * params.repetition_penalty;
-            }
-            const float frequency = params.frequency_penalty * static_cast<float>(seen.data[i].count);
-            l = l - frequency;
-            l = l - params.presence_penalty;
-        }
-    }
-    for (const logit_bias_entry& entry : params.logit_bias) out[entry.token] = out[entry.token] + entry.bias;
-    if (bitmask_row != nullptr) {
-        const int32_t words = bitmask_words(vocab_);
-        for (int32_t w = 0; w < words; ++w) {
-            const uint32_t word = bitmask_row[w];
-            if (word == 0xFFFFFFFFu) continue;
-            const int32_t end = std::min(vocab_, (w + 1) * 32);
-            for (int32_t token = w * 32; token < end; ++token) {
-                if (((word >> (token - w * 32)) & 1u) == 0) out[token] = kNegInf;
-            }
-        }
-    }
-    return out;
+    prepare_shard_logits(logits, row, params, seen, bitmask_row, 0, logits_.data());
+    return logits_.data();
 }
 
-int32_t row_sampler::argmax(const float* logits) const {
+void prepare_shard_logits(const logits_view& shard, int64_t row, const sampling_params& params, token_count_span seen,
+                          const uint32_t* bitmask_row, int32_t vocab_offset, float* out) {
+    load_row_as_float(shard, row, out);
+    apply_processing(out, shard.vocab, vocab_offset, params, seen, bitmask_row);
+}
+
+int32_t argmax_of(const float* logits, int32_t count) {
     int32_t best = -1;
     float best_value = kNegInf;
-    for (int32_t i = 0; i < vocab_; ++i) {
+    for (int32_t i = 0; i < count; ++i) {
         // Strict '>' keeps the lowest index on ties and never picks NaN or -inf.
         if (logits[i] > best_value) {
             best_value = logits[i];
@@ -92,6 +115,75 @@ int32_t row_sampler::argmax(const float* logits) const {
     }
     return best;
 }
+
+void masses_of(const float* logits, int32_t count, float max_logit, float temperature, uint64_t* mass) {
+    for (int32_t i = 0; i < count; ++i) mass[i] = mass_of(logits[i], max_logit, temperature);
+}
+
+filter_cut localize_cut(const filter_cut& global, int32_t vocab_offset, int32_t count) {
+    filter_cut local = global;
+    if (global.has_boundary) {
+        const int64_t token = int64_t{global.boundary_token} - vocab_offset;
+        local.boundary_token = static_cast<int32_t>(std::clamp<int64_t>(token, -1, count));
+    }
+    return local;
+}
+
+void mass_histogram(const uint64_t* mass, int32_t count, const filter_cut& domain, uint64_t prefix, int shift,
+                    uint64_t* counts, uint64_t* masses) {
+    for (int32_t i = 0; i < count; ++i) {
+        const uint64_t q = mass[i];
+        if (q == 0 || !domain.keeps(i, q) || (q >> (shift + 8)) != prefix) continue;
+        const auto digit = static_cast<size_t>((q >> shift) & 255u);
+        counts[digit] += 1;
+        masses[digit] += q;
+    }
+}
+
+int64_t count_with_mass(const uint64_t* mass, int32_t count, const filter_cut& domain, uint64_t q) {
+    int64_t n = 0;
+    for (int32_t i = 0; i < count; ++i) n += (mass[i] == q && domain.keeps(i, q)) ? 1 : 0;
+    return n;
+}
+
+int32_t nth_with_mass(const uint64_t* mass, int32_t count, const filter_cut& domain, uint64_t q, int64_t nth) {
+    for (int32_t i = 0; i < count; ++i) {
+        if (mass[i] == q && domain.keeps(i, q) && nth-- == 0) return i;
+    }
+    return -1;
+}
+
+uint64_t kept_mass(const uint64_t* mass, int32_t count, const filter_cut& cut) {
+    uint64_t sum = 0;
+    for (int32_t i = 0; i < count; ++i) sum += cut.keeps(i, mass[i]) ? mass[i] : 0;
+    return sum;
+}
+
+int32_t token_at_mass(const uint64_t* mass, int32_t count, const filter_cut& cut, uint64_t target, int32_t excluded) {
+    uint64_t prefix = 0;
+    for (int32_t i = 0; i < count; ++i) {
+        if (i == excluded || !cut.keeps(i, mass[i])) continue;
+        prefix += mass[i];
+        if (prefix > target) return i;
+    }
+    return -1;
+}
+
+double exp_sum(const float* logits, int32_t count, float max_logit) {
+    // Weights from det_exp (relative error < 1e-7) summed in double: well within 1e-5.
+    double sum = 0.0;
+    for (int32_t i = 0; i < count; ++i) {
+        const float l = logits[i];
+        if (l == max_logit) {
+            sum += 1.0;
+        } else if (l > kNegInf) {
+            sum += dm::det_exp(l - max_logit);
+        }
+    }
+    return sum;
+}
+
+int32_t row_sampler::argmax(const float* logits) const { return argmax_of(logits, vocab_); }
 
 uint64_t row_sampler::build_distribution(const float* logits, int32_t top_token,
                                          const sampling_params& params) {
@@ -105,13 +197,7 @@ uint64_t row_sampler::build_distribution(const float* logits, int32_t top_token,
     int64_t nonzero = 0;
     uint64_t unfiltered_kept = 0;  // mass passing min_p alone
     for (int32_t i = 0; i < vocab_; ++i) {
-        const float l = logits[i];
-        uint64_t q = 0;
-        if (l == max_logit) {
-            q = dm::kMassOne;
-        } else if (l > kNegInf) {
-            q = dm::weight_to_mass(dm::det_exp((l - max_logit) / temperature));
-        }
+        const uint64_t q = mass_of(logits[i], max_logit, temperature);
         mass[i] = q;
         if (q > 0) order[nonzero++] = i;
         if (q >= cut_.min_mass) unfiltered_kept += q;
@@ -173,31 +259,14 @@ uint64_t row_sampler::kept_mass_of(int32_t token) const {
 }
 
 int32_t row_sampler::token_at(uint64_t target, int32_t excluded) const {
-    const uint64_t* mass = mass_.data();
-    uint64_t prefix = 0;
-    for (int32_t i = 0; i < vocab_; ++i) {
-        if (i == excluded || !cut_.keeps(i, mass[i])) continue;
-        prefix += mass[i];
-        if (prefix > target) return i;
-    }
-    return -1;
+    return token_at_mass(mass_.data(), vocab_, cut_, target, excluded);
 }
 
 double row_sampler::logprob(const float* logits, int32_t top_token, int32_t token) const {
     if (token < 0 || top_token < 0) return std::numeric_limits<double>::quiet_NaN();
-    // Weights from det_exp (relative error < 1e-7) summed in double: well within 1e-5.
     const float max_logit = logits[top_token];
-    double sum = 0.0;
-    for (int32_t i = 0; i < vocab_; ++i) {
-        const float l = logits[i];
-        if (l == max_logit) {
-            sum += 1.0;
-        } else if (l > kNegInf) {
-            sum += dm::det_exp(l - max_logit);
-        }
-    }
     const double shifted = logits[token] == max_logit ? 0.0 : static_cast<double>(logits[token]) - max_logit;
-    return shifted - std::log(sum);
+    return shifted - std::log(exp_sum(logits, vocab_, max_logit));
 }
 
 }  // namespace ds::cpu

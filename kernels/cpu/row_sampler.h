@@ -27,6 +27,48 @@ struct filter_cut {
     }
 };
 
+// ---------------------------------------------------------------------------------------------
+// Shard-level primitives: the same steps over one rank's slice [vocab_offset, vocab_offset + count)
+// of a row, on caller-owned arrays, for exact sharded sampling (DESIGN.md §2.4). Token indices
+// are local to the slice unless a name says "global"; penalties, bias and bitmask use global ids.
+// ---------------------------------------------------------------------------------------------
+
+// Loads row `row` of `shard` (vocab = count) into `out` as floats and applies the penalties,
+// logit bias and bitmask entries that fall into the slice. `bitmask_row` covers the full vocab.
+void prepare_shard_logits(const logits_view& shard, int64_t row, const sampling_params& params, token_count_span seen,
+                          const uint32_t* bitmask_row, int32_t vocab_offset, float* out);
+
+// The lowest index of the largest value, NaN and -inf ignored; -1 when none.
+int32_t argmax_of(const float* logits, int32_t count);
+
+// Q = floor(det_exp((l - max_logit) / T) * 2^40), and 2^40 for l == max_logit (DESIGN.md §2.2).
+void masses_of(const float* logits, int32_t count, float max_logit, float temperature, uint64_t* mass);
+
+// The cut of a whole row seen from the slice at vocab_offset: the boundary token made local
+// (-1 when it lies before the slice, `count` when after).
+filter_cut localize_cut(const filter_cut& global, int32_t vocab_offset, int32_t count);
+
+// For tokens with nonzero mass kept by `domain` whose mass >> (shift + 8) equals `prefix`: adds
+// one to counts[d] and the mass to masses[d], d = (mass >> shift) & 255 (one radix-select round).
+void mass_histogram(const uint64_t* mass, int32_t count, const filter_cut& domain, uint64_t prefix, int shift,
+                    uint64_t* counts, uint64_t* masses);
+
+// Tokens kept by `domain` whose mass is exactly q (q > 0).
+int64_t count_with_mass(const uint64_t* mass, int32_t count, const filter_cut& domain, uint64_t q);
+// The nth (0-based, index order) of them, or -1.
+int32_t nth_with_mass(const uint64_t* mass, int32_t count, const filter_cut& domain, uint64_t q, int64_t nth);
+
+// Sum of the masses `cut` keeps.
+uint64_t kept_mass(const uint64_t* mass, int32_t count, const filter_cut& cut);
+
+// The first token, in index order, whose inclusive prefix of kept mass exceeds `target`;
+// `excluded` (or -1) contributes no mass. -1 when the kept mass is <= target.
+int32_t token_at_mass(const uint64_t* mass, int32_t count, const filter_cut& cut, uint64_t target, int32_t excluded);
+
+// Sum over the slice of exp(l - max_logit) (1 for l == max_logit, 0 for -inf and NaN), in double:
+// the normaliser of log_softmax at temperature 1.
+double exp_sum(const float* logits, int32_t count, float max_logit);
+
 class row_sampler {
    public:
     explicit row_sampler(int32_t vocab);

@@ -4,7 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -230,4 +232,115 @@ TEST(Cli, DemoRunsAndSummarises) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("step 3 (verify)"), std::string::npos);
     EXPECT_NE(r.out.find("acceptance"), std::string::npos);
+}
+
+namespace {
+
+// A verify step with mixed sampling settings, ties, penalties, bias and accepted drafts.
+json random_verify_step(uint64_t seed, int vocab, int bs, int n) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> gauss(0.0, 2.0);
+    json doc;
+    doc["vocab_size"] = vocab;
+    json requests = json::array();
+    const double temperatures[] = {0.0, 0.7, 1.0, 1.4};
+    const int top_ks[] = {-1, 3, 10, -1};
+    const double top_ps[] = {1.0, 0.9, 0.5, 0.95};
+    for (int b = 0; b < bs; ++b) {
+        json r = {{"seed", rng() >> 1}, {"position", static_cast<int>(rng() % 1000)}, {"temperature", temperatures[b % 4]},
+                  {"top_k", top_ks[(b / 2) % 4]}, {"top_p", top_ps[(b + 1) % 4]}};
+        if (b % 3 == 1) {
+            r["repetition_penalty"] = 1.3;
+            r["history"] = {1, 2, static_cast<int>(rng() % static_cast<uint64_t>(vocab))};
+        }
+        if (b % 4 == 2) r["logit_bias"] = {{std::to_string(rng() % static_cast<uint64_t>(vocab)), 3.5}};
+        requests.push_back(r);
+    }
+    doc["requests"] = requests;
+    json logits = json::array();
+    std::vector<std::vector<double>> rows;
+    for (int r = 0; r < bs * n; ++r) {
+        std::vector<double> row;
+        for (int i = 0; i < vocab; ++i) row.push_back(std::round(gauss(rng) * 4.0) / 4.0);
+        rows.push_back(row);
+        logits.push_back(row);
+    }
+    doc["logits"] = logits;
+    json candidates = json::array();
+    for (int b = 0; b < bs; ++b) {
+        json chain = json::array();
+        for (int j = 0; j < n; ++j) {
+            int token = static_cast<int>(rng() % static_cast<uint64_t>(vocab));
+            if (j > 0 && rng() % 2 == 0) {
+                const auto& prev = rows[static_cast<size_t>(b * n + j - 1)];
+                token = static_cast<int>(std::max_element(prev.begin(), prev.end()) - prev.begin());
+            }
+            chain.push_back(token);
+        }
+        candidates.push_back(chain);
+    }
+    doc["candidates"] = candidates;
+    return doc;
+}
+
+void expect_same_outputs(const json& expected, const json& got, bool exact_logprobs, const std::string& what) {
+    for (const char* key : {"predict", "accept_index", "accept_length", "tokens"}) {
+        if (expected.contains(key)) {
+            EXPECT_EQ(expected[key], got[key]) << what << " " << key;
+        }
+    }
+    EXPECT_EQ(expected.contains("row_errors"), got.contains("row_errors")) << what;
+    ASSERT_EQ(expected["logprobs"].size(), got["logprobs"].size()) << what;
+    for (size_t i = 0; i < expected["logprobs"].size(); ++i) {
+        const json& a = expected["logprobs"][i];
+        const json& b = got["logprobs"][i];
+        if (a.is_null() || exact_logprobs) {
+            EXPECT_EQ(a, b) << what << " logprob " << i;
+        } else {
+            EXPECT_NEAR(a.get<double>(), b.get<double>(), 1e-5) << what << " logprob " << i;
+        }
+    }
+}
+
+}  // namespace
+
+TEST(Cli, StepEqualsKernelForEveryTpAndMode) {
+    const json doc = random_verify_step(77, 48, 5, 3);
+    const run_result kernel = run_cli("kernel verify", doc.dump());
+    ASSERT_EQ(kernel.exit_code, 0) << kernel.err;
+    const json expected = json::parse(kernel.out);
+    for (const char* mode : {"gathered", "swap", "sharded"}) {
+        for (int tp : {1, 2, 3, 4, 8}) {
+            const std::string what = std::string(mode) + " tp=" + std::to_string(tp);
+            const run_result r = run_cli("step verify --tp " + std::to_string(tp) + " --mode " + mode, doc.dump());
+            ASSERT_EQ(r.exit_code, 0) << what << ": " << r.err;
+            expect_same_outputs(expected, json::parse(r.out), std::string(mode) != "sharded", what);
+        }
+    }
+}
+
+TEST(Cli, StepSampleEqualsKernelSample) {
+    json doc = random_verify_step(78, 48, 6, 1);
+    doc.erase("candidates");
+    const run_result kernel = run_cli("kernel sample", doc.dump());
+    ASSERT_EQ(kernel.exit_code, 0) << kernel.err;
+    const run_result r = run_cli("step sample --tp 4 --mode sharded", doc.dump());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_same_outputs(json::parse(kernel.out), json::parse(r.out), false, "sample");
+}
+
+TEST(Cli, StepBadInputNamesTheField) {
+    const json doc = random_verify_step(79, 48, 2, 2);
+    struct bad_case {
+        std::string args;
+        std::string expect;
+    };
+    for (const bad_case& c : {bad_case{"step verify --tp 5", "vocab_size = 48: expected a multiple of tp = 5"},
+                              bad_case{"step verify --mode scatter", "--mode = 'scatter'"},
+                              bad_case{"step verify --transport ucx", "--transport = 'ucx'"},
+                              bad_case{"step verify --tp 0", "tp = 0"}}) {
+        const run_result r = run_cli(c.args, doc.dump());
+        EXPECT_EQ(r.exit_code, 2) << c.args << "\nstderr: " << r.err;
+        EXPECT_NE(r.err.find(c.expect), std::string::npos) << "stderr: " << r.err;
+    }
 }

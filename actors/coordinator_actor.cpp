@@ -1,0 +1,297 @@
+#include "actors/coordinator_actor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <deque>
+#include <memory>
+
+#include "actors/messages.h"
+#include "kernels/validation.h"
+
+namespace ds {
+
+namespace {
+
+// One queued piece of work. Exactly one of request / reg / rel is used, per `what`.
+struct job {
+    enum class kind { step, reg, release, health } what = kind::step;
+    std::shared_ptr<const step_request> request;
+    register_msg reg;
+    release_msg rel;
+    caf::response_promise promise;
+};
+
+struct coordinator_state {
+    group_config config;
+    std::vector<caf::actor> ranks;
+    local_group* transport = nullptr;
+    std::deque<job> queue;
+    bool busy = false;
+    uint64_t next_step_id = 1;
+    // The job in flight.
+    uint64_t current_id = 0;
+    std::shared_ptr<const dist_step> current_step;
+    caf::response_promise current_promise;
+    std::vector<rank_result> results;
+    int32_t pending = 0;
+    status first_failure;
+    std::vector<desync_event> desyncs;
+    static inline const char* name = "distsample.coordinator";
+};
+
+using coordinator = caf::stateful_actor<coordinator_state>;
+
+void pump(coordinator* self);
+
+void finish_job(coordinator* self) {
+    coordinator_state& st = self->state;
+    st.busy = false;
+    st.current_step.reset();
+    st.results.clear();
+    st.pending = 0;
+    st.first_failure = status::success();
+    pump(self);
+}
+
+std::string check_request(const group_config& config, const step_request& r, step_plan& plan) {
+    const int32_t bs = r.batch_size();
+    const int32_t n = r.kind == step_kind::sample ? 1 : r.tokens_per_req;
+    if (r.kind == step_kind::sample && r.tokens_per_req != 1) {
+        return fmt::format("tokens_per_req = {}: expected 1 for a sample step", r.tokens_per_req);
+    }
+    if (std::string e = plan_step(config.limits(), bs, n, plan); !e.empty()) return e;
+    const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
+    auto sized = [](const auto& values, size_t expected, const char* field, bool optional) -> std::string {
+        if ((optional && values.empty()) || values.size() == expected) return {};
+        return fmt::format("{}: expected {} entries, got {}", field, expected, values.size());
+    };
+    for (const std::string& e : {sized(r.positions, static_cast<size_t>(bs), "positions", false),
+                                 sized(r.candidates, r.kind == step_kind::verify ? rows : 0, "candidates", false),
+                                 sized(r.bitmask, rows * static_cast<size_t>(bitmask_words(config.vocab_size)), "bitmask", true),
+                                 sized(r.coins, static_cast<size_t>(bs) * static_cast<size_t>(n - 1), "coins", true),
+                                 sized(r.final_coins, static_cast<size_t>(bs), "final_coins", true)}) {
+        if (!e.empty()) return e;
+    }
+    if (r.shards.size() != static_cast<size_t>(config.tp)) {
+        return fmt::format("shards: expected one logits view per rank ({}), got {}", config.tp, r.shards.size());
+    }
+    for (size_t rank = 0; rank < r.shards.size(); ++rank) {
+        const logits_view& v = r.shards[rank];
+        if (v.data == nullptr) return fmt::format("shards[{}].data: expected a non-null pointer", rank);
+        if (v.vocab != plan.shard_vocab) return fmt::format("shards[{}].vocab = {}: expected V / TP = {}", rank, v.vocab, plan.shard_vocab);
+        if (static_cast<size_t>(v.rows) != rows) return fmt::format("shards[{}].rows = {}: expected batch_size * N = {}", rank, v.rows, rows);
+        if (v.row_stride < v.vocab) return fmt::format("shards[{}].row_stride = {}: expected >= {}", rank, v.row_stride, v.vocab);
+        if (v.dtype != r.shards[0].dtype) return fmt::format("shards[{}].dtype = {}: expected {} like shards[0]", rank, dtype_name(v.dtype), dtype_name(r.shards[0].dtype));
+    }
+    // The kernels' own checks (slots, positions, candidates, coins, thresholds) over the full vocab.
+    kernel_config limits;
+    limits.vocab_size = config.vocab_size;
+    limits.max_slots = config.max_slots;
+    limits.max_batch = config.max_batch;
+    limits.max_tokens_per_req = config.max_tokens_per_req;
+    step_input in;
+    in.logits = logits_view{r.shards[0].data, r.shards[0].dtype, static_cast<int64_t>(rows), config.vocab_size, config.vocab_size};
+    in.slots = r.slots.data();
+    in.positions = r.positions.data();
+    in.batch_size = bs;
+    in.tokens_per_req = n;
+    in.candidates = r.candidates.empty() ? nullptr : r.candidates.data();
+    in.thresholds = r.thresholds;
+    in.coins = r.coins.empty() ? nullptr : r.coins.data();
+    in.final_coins = r.final_coins.empty() ? nullptr : r.final_coins.data();
+    status s = validate_step(in, r.kind, limits);
+    return s.is_ok() ? std::string{} : s.message;
+}
+
+void fail_current(coordinator* self, const status& why) {
+    coordinator_state& st = self->state;
+    st.current_promise.deliver(make_caf_error(why));
+    if (st.current_step) st.transport->abort(why.message);  // wake ranks still waiting in collectives
+    finish_job(self);
+}
+
+void finish_step(coordinator* self) {
+    coordinator_state& st = self->state;
+    const dist_step& step = *st.current_step;
+    const rank_result& reference = st.results[0];
+    std::vector<desync_event> found;
+    for (const rank_result& r : st.results) {
+        if (r.digest == reference.digest) continue;
+        const int32_t row = r.outputs->first_difference(*reference.outputs, step.plan.tokens_per_req);
+        found.push_back(desync_event{step.id, r.rank, row});
+    }
+    st.desyncs.insert(st.desyncs.end(), found.begin(), found.end());
+    for (const desync_event& e : found) {
+        fmt::print(stderr, "distsample: desync in step {}: rank {} differs from rank 0 at request {}\n", e.step, e.rank, e.first_row);
+    }
+    if (!found.empty() && st.config.policy == rank0_policy::never) {
+        const desync_event& e = found.front();
+        st.current_promise.deliver(make_caf_error(status{
+            status_code::mismatch,
+            fmt::format("step {}: rank {} differs from rank 0 at request {} (rank-0 policy 'never')", e.step, e.rank, e.first_row)}));
+        finish_job(self);
+        return;
+    }
+    // always: every rank commits rank 0's outputs; on_mismatch: only after a desync, else their own.
+    const bool ship = st.config.policy == rank0_policy::always || !found.empty();
+    for (const caf::actor& rank : st.ranks) {
+        self->send(rank, commit_msg{st.current_step, ship ? reference.outputs : nullptr});
+    }
+    step_timing slowest;
+    for (const rank_result& r : st.results) {
+        slowest.rank_step_ns = std::max(slowest.rank_step_ns, r.timing.rank_step_ns);
+        slowest.rank_transport_ns = std::max(slowest.rank_transport_ns, r.timing.rank_transport_ns);
+    }
+    st.current_promise.deliver(step_answer{step.id, reference.outputs, std::move(found), slowest});
+    finish_job(self);
+}
+
+void on_rank_result(coordinator* self, uint64_t id, rank_result& r) {
+    coordinator_state& st = self->state;
+    if (!st.busy || id != st.current_id || !st.current_step) return;  // a late answer to a failed step
+    if (r.code != 0) {
+        fail_current(self, status{static_cast<status_code>(r.code), fmt::format("step {}: rank {}: {}", id, r.rank, r.message)});
+        return;
+    }
+    st.results[static_cast<size_t>(r.rank)] = std::move(r);
+    if (--st.pending == 0) finish_step(self);
+}
+
+void on_rank_timeout(coordinator* self, uint64_t id, int32_t rank, const caf::error& e) {
+    coordinator_state& st = self->state;
+    if (!st.busy || id != st.current_id) return;
+    // When some ranks wait in a collective, the ones they wait for are the culprits.
+    std::vector<int32_t> culprits = st.transport->missing_ranks();
+    if (culprits.empty()) culprits.push_back(rank);
+    std::string names;
+    for (int32_t r : culprits) names += fmt::format("{}rank {}", names.empty() ? "" : ", ", r);
+    const status why = to_status(e, fmt::format("step {}: {} did not answer within {} ms", id, names, st.config.step_timeout.count()));
+    fail_current(self, why);
+}
+
+void start_step(coordinator* self, job& j) {
+    coordinator_state& st = self->state;
+    step_plan plan;
+    const uint64_t id = st.next_step_id++;
+    if (std::string e = check_request(st.config, *j.request, plan); !e.empty()) {
+        j.promise.deliver(make_caf_error(status::invalid(e)));
+        return;
+    }
+    st.busy = true;
+    st.current_id = id;
+    st.current_promise = j.promise;
+    st.current_step = std::make_shared<const dist_step>(make_dist_step(id, *j.request, plan, st.config.vocab_size));
+    st.results.assign(st.ranks.size(), rank_result{});
+    st.pending = static_cast<int32_t>(st.ranks.size());
+    st.transport->begin_epoch(id);  // no rank runs a step now: the last one finished or failed
+    for (size_t r = 0; r < st.ranks.size(); ++r) {
+        const auto rank = static_cast<int32_t>(r);
+        self->request(st.ranks[r], st.config.step_timeout, run_step_msg{st.current_step})
+            .then([self, id](rank_result& result) { on_rank_result(self, id, result); },
+                  [self, id, rank](caf::error& e) { on_rank_timeout(self, id, rank, e); });
+    }
+}
+
+// Registration and release go to every rank; the first failure answers the job.
+template <class Msg>
+void start_fan_out(coordinator* self, job& j, const Msg& msg) {
+    coordinator_state& st = self->state;
+    st.busy = true;
+    st.current_id = 0;
+    st.current_promise = j.promise;
+    st.pending = static_cast<int32_t>(st.ranks.size());
+    for (size_t r = 0; r < st.ranks.size(); ++r) {
+        const auto rank = static_cast<int32_t>(r);
+        self->request(st.ranks[r], st.config.step_timeout, msg)
+            .then(
+                [self](op_ack&) {
+                    if (--self->state.pending == 0) {
+                        self->state.current_promise.deliver(op_ack{0});
+                        finish_job(self);
+                    }
+                },
+                [self, rank](caf::error& e) {
+                    if (!self->state.busy) return;
+                    fail_current(self, to_status(e, fmt::format("rank {} did not answer within {} ms", rank, self->state.config.step_timeout.count())));
+                });
+    }
+}
+
+void pump(coordinator* self) {
+    coordinator_state& st = self->state;
+    while (!st.busy && !st.queue.empty()) {
+        job j = std::move(st.queue.front());
+        st.queue.pop_front();
+        switch (j.what) {
+            case job::kind::step: start_step(self, j); break;
+            case job::kind::reg: start_fan_out(self, j, j.reg); break;
+            case job::kind::release: start_fan_out(self, j, j.rel); break;
+            case job::kind::health: start_fan_out(self, j, health_msg{}); break;
+        }
+    }
+}
+
+caf::behavior coordinator_actor(coordinator* self, group_config config, std::vector<caf::actor> ranks, local_group* transport) {
+    self->state.config = config;
+    self->state.ranks = std::move(ranks);
+    self->state.transport = transport;
+    auto enqueue = [self](job j) {
+        self->state.queue.push_back(std::move(j));
+        pump(self);
+    };
+    return {
+        [self, enqueue](submit_msg& m) -> caf::result<step_answer> {
+            job j;
+            j.what = job::kind::step;
+            j.request = std::move(m.request);
+            j.promise = self->make_response_promise();
+            caf::response_promise promise = j.promise;
+            enqueue(std::move(j));
+            return promise;
+        },
+        [self, enqueue](register_msg& m) -> caf::result<op_ack> {
+            job j;
+            j.what = job::kind::reg;
+            j.reg = std::move(m);
+            j.promise = self->make_response_promise();
+            caf::response_promise promise = j.promise;
+            enqueue(std::move(j));
+            return promise;
+        },
+        [self, enqueue](release_msg& m) -> caf::result<op_ack> {
+            job j;
+            j.what = job::kind::release;
+            j.rel = m;
+            j.promise = self->make_response_promise();
+            caf::response_promise promise = j.promise;
+            enqueue(std::move(j));
+            return promise;
+        },
+        [self, enqueue](health_msg&) -> caf::result<op_ack> {
+            job j;
+            j.what = job::kind::health;
+            j.promise = self->make_response_promise();
+            caf::response_promise promise = j.promise;
+            enqueue(std::move(j));
+            return promise;
+        },
+        [self](desync_query&) -> desync_log { return desync_log{self->state.desyncs}; },
+        [self](fault_msg& m) -> caf::result<op_ack> {
+            if (m.rank < 0 || static_cast<size_t>(m.rank) >= self->state.ranks.size()) {
+                return make_caf_error(status::invalid(fmt::format("rank = {}: expected a rank in [0, {})", m.rank, self->state.ranks.size())));
+            }
+            self->delegate(self->state.ranks[static_cast<size_t>(m.rank)], m);
+            return caf::delegated<op_ack>{};
+        },
+    };
+}
+
+}  // namespace
+
+caf::actor spawn_coordinator_actor(caf::actor_system& system, const group_config& config, std::vector<caf::actor> ranks,
+                                   local_group& transport_group) {
+    return system.spawn(coordinator_actor, config, std::move(ranks), &transport_group);
+}
+
+}  // namespace ds

@@ -1,0 +1,24 @@
+// The coordinator (DESIGN.md §5): one per group, on CAF's shared scheduler (it never blocks).
+// Jobs (steps, registrations, releases) run one at a time in arrival order, so every client's
+// replies come in submission order and a rank never sees a registration overtake a step. A step
+// is validated, planned (pad_bs, reqs_per_rank, shards), fanned out to the ranks with response
+// promises and a timeout, and answered exactly once: rank 0's outputs after the digest check and
+// the rank-0 policy, or a typed error naming the field, the rank or the step.
+//
+// Messages: submit_msg -> step_answer; register_msg / release_msg / health_msg -> op_ack; desync_query ->
+// desync_log; fault_msg -> op_ack (forwarded to the rank: a test hook).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <vector>
+
+#include "config/group_config.h"
+#include "transport/local_transport.h"
+
+namespace ds {
+
+caf::actor spawn_coordinator_actor(caf::actor_system& system, const group_config& config, std::vector<caf::actor> ranks,
+                                   local_group& transport_group);
+
+}  // namespace ds

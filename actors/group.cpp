@@ -1,0 +1,147 @@
+// The embedding API (include/distsample/group.h) over the actors: an actor system, the local
+// transport, TP rank actors and a coordinator. A small client actor turns replies into futures.
+#include <distsample/group.h>
+
+#include <fmt/format.h>
+
+#include "actors/coordinator_actor.h"
+#include "actors/messages.h"
+#include "actors/rank_actor.h"
+
+namespace ds {
+
+namespace {
+
+caf::actor_system_config& with_types(caf::actor_system_config& cfg) {
+    cfg.add_message_types<caf::id_block::distsample>();
+    // The shared scheduler only runs the coordinator and the client: one worker is plenty, and
+    // spinning workers would take the cores the rank threads compute on.
+    cfg.set("scheduler.max-threads", 1);
+    cfg.set("work-stealing.aggressive-poll-attempts", 1);
+    cfg.set("work-stealing.moderate-poll-attempts", 0);
+    return cfg;
+}
+
+// Extra time a blocking call waits beyond the coordinator's own step timeout, which always
+// answers first; this only guards against a coordinator that is gone.
+constexpr std::chrono::seconds kReplyMargin{5};
+
+// Forwards the caller's steps to the coordinator in arrival order and turns each answer into the
+// fulfilment of a std::promise, without blocking a scheduler thread.
+caf::behavior client_actor(caf::event_based_actor* self, caf::actor coordinator, std::chrono::milliseconds timeout) {
+    return {
+        [self, coordinator, timeout](client_submit_msg& m) {
+            auto reply = m.reply;
+            self->request(coordinator, timeout, submit_msg{m.request})
+                .then(
+                    [reply](step_answer& answer) {
+                        step_reply r;
+                        r.step_id = answer.step_id;
+                        r.outputs = *answer.outputs;
+                        r.desyncs = std::move(answer.desyncs);
+                        r.timing = answer.timing;
+                        reply->set_value(std::move(r));
+                    },
+                    [reply](caf::error& e) {
+                        step_reply r;
+                        r.result = to_status(e, "coordinator");
+                        reply->set_value(std::move(r));
+                    });
+        },
+    };
+}
+
+}  // namespace
+
+struct group::impl {
+    group_config config;
+    caf::actor_system_config system_config;
+    caf::actor_system system;
+    local_group transport;
+    std::vector<caf::actor> ranks;
+    caf::actor coordinator;
+    caf::actor client;
+
+    impl(const group_config& c, const local_group_config& t)
+        : config(c), system(with_types(system_config)), transport(t) {}
+
+    // Sends `msg` to the coordinator and waits for its answer (bounded).
+    template <class Answer, class Msg>
+    status ask(Msg msg, Answer& answer) {
+        caf::scoped_actor self{system};
+        status result;
+        self->request(coordinator, config.step_timeout + kReplyMargin, std::move(msg))
+            .receive([&](Answer& a) { answer = std::move(a); },
+                     [&](caf::error& e) { result = to_status(e, "coordinator"); });
+        return result;
+    }
+};
+
+status group::create(const group_config& config, std::unique_ptr<group>& out) {
+    if (std::string e = validate_group_config(config); !e.empty()) return status::invalid(e);
+    local_group_config t;
+    t.world_size = config.tp;
+    t.vocab_size = config.vocab_size;
+    const int64_t max_rows = int64_t{config.limits().max_pad_bs()} * config.max_tokens_per_req;
+    t.max_swap_rows = config.mode == dist_mode::gathered ? max_rows : config.mode == dist_mode::swap ? max_rows / config.tp : 0;
+    // The sharded sampler's largest collective: two 256-bin histograms per row.
+    t.max_collective_bytes = static_cast<size_t>(max_rows) * 512 * sizeof(uint64_t);
+    t.timeout = config.transport_timeout;
+    if (std::string e = t.validate(); !e.empty()) return status::invalid(e);
+    auto state = std::make_unique<impl>(config, t);
+    for (int32_t r = 0; r < config.tp; ++r) state->ranks.push_back(spawn_rank_actor(state->system, config, r, state->transport));
+    state->coordinator = spawn_coordinator_actor(state->system, config, state->ranks, state->transport);
+    state->client = state->system.spawn(client_actor, state->coordinator, config.step_timeout + kReplyMargin);
+    out.reset(new group(std::move(state)));
+    // Building a rank's backend can fail (e.g. cuda not built): say so now, naming the rank.
+    return out->health();
+}
+
+group::group(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
+
+group::~group() {
+    // Wake ranks blocked in a collective, then stop every actor; the actor system joins them.
+    impl_->transport.abort("group shut down");
+    caf::anon_send_exit(impl_->client, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(impl_->coordinator, caf::exit_reason::user_shutdown);
+    for (const caf::actor& rank : impl_->ranks) caf::anon_send_exit(rank, caf::exit_reason::user_shutdown);
+}
+
+const group_config& group::config() const { return impl_->config; }
+
+status group::register_request(int32_t slot, const sampling_params& params, const std::vector<int32_t>& history) {
+    op_ack ack;
+    return impl_->ask(register_msg{slot, params, history}, ack);
+}
+
+status group::release(int32_t slot) {
+    op_ack ack;
+    return impl_->ask(release_msg{slot}, ack);
+}
+
+std::future<step_reply> group::submit(step_request step) {
+    auto promise = std::make_shared<std::promise<step_reply>>();
+    std::future<step_reply> future = promise->get_future();
+    caf::anon_send(impl_->client, client_submit_msg{std::make_shared<const step_request>(std::move(step)), promise});
+    return future;
+}
+
+step_reply group::step(step_request step) { return submit(std::move(step)).get(); }
+
+status group::health() {
+    op_ack ack;
+    return impl_->ask(health_msg{}, ack);
+}
+
+std::vector<desync_event> group::desync_events() {
+    desync_log log;
+    status s = impl_->ask(desync_query{}, log);
+    return s.is_ok() ? log.events : std::vector<desync_event>{};
+}
+
+status group::inject_fault(int32_t rank, rank_fault fault) {
+    op_ack ack;
+    return impl_->ask(fault_msg{rank, fault}, ack);
+}
+
+}  // namespace ds

@@ -1,0 +1,84 @@
+#include "actors/rank_actor.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <vector>
+
+#include "actors/messages.h"
+#include "actors/rank_engine.h"
+
+namespace ds {
+
+namespace {
+
+struct rank_state {
+    std::unique_ptr<rank_engine> engine;
+    local_endpoint* endpoint = nullptr;
+    rank_fault fault = rank_fault::none;
+    std::shared_ptr<const step_outputs> last_outputs;  // committed when the coordinator says "your own"
+    std::vector<caf::response_promise> unanswered;      // the stall hook's swallowed steps
+    static inline const char* name = "distsample.rank";
+};
+
+caf::behavior rank_actor(caf::stateful_actor<rank_state>* self, group_config config, int32_t rank, local_group* transport_group) {
+    self->state.endpoint = &transport_group->endpoint(rank);
+    self->state.engine = std::make_unique<rank_engine>(config, rank, *self->state.endpoint);
+    auto ack = [self, rank](const status& s) -> caf::result<op_ack> {
+        if (!s.is_ok()) return make_caf_error(status{s.code, fmt::format("rank {}: {}", rank, s.message)});
+        return op_ack{rank};
+    };
+    return {
+        [self, ack](register_msg& m) -> caf::result<op_ack> {
+            return ack(self->state.engine->register_request(m.slot, m.params, m.history));
+        },
+        [self, ack](release_msg& m) -> caf::result<op_ack> { return ack(self->state.engine->release(m.slot)); },
+        [self, ack](health_msg&) -> caf::result<op_ack> { return ack(self->state.engine->init_status()); },
+        [self, rank](fault_msg& m) -> caf::result<op_ack> {
+            self->state.fault = m.fault;
+            return op_ack{rank};
+        },
+        [self, rank, vocab = config.vocab_size](run_step_msg& m) -> caf::result<rank_result> {
+            rank_state& st = self->state;
+            if (st.fault == rank_fault::stall) {
+                st.fault = rank_fault::none;
+                st.unanswered.push_back(self->make_response_promise());
+                return caf::delegated<rank_result>{};
+            }
+            st.endpoint->set_epoch(m.step->id);
+            auto outputs = std::make_shared<step_outputs>();
+            status s = st.engine->run(*m.step, *outputs);
+            if (s.is_ok() && st.fault == rank_fault::alter_token && outputs->batch_size() > 0) {
+                st.fault = rank_fault::none;
+                outputs->packed[0] = (outputs->packed[0] + 1) % vocab;
+            }
+            rank_result result;
+            result.rank = rank;
+            result.step_id = m.step->id;
+            result.code = static_cast<int32_t>(s.code);
+            result.message = s.message;
+            result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns()};
+            if (s.is_ok()) {
+                result.digest = outputs->digest();
+                result.outputs = outputs;
+                st.last_outputs = outputs;
+            }
+            return result;
+        },
+        [self](commit_msg& m) {
+            rank_state& st = self->state;
+            const std::shared_ptr<const step_outputs> agreed = m.agreed ? m.agreed : st.last_outputs;
+            if (!agreed) return;
+            status s = st.engine->commit(*m.step, *agreed);
+            if (!s.is_ok()) fmt::print(stderr, "distsample rank {}: commit of step {} failed: {}\n", st.engine->rank(), m.step->id, s.message);
+        },
+    };
+}
+
+}  // namespace
+
+caf::actor spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank, local_group& transport_group) {
+    return system.spawn<caf::detached>(rank_actor, config, rank, &transport_group);
+}
+
+}  // namespace ds

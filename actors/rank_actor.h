@@ -1,0 +1,17 @@
+// One actor per TP rank, spawned detached: collectives block, so a rank gets its own thread and
+// never blocks CAF's shared scheduler. It owns a rank_engine (pool, backend, transport endpoint).
+//
+// Messages: register_msg / release_msg / health_msg -> op_ack; run_step_msg -> rank_result (failures are
+// results too, so the coordinator can name the rank); commit_msg (no reply); fault_msg -> op_ack.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include "config/group_config.h"
+#include "transport/local_transport.h"
+
+namespace ds {
+
+caf::actor spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank, local_group& transport_group);
+
+}  // namespace ds

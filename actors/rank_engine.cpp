@@ -1,0 +1,161 @@
+#include "actors/rank_engine.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+
+namespace ds {
+
+namespace {
+
+kernel_config rank_kernel_config(const group_config& config, int32_t max_batch) {
+    kernel_config k;
+    k.vocab_size = config.vocab_size;
+    k.max_slots = config.max_slots;
+    k.max_batch = max_batch;
+    k.max_tokens_per_req = config.max_tokens_per_req;
+    k.max_penalty_tokens = config.max_penalty_tokens;
+    k.max_logit_bias = config.max_logit_bias;
+    k.threads = config.threads_per_rank;
+    return k;
+}
+
+}  // namespace
+
+rank_engine::rank_engine(const group_config& config, int32_t rank, transport& endpoint)
+    : config_(config), rank_(rank), endpoint_(endpoint) {
+    const int32_t max_pad_bs = config.limits().max_pad_bs();
+    if (config.mode == dist_mode::sharded) {
+        if (config.backend != "cpu") {
+            init_status_ = {status_code::unsupported, fmt::format("backend = '{}': sharded mode runs on the cpu backend only", config.backend)};
+            return;
+        }
+        const kernel_config k = rank_kernel_config(config, config.max_batch);
+        if (std::string e = validate_kernel_config(k); !e.empty()) {
+            init_status_ = status::invalid(e);
+            return;
+        }
+        shard_pool_ = std::make_unique<param_pool>(k);
+        sharded_ = std::make_unique<sharded_sampler>(config, rank);
+        return;
+    }
+    backend_kind kind{};
+    init_status_ = parse_backend_kind(config.backend, kind);
+    if (!init_status_.is_ok()) return;
+    // swap samples reqs_per_rank requests; gathered samples the whole batch on every rank.
+    const int32_t max_batch = config.mode == dist_mode::swap ? max_pad_bs / config.tp : config.max_batch;
+    init_status_ = make_backend(kind, rank_kernel_config(config, max_batch), backend_);
+    if (!init_status_.is_ok()) return;
+    if (config.mode == dist_mode::swap) {
+        const size_t block = static_cast<size_t>(max_batch) * static_cast<size_t>(2 * config.max_tokens_per_req + 1);
+        const size_t extra = static_cast<size_t>(max_batch) * static_cast<size_t>(config.max_tokens_per_req + 1);
+        packed_block_.resize(block);
+        gathered_blocks_.resize(block * static_cast<size_t>(config.tp));
+        extra_block_.resize(extra);
+        gathered_extras_.resize(extra * static_cast<size_t>(config.tp));
+        local_out_.resize(max_batch, config.max_tokens_per_req);
+    }
+}
+
+param_pool& rank_engine::pool() { return backend_ ? backend_->pool() : *shard_pool_; }
+
+status rank_engine::register_request(int32_t slot, const sampling_params& params, const std::vector<int32_t>& history) {
+    if (!init_status_.is_ok()) return init_status_;
+    return pool().register_request(slot, params, history.data(), static_cast<int32_t>(history.size()));
+}
+
+status rank_engine::release(int32_t slot) {
+    if (!init_status_.is_ok()) return init_status_;
+    return pool().release(slot);
+}
+
+status rank_engine::run(const dist_step& step, step_outputs& out) {
+    if (!init_status_.is_ok()) return init_status_;
+    out.resize(step.plan.bs, step.plan.tokens_per_req);
+    const auto start = std::chrono::steady_clock::now();
+    endpoint_.reset();
+    status s;
+    switch (config_.mode) {
+        case dist_mode::gathered: s = run_gathered(step, out); break;
+        case dist_mode::swap: s = run_swap(step, out); break;
+        case dist_mode::sharded: s = sharded_->run(step, *shard_pool_, endpoint_, out); break;
+    }
+    last_run_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    last_transport_ns_ = endpoint_.elapsed_ns();
+    return s;
+}
+
+status rank_engine::run_gathered(const dist_step& step, step_outputs& out) {
+    const int64_t rows = int64_t{step.plan.bs} * step.plan.tokens_per_req;
+    logits_view full;
+    status s = endpoint_.swap_batch_vocab(step.shards[static_cast<size_t>(rank_)], 0, rows, full);
+    if (!s.is_ok()) return s;
+    const step_input in = step.slice(0, step.plan.bs, full);
+    return step.kind == step_kind::sample ? backend_->sample(in, out.view()) : backend_->verify(in, out.view());
+}
+
+// The seed's batch-DP: swap the vocab so this rank holds its requests' full rows, sample them,
+// then all-gather the packed [reqs_per_rank, 2N+1] blocks (and the logprobs and error flags).
+status rank_engine::run_swap(const dist_step& step, step_outputs& out) {
+    const step_plan& plan = step.plan;
+    const int32_t n = plan.tokens_per_req;
+    const int32_t per_rank = plan.reqs_per_rank;
+    const int32_t first = plan.first_request(rank_);
+    logits_view mine;
+    status s = endpoint_.swap_batch_vocab(step.shards[static_cast<size_t>(rank_)], int64_t{first} * n, int64_t{per_rank} * n, mine);
+    if (!s.is_ok()) return s;
+    const step_input in = step.slice(first, per_rank, mine);
+    const step_output local = local_out_.view();
+    s = step.kind == step_kind::sample ? backend_->sample(in, local) : backend_->verify(in, local);
+    if (!s.is_ok()) return s;
+
+    // Block row: predict [N] | accept_index [N] (global row ids) | accept_length.
+    const int32_t width = 2 * n + 1;
+    const int32_t* lengths = accept_length_of(local, per_rank, n);
+    const int32_t row_offset = first * n;
+    for (int32_t b = 0; b < per_rank; ++b) {
+        int32_t* row = packed_block_.data() + static_cast<size_t>(b) * width;
+        for (int32_t j = 0; j < n; ++j) {
+            const int32_t index = local.accept_index[b * n + j];
+            row[j] = local.packed[b * n + j];
+            row[n + j] = index < 0 ? index : index + row_offset;
+        }
+        row[2 * n] = lengths[b];
+    }
+    const size_t block_ints = static_cast<size_t>(per_rank) * static_cast<size_t>(width);
+    s = endpoint_.gather_verify_outputs(packed_block_.data(), block_ints, gathered_blocks_.data());
+    if (!s.is_ok()) return s;
+    // Logprobs (as bits) and error flags travel in a second gather: [reqs_per_rank, N+1].
+    const int32_t extra_width = n + 1;
+    for (int32_t b = 0; b < per_rank; ++b) {
+        int32_t* row = extra_block_.data() + static_cast<size_t>(b) * extra_width;
+        std::memcpy(row, local.logprobs + b * n, static_cast<size_t>(n) * sizeof(float));
+        row[n] = local.row_error[b];
+    }
+    s = endpoint_.all_gather(extra_block_.data(), static_cast<size_t>(per_rank) * extra_width * sizeof(int32_t),
+                             gathered_extras_.data());
+    if (!s.is_ok()) return s;
+    // Blocks arrive in rank order, i.e. in request order; phantom requests are dropped.
+    int32_t* predict = predict_of(out.view());
+    int32_t* out_lengths = accept_length_of(out.view(), plan.bs, n);
+    for (int32_t b = 0; b < plan.bs; ++b) {
+        const int32_t* row = gathered_blocks_.data() + static_cast<size_t>(b) * width;
+        const int32_t* extra = gathered_extras_.data() + static_cast<size_t>(b) * extra_width;
+        std::memcpy(predict + b * n, row, static_cast<size_t>(n) * sizeof(int32_t));
+        std::memcpy(out.accept_index.data() + b * n, row + n, static_cast<size_t>(n) * sizeof(int32_t));
+        out_lengths[b] = row[2 * n];
+        std::memcpy(out.logprobs.data() + b * n, extra, static_cast<size_t>(n) * sizeof(float));
+        out.row_error[static_cast<size_t>(b)] = static_cast<uint8_t>(extra[n]);
+    }
+    return status::success();
+}
+
+status rank_engine::commit(const dist_step& step, const step_outputs& agreed) {
+    if (!init_status_.is_ok()) return init_status_;
+    const step_input in = step.slice(0, step.plan.bs, logits_view{});
+    // record_step_tokens only reads the outputs; step_output's pointers are mutable for writers.
+    return record_step_tokens(pool(), in, const_cast<step_outputs&>(agreed).view());
+}
+
+}  // namespace ds

@@ -1,0 +1,60 @@
+// What one TP rank does, without the actor around it: owns the rank's parameter pool, its
+// sampling backend (full-vocab rows for `gathered` and `swap`) or shard sampler (`sharded`), and
+// runs a planned step through its transport endpoint. The rank actor (rank_actor.h) wraps one.
+#pragma once
+
+#include <memory>
+
+#include "actors/dist_step.h"
+#include "actors/sharded_sampler.h"
+#include "config/group_config.h"
+#include "kernels/sampling_backend.h"
+#include "transport/timed_transport.h"
+
+namespace ds {
+
+class rank_engine {
+   public:
+    // Builds the rank's backend; check status() before use.
+    rank_engine(const group_config& config, int32_t rank, transport& endpoint);
+
+    const status& init_status() const { return init_status_; }
+    int32_t rank() const { return rank_; }
+
+    status register_request(int32_t slot, const sampling_params& params, const std::vector<int32_t>& history);
+    status release(int32_t slot);
+
+    // Runs the step; `out` receives the outputs of the step's bs requests (every rank ends with
+    // the whole batch's outputs).
+    status run(const dist_step& step, step_outputs& out);
+
+    // Time the last run() took in all, and the part of it spent in collectives.
+    int64_t last_run_ns() const { return last_run_ns_; }
+    int64_t last_transport_ns() const { return last_transport_ns_; }
+
+    // Adds the outputs every rank agreed on to the slots' penalty counts.
+    status commit(const dist_step& step, const step_outputs& agreed);
+
+   private:
+    param_pool& pool();
+    status run_gathered(const dist_step& step, step_outputs& out);
+    status run_swap(const dist_step& step, step_outputs& out);
+
+    group_config config_;
+    int32_t rank_;
+    timed_transport endpoint_;
+    status init_status_;
+    int64_t last_run_ns_ = 0;
+    int64_t last_transport_ns_ = 0;
+    std::unique_ptr<sampling_backend> backend_;   // gathered, swap
+    std::unique_ptr<param_pool> shard_pool_;      // sharded: parameters over the global vocab
+    std::unique_ptr<sharded_sampler> sharded_;    // sharded
+    // swap: this rank's outputs and the gathered blocks, sized once.
+    step_outputs local_out_;
+    std::vector<int32_t> packed_block_;
+    std::vector<int32_t> gathered_blocks_;
+    std::vector<int32_t> extra_block_;  // logprob bits and error flags
+    std::vector<int32_t> gathered_extras_;
+};
+
+}  // namespace ds

@@ -1,0 +1,293 @@
+#include "actors/sharded_sampler.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/det_math.h"
+
+namespace ds {
+
+namespace dm = ds::detmath;
+
+namespace {
+
+// Monotone map of a float to uint32 (larger float, larger key). -0.0 counts as +0.0, as the
+// backend's `>` comparison does.
+uint32_t ordered_bits(float f) {
+    const uint32_t u = dm::float_as_bits(f == 0.0f ? 0.0f : f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+float from_ordered_bits(uint32_t o) { return dm::bits_as_float((o & 0x80000000u) ? (o & 0x7FFFFFFFu) : ~o); }
+
+// (logit, -index) packed so that all_reduce(max) yields the max logit at the lowest index; 0 = none.
+uint64_t argmax_key(float logit, int32_t global_token) {
+    return (uint64_t{ordered_bits(logit)} << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(global_token));
+}
+
+constexpr int kBins = 256;
+
+}  // namespace
+
+sharded_sampler::sharded_sampler(const group_config& config, int32_t rank)
+    : rank_(rank),
+      world_(config.tp),
+      shard_vocab_(config.vocab_size / config.tp),
+      vocab_offset_(rank * shard_vocab_),
+      logits_(static_cast<size_t>(config.max_batch) * static_cast<size_t>(config.max_tokens_per_req) * static_cast<size_t>(shard_vocab_)),
+      masses_(logits_.size()) {}
+
+status sharded_sampler::select_cut(transport& endpoint, const std::vector<uint64_t>& goals, bool by_mass,
+                                   std::vector<cpu::filter_cut>& cuts, std::vector<uint64_t>& selected) {
+    std::vector<size_t> active;  // the same on every rank: goals are
+    for (size_t row = 0; row < goals.size(); ++row) {
+        if (goals[row] > 0) active.push_back(row);
+    }
+    if (active.empty()) return status::success();
+    const size_t a = active.size();
+    std::vector<uint64_t> prefix(a, 0), above_count(a, 0), above_mass(a, 0);
+    std::vector<cpu::filter_cut> local(a);
+    for (size_t i = 0; i < a; ++i) local[i] = cpu::localize_cut(cuts[active[i]], vocab_offset_, shard_vocab_);
+    std::vector<uint64_t> histograms(a * 2 * kBins);
+    // Q <= 2^40 fits in six 8-bit digits.
+    for (int shift = 40; shift >= 0; shift -= 8) {
+        std::fill(histograms.begin(), histograms.end(), 0);
+        for (size_t i = 0; i < a; ++i) {
+            uint64_t* counts = histograms.data() + i * 2 * kBins;
+            cpu::mass_histogram(row_masses(static_cast<int64_t>(active[i])), shard_vocab_, local[i], prefix[i], shift, counts, counts + kBins);
+        }
+        if (status s = endpoint.all_reduce(histograms.data(), histograms.size(), reduce_op::sum); !s.is_ok()) return s;
+        for (size_t i = 0; i < a; ++i) {
+            const uint64_t* counts = histograms.data() + i * 2 * kBins;
+            const uint64_t* masses = counts + kBins;
+            const uint64_t goal = goals[active[i]];
+            int digit = 0;
+            for (int d = kBins - 1; d >= 0; --d) {
+                const uint64_t have = by_mass ? above_mass[i] : above_count[i];
+                if (have + (by_mass ? masses[d] : counts[d]) >= goal) {
+                    digit = d;
+                    break;
+                }
+                above_count[i] += counts[d];
+                above_mass[i] += masses[d];
+            }
+            prefix[i] = (prefix[i] << 8) | static_cast<uint64_t>(digit);
+        }
+    }
+    // prefix is now the boundary's mass q; the boundary is the j-th token of mass q (index order).
+    std::vector<uint64_t> needed(a), mine(a), every(a * static_cast<size_t>(world_));
+    for (size_t i = 0; i < a; ++i) {
+        const uint64_t q = prefix[i];
+        const uint64_t goal = goals[active[i]];
+        needed[i] = by_mass ? (goal - above_mass[i] + q - 1) / q : goal - above_count[i];
+        mine[i] = static_cast<uint64_t>(cpu::count_with_mass(row_masses(static_cast<int64_t>(active[i])), shard_vocab_, local[i], q));
+    }
+    if (status s = endpoint.all_gather(mine.data(), a * sizeof(uint64_t), every.data()); !s.is_ok()) return s;
+    std::vector<uint64_t> announced(a, 0);  // boundary's global index + 1, from its owner
+    for (size_t i = 0; i < a; ++i) {
+        uint64_t before = 0;
+        for (int32_t r = 0; r < rank_; ++r) before += every[static_cast<size_t>(r) * a + i];
+        if (needed[i] > before && needed[i] <= before + mine[i]) {
+            const int32_t token = cpu::nth_with_mass(row_masses(static_cast<int64_t>(active[i])), shard_vocab_, local[i], prefix[i],
+                                                     static_cast<int64_t>(needed[i] - before - 1));
+            announced[i] = static_cast<uint64_t>(vocab_offset_ + token) + 1;
+        }
+    }
+    if (status s = endpoint.all_reduce(announced.data(), a, reduce_op::max); !s.is_ok()) return s;
+    for (size_t i = 0; i < a; ++i) {
+        cpu::filter_cut& cut = cuts[active[i]];
+        cut.has_boundary = true;
+        cut.boundary_mass = prefix[i];
+        cut.boundary_token = static_cast<int32_t>(announced[i]) - 1;
+        selected[active[i]] = above_mass[i] + needed[i] * prefix[i];
+    }
+    return status::success();
+}
+
+status sharded_sampler::run(const dist_step& step, const param_pool& pool, transport& endpoint, step_outputs& out) {
+    const int32_t bs = step.plan.bs;
+    const int32_t n = step.plan.tokens_per_req;
+    const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
+    const int32_t words = bitmask_words(shard_vocab_ * world_);
+    const logits_view& shard = step.shards[static_cast<size_t>(rank_)];
+    auto params_of = [&](size_t row) -> const sampling_params& { return pool.params(step.slots[row / static_cast<size_t>(n)]); };
+
+    // 1. Processed shard rows and the global argmax of each.
+    std::vector<uint64_t> keys(rows, 0);
+    for (size_t row = 0; row < rows; ++row) {
+        const int32_t slot = step.slots[row / static_cast<size_t>(n)];
+        const uint32_t* mask = step.bitmask.empty() ? nullptr : step.bitmask.data() + row * static_cast<size_t>(words);
+        float* l = logits_.data() + row * static_cast<size_t>(shard_vocab_);
+        cpu::prepare_shard_logits(shard, static_cast<int64_t>(row), pool.params(slot), pool.seen_tokens(slot), mask, vocab_offset_, l);
+        const int32_t best = cpu::argmax_of(l, shard_vocab_);
+        if (best >= 0) keys[row] = argmax_key(l[best], vocab_offset_ + best);
+    }
+    if (status s = endpoint.all_reduce(keys.data(), rows, reduce_op::max); !s.is_ok()) return s;
+    std::vector<int32_t> top(rows, -1);
+    std::vector<float> max_logit(rows, 0.0f);
+    std::vector<uint8_t> stochastic(rows, 0);
+    for (size_t row = 0; row < rows; ++row) {
+        if (keys[row] == 0) continue;
+        top[row] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(keys[row]));
+        max_logit[row] = from_ordered_bits(static_cast<uint32_t>(keys[row] >> 32));
+        stochastic[row] = is_greedy(params_of(row)) ? 0 : 1;
+    }
+
+    // 2. Masses with the global max; nonzero counts and masses over the row.
+    std::vector<uint64_t> totals(2 * rows, 0);  // [count, mass] per row
+    for (size_t row = 0; row < rows; ++row) {
+        if (!stochastic[row]) continue;
+        uint64_t* mass = masses_.data() + row * static_cast<size_t>(shard_vocab_);
+        cpu::masses_of(row_logits(static_cast<int64_t>(row)), shard_vocab_, max_logit[row], params_of(row).temperature, mass);
+        for (int32_t i = 0; i < shard_vocab_; ++i) {
+            totals[2 * row] += mass[i] > 0 ? 1 : 0;
+            totals[2 * row + 1] += mass[i];
+        }
+    }
+    if (status s = endpoint.all_reduce(totals.data(), totals.size(), reduce_op::sum); !s.is_ok()) return s;
+
+    // 3. top-k, then top-p within the top-k, as in the backend; min_p last.
+    std::vector<cpu::filter_cut> cuts(rows);
+    std::vector<uint64_t> goals(rows, 0), top_k_mass(rows, 0);
+    for (size_t row = 0; row < rows; ++row) {
+        const sampling_params& p = params_of(row);
+        top_k_mass[row] = totals[2 * row + 1];
+        if (stochastic[row] && p.top_k >= 0 && static_cast<uint64_t>(p.top_k) < totals[2 * row]) goals[row] = static_cast<uint64_t>(p.top_k);
+    }
+    if (status s = select_cut(endpoint, goals, false, cuts, top_k_mass); !s.is_ok()) return s;
+    for (size_t row = 0; row < rows; ++row) {
+        const sampling_params& p = params_of(row);
+        goals[row] = stochastic[row] && p.top_p < 1.0f ? dm::top_p_mass_target(p.top_p, top_k_mass[row]) : 0;
+    }
+    std::vector<uint64_t> unused(rows, 0);
+    if (status s = select_cut(endpoint, goals, true, cuts, unused); !s.is_ok()) return s;
+    for (size_t row = 0; row < rows; ++row) cuts[row].min_mass = std::max<uint64_t>(1, dm::min_p_mass_threshold(params_of(row).min_p));
+
+    // 4. Every rank's kept mass and the draft's kept mass (from its owner), per row.
+    std::vector<uint64_t> mine(2 * rows, 0), every(2 * rows * static_cast<size_t>(world_));
+    std::vector<cpu::filter_cut> local_cuts(rows);
+    for (size_t row = 0; row < rows; ++row) {
+        if (!stochastic[row]) continue;
+        local_cuts[row] = cpu::localize_cut(cuts[row], vocab_offset_, shard_vocab_);
+        const uint64_t* mass = row_masses(static_cast<int64_t>(row));
+        mine[2 * row] = cpu::kept_mass(mass, shard_vocab_, local_cuts[row]);
+        const size_t b = row / static_cast<size_t>(n);
+        const size_t j = row % static_cast<size_t>(n);
+        if (j + 1 < static_cast<size_t>(n)) {
+            const int32_t draft = step.candidates[b * static_cast<size_t>(n) + j + 1] - vocab_offset_;
+            if (draft >= 0 && draft < shard_vocab_ && local_cuts[row].keeps(draft, mass[draft])) mine[2 * row + 1] = mass[draft];
+        }
+    }
+    if (status s = endpoint.all_gather(mine.data(), mine.size() * sizeof(uint64_t), every.data()); !s.is_ok()) return s;
+    auto kept_on = [&](int32_t r, size_t row) { return every[static_cast<size_t>(r) * 2 * rows + 2 * row]; };
+    auto draft_mass_of = [&](size_t row) {
+        uint64_t sum = 0;
+        for (int32_t r = 0; r < world_; ++r) sum += every[static_cast<size_t>(r) * 2 * rows + 2 * row + 1];
+        return sum;
+    };
+
+    // 5. The chains: identical decisions on every rank; at most one final draw per request.
+    struct draw {
+        size_t row = 0;
+        uint64_t target = 0;
+        int32_t excluded = -1;  // global token id or -1
+    };
+    std::vector<draw> draws(static_cast<size_t>(bs));
+    std::vector<uint8_t> drawing(static_cast<size_t>(bs), 0);
+    int32_t* predict = out.packed.data();
+    int32_t* lengths = out.packed.data() + rows;
+    std::fill(out.packed.begin(), out.packed.end(), -1);
+    std::fill(out.accept_index.begin(), out.accept_index.end(), -1);
+    std::fill(out.logprobs.begin(), out.logprobs.end(), std::numeric_limits<float>::quiet_NaN());
+    for (int32_t b = 0; b < bs; ++b) {
+        const sampling_params& p = pool.params(step.slots[static_cast<size_t>(b)]);
+        const uint64_t position = static_cast<uint64_t>(step.positions[static_cast<size_t>(b)]);
+        const size_t base = static_cast<size_t>(b) * static_cast<size_t>(n);
+        int32_t accepted = 0;
+        for (int32_t j = 0; j < n; ++j) {
+            const size_t row = base + static_cast<size_t>(j);
+            const bool has_draft = j + 1 < n;
+            const int32_t draft = has_draft ? step.candidates[row + 1] : -1;
+            bool draft_accepted = false;
+            int32_t emitted = -1;
+            if (top[row] < 0) {
+                emitted = -1;
+            } else if (!stochastic[row]) {
+                draft_accepted = has_draft && draft == top[row];
+                emitted = top[row];
+            } else {
+                uint64_t kept = 0;
+                for (int32_t r = 0; r < world_; ++r) kept += kept_on(r, row);
+                uint64_t excluded_mass = 0;
+                if (has_draft) {
+                    const uint64_t draft_mass = draft_mass_of(row);
+                    const double prob = static_cast<double>(draft_mass) / static_cast<double>(kept);
+                    const double coin = !step.coins.empty()
+                                            ? step.coins[static_cast<size_t>(b) * static_cast<size_t>(n - 1) + static_cast<size_t>(j)]
+                                            : dm::bits_to_unit_double(dm::random_bits64(p.seed, position, static_cast<uint32_t>(j + 1), dm::draw_purpose::coin));
+                    draft_accepted = prob >= step.thresholds.single || (draft_mass > 0 && coin <= prob / step.thresholds.acc);
+                    excluded_mass = draft_mass;
+                }
+                if (!draft_accepted) {
+                    const uint64_t bits = !step.final_coins.empty()
+                                              ? dm::unit_double_to_bits(step.final_coins[static_cast<size_t>(b)])
+                                              : dm::random_bits64(p.seed, position, static_cast<uint32_t>(j), dm::draw_purpose::token);
+                    const bool residual = kept > excluded_mass;
+                    draws[static_cast<size_t>(b)] = draw{row, dm::mul_high64(bits, residual ? kept - excluded_mass : kept), residual && has_draft ? draft : -1};
+                    drawing[static_cast<size_t>(b)] = 1;
+                }
+            }
+            predict[row] = draft_accepted ? draft : emitted;
+            out.accept_index[row] = static_cast<int32_t>(row);
+            if (!draft_accepted) break;
+            ++accepted;
+        }
+        lengths[b] = accepted + 1;
+    }
+
+    // The owner of each draw's target finds the token: rank slices in rank (= index) order.
+    std::vector<uint64_t> found(static_cast<size_t>(bs), 0);
+    for (int32_t b = 0; b < bs; ++b) {
+        if (!drawing[static_cast<size_t>(b)]) continue;
+        const draw& d = draws[static_cast<size_t>(b)];
+        const int32_t excluded_owner = d.excluded < 0 ? -1 : d.excluded / shard_vocab_;
+        uint64_t before = 0;
+        for (int32_t r = 0; r < rank_; ++r) before += kept_on(r, d.row) - (r == excluded_owner ? draft_mass_of(d.row) : 0);
+        const uint64_t own = kept_on(rank_, d.row) - (rank_ == excluded_owner ? draft_mass_of(d.row) : 0);
+        if (d.target >= before && d.target - before < own) {
+            const int32_t excluded_local = rank_ == excluded_owner ? d.excluded - vocab_offset_ : -1;
+            const int32_t token = cpu::token_at_mass(row_masses(static_cast<int64_t>(d.row)), shard_vocab_, local_cuts[d.row], d.target - before, excluded_local);
+            if (token >= 0) found[static_cast<size_t>(b)] = static_cast<uint64_t>(vocab_offset_ + token) + 1;
+        }
+    }
+    if (status s = endpoint.all_reduce(found.data(), found.size(), reduce_op::max); !s.is_ok()) return s;
+    for (int32_t b = 0; b < bs; ++b) {
+        if (drawing[static_cast<size_t>(b)]) predict[draws[static_cast<size_t>(b)].row] = static_cast<int32_t>(found[static_cast<size_t>(b)]) - 1;
+    }
+
+    // 6. Logprobs of the emitted tokens: partial normalisers and the owner's shifted logit.
+    std::vector<double> partial(2 * rows, 0.0), partials(2 * rows * static_cast<size_t>(world_));
+    for (size_t row = 0; row < rows; ++row) {
+        if (out.accept_index[row] < 0 || top[row] < 0) continue;
+        const float* l = row_logits(static_cast<int64_t>(row));
+        partial[2 * row] = cpu::exp_sum(l, shard_vocab_, max_logit[row]);
+        const int32_t token = predict[row] - vocab_offset_;
+        if (predict[row] >= 0 && token >= 0 && token < shard_vocab_) {
+            partial[2 * row + 1] = l[token] == max_logit[row] ? 0.0 : static_cast<double>(l[token]) - max_logit[row];
+        }
+    }
+    if (status s = endpoint.all_gather(partial.data(), partial.size() * sizeof(double), partials.data()); !s.is_ok()) return s;
+    for (size_t row = 0; row < rows; ++row) {
+        if (out.accept_index[row] < 0 || top[row] < 0 || predict[row] < 0) continue;
+        double sum = 0.0;
+        for (int32_t r = 0; r < world_; ++r) sum += partials[static_cast<size_t>(r) * 2 * rows + 2 * row];
+        const int32_t owner = predict[row] / shard_vocab_;
+        const double shifted = partials[static_cast<size_t>(owner) * 2 * rows + 2 * row + 1];
+        out.logprobs[row] = static_cast<float>(shifted - std::log(sum));
+    }
+    for (int32_t b = 0; b < bs; ++b) out.row_error[static_cast<size_t>(b)] = predict[static_cast<size_t>(b) * n + lengths[b] - 1] < 0 ? 1 : 0;
+    return status::success();
+}
+
+}  // namespace ds

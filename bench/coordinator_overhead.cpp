@@ -1,0 +1,262 @@
+// Coordinator overhead per step (issue 4): TP = 4 rank actors on the local transport, bs = 64,
+// N = 4, V = 32000, CPU backend. Two figures per mode, p50 and p99:
+//   coordinator overhead = step latency (submit -> reply, at the caller) - the slowest rank's
+//       time inside its step (measured in the rank): the actors, the coordinator and the futures;
+//   distributed overhead = step latency - the same per-rank kernels called directly (TP threads,
+//       each verifying its bs/TP requests on full-vocab rows, no actors, no transport): adds the
+//       transport (vocab swap copies, collectives) and the sharded algorithm's extra passes.
+// The whole batch on one backend thread is timed too, for scale. A tiny step (bs = 4, N = 1,
+// greedy), at TP = 4 and at TP = 2 (no more rank threads than cores on a 2-core machine), shows
+// the messaging cost without the rank threads competing for the cores.
+#include <benchmark/benchmark.h>
+#include <distsample/group.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "kernels/sampling_backend.h"
+#include "sources/synthetic_logits.h"
+
+namespace {
+
+constexpr int32_t kTp = 4;
+constexpr int32_t kBatch = 64;
+constexpr int32_t kN = 4;
+constexpr int32_t kVocab = 32000;
+
+// Logits, candidates and parameters of one verify step over a synthetic target and draft model.
+struct workload {
+    int32_t batch;
+    int32_t n;
+    std::vector<float> logits;
+    std::vector<int32_t> candidates;
+    std::vector<int32_t> slots;
+    std::vector<int64_t> positions;
+    std::vector<ds::sampling_params> params;
+
+    workload(int32_t batch_size, int32_t tokens_per_req) : batch(batch_size), n(tokens_per_req) {
+        ds::synthetic_lm_config target_config;
+        target_config.vocab_size = kVocab;
+        ds::synthetic_lm_config draft_config = target_config;
+        draft_config.draft_noise = 1.0f;
+        const ds::synthetic_lm target(target_config);
+        const ds::synthetic_lm draft(draft_config);
+        logits.resize(static_cast<size_t>(batch) * n * kVocab);
+        std::vector<float> draft_row(kVocab);
+        for (int32_t b = 0; b < batch; ++b) {
+            ds::sampling_params p;
+            p.temperature = b % 4 == 0 || n == 1 ? 0.0f : 0.8f;
+            p.top_p = b % 3 == 0 ? 0.9f : 1.0f;
+            p.top_k = b % 5 == 0 ? 40 : -1;
+            p.seed = 1000 + static_cast<uint64_t>(b);
+            params.push_back(p);
+            slots.push_back(b + 1);
+            positions.push_back(100 + b);
+            uint64_t context = 77 + static_cast<uint64_t>(b);
+            candidates.push_back(b);
+            for (int32_t j = 0; j < n; ++j) {
+                target.logits(context, logits.data() + (static_cast<size_t>(b) * n + j) * kVocab);
+                if (j + 1 < n) {
+                    draft.logits(context, draft_row.data());
+                    const int32_t token = static_cast<int32_t>(std::max_element(draft_row.begin(), draft_row.end()) - draft_row.begin());
+                    candidates.push_back(token);
+                    context = ds::synthetic_lm::next_context(context, token);
+                }
+            }
+        }
+    }
+
+    ds::logits_view view(int32_t first_request, int32_t count) const {
+        return ds::logits_view{logits.data() + static_cast<size_t>(first_request) * n * kVocab, ds::logits_dtype::f32,
+                               int64_t{count} * n, kVocab, kVocab};
+    }
+
+    ds::step_request request(int32_t tp) const {
+        ds::step_request r;
+        r.kind = ds::step_kind::verify;
+        r.tokens_per_req = n;
+        r.slots = slots;
+        r.positions = positions;
+        r.candidates = candidates;
+        r.shards = ds::split_vocab(view(0, batch), tp);
+        return r;
+    }
+};
+
+const workload& shared_workload(int32_t batch = kBatch, int32_t n = kN) {
+    static std::map<std::pair<int32_t, int32_t>, std::unique_ptr<workload>> made;
+    std::unique_ptr<workload>& w = made[{batch, n}];
+    if (!w) w = std::make_unique<workload>(batch, n);
+    return *w;
+}
+
+struct percentiles {
+    double p50 = 0;
+    double p99 = 0;
+};
+
+percentiles of(std::vector<double> samples) {
+    std::sort(samples.begin(), samples.end());
+    auto at = [&](double q) { return samples[static_cast<size_t>(q * static_cast<double>(samples.size() - 1))]; };
+    return {at(0.50), at(0.99)};
+}
+
+std::map<ds::dist_mode, percentiles>& latencies() {
+    static std::map<ds::dist_mode, percentiles> by_mode;
+    return by_mode;
+}
+
+std::vector<std::string>& report() {
+    static std::vector<std::string> lines;
+    return lines;
+}
+
+void BM_CoordinatorStep(benchmark::State& state) {
+    const auto mode = static_cast<ds::dist_mode>(state.range(0));
+    const workload& w = shared_workload(static_cast<int32_t>(state.range(1)), static_cast<int32_t>(state.range(2)));
+    ds::group_config config;
+    config.tp = static_cast<int32_t>(state.range(3));
+    config.vocab_size = kVocab;
+    config.max_batch = w.batch;
+    config.max_tokens_per_req = w.n;
+    config.max_slots = w.batch + 1;
+    config.mode = mode;
+    std::unique_ptr<ds::group> group;
+    if (ds::status s = ds::group::create(config, group); !s.is_ok()) {
+        state.SkipWithError(s.message.c_str());
+        return;
+    }
+    for (int32_t b = 0; b < w.batch; ++b) {
+        if (!group->register_request(b + 1, w.params[static_cast<size_t>(b)]).is_ok()) {
+            state.SkipWithError("register failed");
+            return;
+        }
+    }
+    std::vector<double> latency_us, overhead_us, transport_us;
+    latency_us.reserve(state.max_iterations);
+    for (auto _ : state) {
+        ds::step_request request = w.request(config.tp);  // built outside the timed region
+        const auto start = std::chrono::steady_clock::now();
+        const ds::step_reply reply = group->step(std::move(request));
+        const double latency = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+        if (!reply.result.is_ok()) {
+            state.SkipWithError(reply.result.message.c_str());
+            return;
+        }
+        state.SetIterationTime(latency * 1e-6);
+        latency_us.push_back(latency);
+        overhead_us.push_back(latency - static_cast<double>(reply.timing.rank_step_ns) * 1e-3);
+        transport_us.push_back(static_cast<double>(reply.timing.rank_transport_ns) * 1e-3);
+    }
+    const percentiles l = of(latency_us), o = of(overhead_us), t = of(transport_us);
+    state.counters["latency_p50_us"] = l.p50;
+    state.counters["coordinator_p50_us"] = o.p50;
+    state.counters["coordinator_p99_us"] = o.p99;
+    const bool full = w.batch == kBatch && config.tp == kTp;
+    if (full) latencies()[mode] = l;
+    report().push_back(fmt::format("{:<9} {} step latency p50 {:9.1f} us  p99 {:9.1f} us | coordinator overhead p50 {:7.1f} us  p99 {:7.1f} us | rank time in collectives p50 {:8.1f} us",
+                                   ds::mode_name(mode), fmt::format("TP={} bs={:<2} N={}", config.tp, w.batch, w.n), l.p50, l.p99, o.p50, o.p99, t.p50));
+}
+
+// The kernels alone. `ranks` backends, each verifying `requests` requests (its share of the
+// batch) on full-vocab rows, on one thread each: ranks = TP gives the per-rank kernels of a
+// batch-DP step; ranks = 1 with the whole batch is the undistributed baseline.
+void BM_DirectKernels(benchmark::State& state) {
+    const auto ranks = static_cast<int32_t>(state.range(0));
+    const int32_t requests = kBatch / ranks;
+    const workload& w = shared_workload();
+    ds::kernel_config config;
+    config.vocab_size = kVocab;
+    config.max_batch = requests;
+    config.max_tokens_per_req = kN;
+    config.max_slots = kBatch + 1;
+    config.threads = 1;
+    struct rank_kernel {
+        std::unique_ptr<ds::sampling_backend> backend;
+        std::vector<int32_t> packed, accept_index;
+        std::vector<float> logprobs;
+        std::vector<uint8_t> row_error;
+        ds::step_input in;
+        ds::status result;
+    };
+    std::vector<rank_kernel> kernels(static_cast<size_t>(ranks));
+    for (int32_t r = 0; r < ranks; ++r) {
+        rank_kernel& k = kernels[static_cast<size_t>(r)];
+        if (!ds::make_backend(ds::backend_kind::cpu, config, k.backend).is_ok()) {
+            state.SkipWithError("backend");
+            return;
+        }
+        for (int32_t b = 0; b < kBatch; ++b) (void)k.backend->pool().register_request(b + 1, w.params[static_cast<size_t>(b)]);
+        k.packed.resize(static_cast<size_t>(requests) * (kN + 1));
+        k.accept_index.resize(static_cast<size_t>(requests) * kN);
+        k.logprobs.resize(static_cast<size_t>(requests) * kN);
+        k.row_error.resize(static_cast<size_t>(requests));
+        const int32_t first = r * requests;
+        k.in.logits = w.view(first, requests);
+        k.in.slots = w.slots.data() + first;
+        k.in.positions = w.positions.data() + first;
+        k.in.batch_size = requests;
+        k.in.tokens_per_req = kN;
+        k.in.candidates = w.candidates.data() + static_cast<size_t>(first) * kN;
+    }
+    auto run = [](rank_kernel& k) {
+        k.result = k.backend->verify(k.in, ds::step_output{k.packed.data(), k.accept_index.data(), k.logprobs.data(), k.row_error.data()});
+    };
+    std::vector<double> micros;
+    for (auto _ : state) {
+        const auto start = std::chrono::steady_clock::now();
+        std::vector<std::thread> threads;
+        for (size_t r = 1; r < kernels.size(); ++r) threads.emplace_back(run, std::ref(kernels[r]));
+        run(kernels[0]);
+        for (std::thread& t : threads) t.join();
+        const double elapsed = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+        for (const rank_kernel& k : kernels) {
+            if (!k.result.is_ok()) {
+                state.SkipWithError(k.result.message.c_str());
+                return;
+            }
+        }
+        state.SetIterationTime(elapsed * 1e-6);
+        micros.push_back(elapsed);
+    }
+    const percentiles p = of(micros);
+    if (ranks == kTp) {
+        for (const auto& [mode, l] : latencies()) {
+            report().push_back(fmt::format("{:<9} distributed overhead (step latency - direct per-rank kernels): p50 {:9.1f} us  p99 {:9.1f} us",
+                                           ds::mode_name(mode), l.p50 - p.p50, l.p99 - p.p99));
+        }
+    }
+    report().push_back(fmt::format("direct    {} thread(s) x verify of {} requests: p50 {:9.1f} us  p99 {:9.1f} us", ranks, requests, p.p50, p.p99));
+}
+
+BENCHMARK(BM_CoordinatorStep)
+    ->ArgNames({"mode", "bs", "n", "tp"})
+    ->Args({static_cast<int>(ds::dist_mode::swap), kBatch, kN, kTp})
+    ->Args({static_cast<int>(ds::dist_mode::sharded), kBatch, kN, kTp})
+    ->Args({static_cast<int>(ds::dist_mode::gathered), kBatch, kN, kTp})
+    ->Args({static_cast<int>(ds::dist_mode::swap), 4, 1, kTp})
+    ->Args({static_cast<int>(ds::dist_mode::sharded), 4, 1, kTp})
+    ->Args({static_cast<int>(ds::dist_mode::swap), 4, 1, 2})
+    ->Args({static_cast<int>(ds::dist_mode::sharded), 4, 1, 2})
+    ->Iterations(100)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DirectKernels)->ArgName("ranks")->Arg(kTp)->Arg(1)->Iterations(100)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    fmt::print("\nTP={} bs={} N={} V={}, CPU backend, local transport (modes: 0 = gathered, 1 = swap, 2 = sharded)\n", kTp, kBatch, kN, kVocab);
+
+    for (const std::string& line : report()) fmt::print("{}\n", line);
+    return 0;
+}

@@ -1,0 +1,113 @@
+// `distsample step sample|verify`: the JSON of `distsample kernel`, run through the whole
+// coordinator path (TP rank actors, a transport, the chosen distributed mode).
+#include <distsample/group.h>
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/step_json.h"
+#include "kernels/validation.h"
+
+namespace ds::cli {
+
+namespace {
+
+group_config config_for(const json_step& step, const step_options& options) {
+    const kernel_config fitting = step.fitting_config(options.threads);
+    group_config config;
+    config.tp = options.tp;
+    config.vocab_size = step.vocab_size;
+    config.max_batch = fitting.max_batch;
+    config.max_tokens_per_req = fitting.max_tokens_per_req;
+    config.max_slots = fitting.max_slots;
+    config.max_penalty_tokens = fitting.max_penalty_tokens + step.tokens_per_req;  // room for the commit
+    config.max_logit_bias = fitting.max_logit_bias;
+    config.threads_per_rank = options.threads;
+    config.backend = options.backend;
+    if (!parse_mode(options.mode, config.mode)) {
+        throw input_error(fmt::format("--mode = '{}': expected 'swap', 'sharded' or 'gathered'", options.mode));
+    }
+    if (!parse_policy(options.policy, config.policy)) {
+        throw input_error(fmt::format("--rank0-policy = '{}': expected 'always', 'never' or 'on_mismatch'", options.policy));
+    }
+    if (options.transport != "local") {
+        throw input_error(fmt::format("--transport = '{}': only 'local' is built (UCX and NCCL are not implemented yet)", options.transport));
+    }
+    return config;
+}
+
+step_request request_for(const json_step& step, step_kind kind, int32_t tp) {
+    step_request r;
+    r.kind = kind;
+    r.tokens_per_req = step.tokens_per_req;
+    r.slots = step.slots;
+    r.positions = step.positions;
+    r.candidates = step.candidates;
+    r.bitmask = step.bitmask;
+    r.coins = step.coins;
+    r.final_coins = step.final_coins;
+    r.thresholds = step.thresholds;
+    r.shards = split_vocab(step.as_input().logits, tp);
+    return r;
+}
+
+}  // namespace
+
+int run_step_command(bool verify, const step_options& options) {
+    const step_kind kind = verify ? step_kind::verify : step_kind::sample;
+    try {
+        nlohmann::json doc;
+        try {
+            doc = nlohmann::json::parse(std::cin);
+        } catch (const nlohmann::json::parse_error& e) {
+            throw input_error(fmt::format("input: expected one JSON object ({})", e.what()));
+        }
+        const json_step step = parse_step(doc, kind);
+        const group_config config = config_for(step, options);
+        if (std::string e = validate_group_config(config); !e.empty()) throw input_error(e);
+        const kernel_config fitting = step.fitting_config(options.threads);
+        for (int32_t b = 0; b < step.batch_size(); ++b) {
+            const json_request& r = step.requests[static_cast<size_t>(b)];
+            status s = validate_sampling_params(r.params, fitting, fmt::format("requests[{}].", b));
+            if (!s.is_ok()) throw input_error(s.message);
+            for (size_t i = 0; i < r.history.size(); ++i) {
+                if (r.history[i] >= step.vocab_size) {
+                    throw input_error(fmt::format("requests[{}].history[{}] = {}: expected a token id in [0, {})", b, i,
+                                                  r.history[i], step.vocab_size));
+                }
+            }
+        }
+        std::unique_ptr<group> ranks;
+        status s = group::create(config, ranks);
+        for (int32_t b = 0; s.is_ok() && b < step.batch_size(); ++b) {
+            const json_request& r = step.requests[static_cast<size_t>(b)];
+            s = ranks->register_request(b + 1, r.params, r.history);
+        }
+        step_reply reply;
+        if (s.is_ok()) {
+            reply = ranks->step(request_for(step, kind, config.tp));
+            s = reply.result;
+        }
+        if (s.code == status_code::invalid_argument) throw input_error(s.message);
+        if (!s.is_ok()) {
+            std::cerr << "error: " << s.message << '\n';
+            return 1;
+        }
+        step_result result(step.batch_size(), step.tokens_per_req);
+        result.packed = std::move(reply.outputs.packed);
+        result.accept_index = std::move(reply.outputs.accept_index);
+        result.logprobs = std::move(reply.outputs.logprobs);
+        result.row_error = std::move(reply.outputs.row_error);
+        std::cout << result_to_json(result, kind, step.batch_size(), step.tokens_per_req).dump() << '\n';
+        return 0;
+    } catch (const input_error& e) {
+        std::cerr << "error: " << e.what() << '\n';
+        return 2;
+    } catch (const std::exception& e) {
+        std::cerr << "error: " << e.what() << '\n';
+        return 1;
+    }
+}
+
+}  // namespace ds::cli

@@ -1,0 +1,91 @@
+// The configuration of a group of TP rank actors and how a step is laid out over them.
+//
+// How a step of bs requests is laid out over TP ranks (DESIGN.md §1, §4). Batch-DP ("swap") pads
+// the batch to pad_bs = ceil(bs / TP) * TP; the phantom rows name slot 0 (neutral) and rank r
+// samples requests [r * reqs_per_rank, (r + 1) * reqs_per_rank). Rank r always holds the vocab
+// shard [r * V/TP, (r + 1) * V/TP).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace ds {
+
+// How the ranks sample a step (DESIGN.md §4).
+enum class dist_mode {
+    gathered,  // all-gather the full logits, every rank samples every row (reference)
+    swap,      // all-to-all vocab swap, each rank verifies its requests, packed all-gather
+    sharded,   // logits never move: ranks exchange maxima, masses and cut points
+};
+
+const char* mode_name(dist_mode mode);
+// "gathered" | "swap" | "sharded"; false for anything else.
+bool parse_mode(const std::string& name, dist_mode& mode);
+
+struct group_limits {
+    int32_t tp = 1;             // ranks
+    int32_t vocab_size = 0;     // V, a multiple of tp
+    int32_t max_batch = 256;    // requests per step before padding
+    int32_t max_tokens_per_req = 8;
+
+    // The largest padded batch a rank's buffers are sized for.
+    int32_t max_pad_bs() const { return (max_batch + tp - 1) / tp * tp; }
+};
+
+// What the coordinator does with the ranks' outputs (DESIGN.md §4). Every policy compares each
+// rank's output digest with rank 0's and records a desync event on a difference.
+enum class rank0_policy {
+    always,       // answer with rank 0's outputs and make every rank commit them
+    never,        // trust no rank: a difference fails the step with a `mismatch` error
+    on_mismatch,  // answer with rank 0's outputs; repair the ranks only when they differ
+};
+
+const char* policy_name(rank0_policy policy);
+bool parse_policy(const std::string& name, rank0_policy& policy);
+
+// Everything a group of rank actors is built for; buffers are sized once from these.
+struct group_config {
+    int32_t tp = 4;
+    int32_t vocab_size = 32000;
+    int32_t max_batch = 64;             // requests per step (before padding)
+    int32_t max_tokens_per_req = 8;     // N
+    int32_t max_slots = 256;            // per-rank parameter-pool rows, slot 0 included
+    int32_t max_penalty_tokens = 4096;
+    int32_t max_logit_bias = 1024;
+    int32_t threads_per_rank = 1;       // CPU worker threads of each rank's backend
+    std::string backend = "cpu";
+    dist_mode mode = dist_mode::swap;
+    rank0_policy policy = rank0_policy::on_mismatch;
+    std::chrono::milliseconds step_timeout{10000};      // coordinator: a step's whole fan-out
+    std::chrono::milliseconds transport_timeout{10000};  // one collective
+
+    group_limits limits() const { return {tp, vocab_size, max_batch, max_tokens_per_req}; }
+};
+
+// Empty when usable, else a message naming the field.
+std::string validate_group_config(const group_config& config);
+
+struct step_plan {
+    int32_t bs = 0;
+    int32_t tp = 1;
+    int32_t pad_bs = 0;          // ceil(bs / tp) * tp
+    int32_t reqs_per_rank = 0;   // pad_bs / tp
+    int32_t tokens_per_req = 1;  // N
+    int32_t shard_vocab = 0;     // V / tp
+
+    int32_t phantom_rows() const { return pad_bs - bs; }
+    // Requests [first_request(r), first_request(r) + reqs_per_rank) are rank r's under batch-DP.
+    int32_t first_request(int32_t rank) const { return rank * reqs_per_rank; }
+    // Vocab ids [vocab_begin(r), vocab_begin(r) + shard_vocab) are rank r's shard.
+    int32_t vocab_begin(int32_t rank) const { return rank * shard_vocab; }
+};
+
+// Empty when usable, else a message naming the field (tp, vocab_size, max_batch, ...).
+std::string validate_group_limits(const group_limits& limits);
+
+// Plans a step of `bs` requests with `n` tokens each. Returns an empty string on success, else a
+// message naming the field: bs = 0, bs above max_batch, pad_bs above max_pad_bs, n out of range.
+std::string plan_step(const group_limits& limits, int32_t bs, int32_t n, step_plan& plan);
+
+}  // namespace ds

@@ -1,0 +1,91 @@
+// Embedding distsample: a group of TP rank actors and a coordinator, in this process.
+//
+//   ds::group_config config;                 // tp, vocab_size, mode, rank-0 policy, limits
+//   std::unique_ptr<ds::group> group;
+//   ds::status s = ds::group::create(config, group);
+//   s = group->register_request(1, params);  // slot 1 on every rank
+//   ds::step_request step;                   // slots, positions, candidates, per-rank shards
+//   step.shards = ds::split_vocab(full_logits, config.tp);   // or each rank's own shard pointer
+//   ds::step_reply reply = group->step(step);                // blocks; reply.result.is_ok()
+//
+// Every submitted step gets exactly one reply, in submission order: the outputs (equal to the
+// sampling backend on the full rows, for every TP degree and mode) or a typed error naming the
+// field, the rank or the step. CAF stays behind this header.
+#pragma once
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "actors/dist_step.h"
+#include "config/group_config.h"
+#include "kernels/sampling_types.h"
+
+namespace ds {
+
+// A rank whose outputs differed from rank 0's (DESIGN.md §4).
+struct desync_event {
+    uint64_t step = 0;
+    int32_t rank = 0;
+    int32_t first_row = -1;  // the first request whose outputs differ
+};
+
+// Where a step's time went on its ranks (the slowest rank of each): the rank's whole step (from
+// receiving it to having its outputs) and the part of it inside transport collectives (waiting
+// for and copying from peers). Step latency minus rank_step_ns is the actors' and coordinator's
+// own cost.
+struct step_timing {
+    int64_t rank_step_ns = 0;
+    int64_t rank_transport_ns = 0;
+};
+
+struct step_reply {
+    status result;            // ok, or why the step failed
+    uint64_t step_id = 0;     // assigned by the coordinator in submission order
+    step_outputs outputs;     // valid when result.is_ok()
+    std::vector<desync_event> desyncs;  // found in this step
+    step_timing timing;
+};
+
+// Test hooks: make one rank misbehave on its next step.
+enum class rank_fault {
+    none,
+    alter_token,  // the rank changes its first emitted token (a desync)
+    stall,        // the rank never answers (a hung rank)
+};
+
+class group {
+   public:
+    static status create(const group_config& config, std::unique_ptr<group>& out);
+    ~group();
+    group(const group&) = delete;
+    group& operator=(const group&) = delete;
+
+    const group_config& config() const;
+
+    // Registers a request into `slot` on every rank (re-registering replaces it); `history` seeds
+    // the penalty counts.
+    status register_request(int32_t slot, const sampling_params& params, const std::vector<int32_t>& history = {});
+    status release(int32_t slot);
+
+    // Submits a step; replies arrive in submission order. `step.shards` must stay valid until then.
+    std::future<step_reply> submit(step_request step);
+    // submit() and wait (bounded by the step timeout and a margin).
+    step_reply step(step_request step);
+
+    // Ok when every rank answers and its backend works; else the first rank's error.
+    status health();
+
+    // Every desync event so far.
+    std::vector<desync_event> desync_events();
+
+    status inject_fault(int32_t rank, rank_fault fault);
+
+   private:
+    struct impl;
+    explicit group(std::unique_ptr<impl> state);
+    std::unique_ptr<impl> impl_;
+};
+
+}  // namespace ds

@@ -1,0 +1,53 @@
+// The one narrow interface between rank actors (DESIGN.md §5): the collectives a distributed
+// sampling step needs. Backends: `local` (ranks as threads of one process) today; UCX and NCCL
+// implement the same calls. Every call is collective (all ranks of the group make it, in the same
+// order, with the same sizes), blocks until the group has finished it, and is bounded by the
+// group's timeout. After abort() or a timeout every pending and later call fails until the group
+// starts a new epoch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/sampling_types.h"
+
+namespace ds {
+
+enum class reduce_op { sum, max };
+
+class transport {
+   public:
+    virtual ~transport() = default;
+
+    virtual int32_t rank() const = 0;
+    virtual int32_t world_size() const = 0;
+
+    // Vocab swap (the seed's batch-DP all-to-all): every rank holds `shard`, its vocab slice
+    // [rank * V/TP, (rank+1) * V/TP) of the step's rows. This rank receives the full-vocab rows
+    // [first_row, first_row + row_count) assembled from every rank's slice. Rows at or past
+    // `shard.rows` are phantom rows (padding) and come back as zeros. The returned view points
+    // into this endpoint's persistent receive buffer and stays valid until the next call.
+    virtual status swap_batch_vocab(const logits_view& shard, int64_t first_row, int64_t row_count,
+                                    logits_view& full_rows) = 0;
+
+    // All-gather of the packed [reqs_per_rank, 2N+1] int32 verify outputs
+    // (predict | accept_index | accept_length): out receives world_size blocks in rank order.
+    virtual status gather_verify_outputs(const int32_t* block, std::size_t block_ints, int32_t* out) = 0;
+
+    // out receives world_size copies of `bytes` bytes, in rank order.
+    virtual status all_gather(const void* in, std::size_t bytes, void* out) = 0;
+
+    // Element-wise reduction across ranks, in place.
+    virtual status all_reduce(uint64_t* data, std::size_t count, reduce_op op) = 0;
+    virtual status all_reduce(int64_t* data, std::size_t count, reduce_op op) = 0;
+
+    // Copies `bytes` bytes from `root`'s data into every rank's data.
+    virtual status broadcast(void* data, std::size_t bytes, int32_t root) = 0;
+
+    virtual status barrier() = 0;
+
+    // Fails every pending and later collective of the group (wakes the waiters) with `reason`.
+    virtual void abort(const char* reason) = 0;
+};
+
+}  // namespace ds
