@@ -177,7 +177,7 @@ __device__ cut_selection select_cut(const Mass& q_of, const float* weights, int3
     const int32_t boundary = block_find_prefix([&](int32_t i) -> uint64_t { return q_of(i) == boundary_mass ? 1 : 0; },
                                                vocab, ties_needed - 1, sh);
     const cut result{min_mass, true, boundary_mass, boundary};
-    const uint64_t kept_mass = block_sum(
+    const uint64_t kept_mass = block_sum<uint64_t>(
         [&](int32_t i) -> uint64_t {
             const uint64_t q = q_of(i);
             return result.keeps(i, q) ? q : 0;
@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(kBlockThreads) chain_kernel(chain_kernel_param
     }
     if (p.logprobs != nullptr && summary.top >= 0) {
         const float max_logit = summary.max_logit;
-        summary.softmax_sum = block_sum_f64(
+        summary.softmax_sum = block_sum<double>(
             [&](int32_t i) -> double {
                 const float l = logit(i);
                 if (l == max_logit) return 1.0;
