@@ -36,7 +36,6 @@ struct block_shared {
     uint64_t warp_u64[kWarps];
     float warp_value[kWarps];
     int32_t warp_index[kWarps];
-    double warp_f64[kWarps];
     union {
         radix_bins bins;
         candidate_list candidates;
@@ -151,49 +150,33 @@ __device__ inline int32_t block_argmax_f32x4(const float* row, int32_t vocab, bl
     return block_argmax_finish(best, best_index, sh);
 }
 
-// Sum of f(i) over [0, vocab), returned to every thread. Exact (integers).
-template <class F>
-__device__ uint64_t block_sum(const F& f, int32_t vocab, block_shared& sh) {
-    uint64_t s = 0;
+// Sum of f(i) over [0, vocab), returned to every thread: exact for uint64_t, a fixed reduction
+// tree (deterministic for a given block size) for double.
+template <class T, class F>
+__device__ T block_sum(const F& f, int32_t vocab, block_shared& sh) {
+    static_assert(sizeof(T) == sizeof(uint64_t), "partials share the 8-byte warp slots");
+    T s = 0;
     for (int32_t base = threadIdx.x; base < vocab; base += kBlockThreads * kUnroll) {
-        uint64_t values[kUnroll];
+        T values[kUnroll];
 #pragma unroll
         for (int k = 0; k < kUnroll; ++k) {
             const int32_t i = base + k * kBlockThreads;
-            values[k] = i < vocab ? f(i) : 0;
+            values[k] = i < vocab ? f(i) : T{0};
         }
 #pragma unroll
         for (int k = 0; k < kUnroll; ++k) s += values[k];
     }
-    s = warp_sum(s);
-    if ((threadIdx.x & 31) == 0) sh.warp_u64[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        uint64_t total = 0;
-        for (int w = 0; w < kWarps; ++w) total += sh.warp_u64[w];
-        sh.broadcast_u64[0] = total;
-    }
-    __syncthreads();
-    const uint64_t result = sh.broadcast_u64[0];
-    __syncthreads();
-    return result;
-}
-
-// Sum of a double f(i) in a fixed tree (deterministic for a given block size).
-template <class F>
-__device__ double block_sum_f64(const F& f, int32_t vocab, block_shared& sh) {
-    double s = 0.0;
-    for (int32_t i = threadIdx.x; i < vocab; i += kBlockThreads) s += f(i);
     for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_xor_sync(kFullMask, s, offset);
-    if ((threadIdx.x & 31) == 0) sh.warp_f64[threadIdx.x >> 5] = s;
+    T* partial = reinterpret_cast<T*>(sh.warp_u64);
+    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = s;
     __syncthreads();
     if (threadIdx.x == 0) {
-        double total = 0.0;
-        for (int w = 0; w < kWarps; ++w) total += sh.warp_f64[w];
-        sh.warp_f64[0] = total;
+        T total = 0;
+        for (int w = 0; w < kWarps; ++w) total += partial[w];
+        partial[0] = total;
     }
     __syncthreads();
-    const double result = sh.warp_f64[0];
+    const T result = partial[0];
     __syncthreads();
     return result;
 }

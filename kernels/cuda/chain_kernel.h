@@ -8,6 +8,9 @@
 
 namespace ds::cuda {
 
+// Bytes of workspace per logits row for chain_kernel_params::summaries.
+size_t chain_kernel_summary_bytes();
+
 // Enqueues one step on `stream` (capturable in a CUDA graph). Call params.check() first.
 cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t stream);
 

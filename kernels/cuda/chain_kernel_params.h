@@ -27,7 +27,7 @@ struct request_params {
     int32_t seen_count = 0;
 };
 
-// One thread block per request walks the request's chain of tokens_per_req rows.
+// One thread block per logits row analyses it; the last block of each request walks its chain.
 struct chain_kernel_params {
     // Inputs (device memory).
     const void* logits = nullptr;           // [batch * tokens_per_req rows, row_stride]
@@ -44,10 +44,13 @@ struct chain_kernel_params {
     const token_count* seen = nullptr;
     const uint32_t* bitmask = nullptr;         // [rows * ceil(V/32)] or null
     verify_thresholds thresholds;
-    // Workspaces of [batch * vocab] floats: rows that penalties, bias or the mask modify, and
-    // each row's weights det_exp((l - max) / T).
+    // Workspaces of [rows * vocab] floats: rows that penalties, bias or the mask modify, and each
+    // row's weights det_exp((l - max) / T); per-row summaries (chain_kernel_summary_bytes() each);
+    // per-request counters of finished rows, zero between steps (the kernel resets them).
     float* processed = nullptr;
     float* weights = nullptr;
+    void* summaries = nullptr;
+    int32_t* row_counters = nullptr;
     // Outputs (device memory, laid out as step_output).
     int32_t* packed = nullptr;        // predict [batch * N] then accept_length [batch]
     int32_t* accept_index = nullptr;  // [batch * N]
@@ -58,7 +61,8 @@ struct chain_kernel_params {
     const char* check() const {
         if (batch_size <= 0) return "batch_size must be positive";
         if (logits == nullptr || requests == nullptr || packed == nullptr || accept_index == nullptr ||
-            row_error == nullptr || processed == nullptr || weights == nullptr) {
+            row_error == nullptr || processed == nullptr || weights == nullptr || summaries == nullptr ||
+            row_counters == nullptr) {
             return "a required pointer is null";
         }
         if (tokens_per_req > 1 && candidates == nullptr) return "verify needs candidates";

@@ -58,6 +58,8 @@ struct cuda_backend::impl {
     device_buffer host_logits_copy;  // for logits that arrive in host memory
     device_buffer processed;
     device_buffer weights;
+    device_buffer summaries;
+    device_buffer row_counters;
     device_buffer outputs_device;
     pinned_buffer outputs_host;
     std::vector<request_params> requests;  // host scratch, reserved
@@ -171,6 +173,8 @@ struct cuda_backend::impl {
         params.thresholds = step.thresholds;
         params.processed = static_cast<float*>(processed.get());
         params.weights = static_cast<float*>(weights.get());
+        params.summaries = summaries.get();
+        params.row_counters = static_cast<int32_t*>(row_counters.get());
         params.packed = reinterpret_cast<int32_t*>(outputs + out.packed);
         params.accept_index = reinterpret_cast<int32_t*>(outputs + out.accept_index);
         params.logprobs = with_logprobs ? reinterpret_cast<float*>(outputs + out.logprobs) : nullptr;
@@ -245,8 +249,12 @@ status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_ba
     status s = state->staging_device.allocate(state->max_staging_bytes());
     if (s.is_ok()) s = state->staging_host.allocate(state->max_staging_bytes());
     if (s.is_ok()) s = state->host_logits_copy.allocate(rows * vocab * sizeof(float));
-    if (s.is_ok()) s = state->processed.allocate(static_cast<size_t>(config.max_batch) * vocab * sizeof(float));
-    if (s.is_ok()) s = state->weights.allocate(static_cast<size_t>(config.max_batch) * vocab * sizeof(float));
+    if (s.is_ok()) s = state->processed.allocate(rows * vocab * sizeof(float));
+    if (s.is_ok()) s = state->weights.allocate(rows * vocab * sizeof(float));
+    if (s.is_ok()) s = state->summaries.allocate(rows * chain_kernel_summary_bytes());
+    if (s.is_ok()) s = state->row_counters.allocate(static_cast<size_t>(config.max_batch) * sizeof(int32_t));
+    if (!s.is_ok()) return s;
+    CUDA_TRY(cudaMemset(state->row_counters.get(), 0, state->row_counters.bytes()));
     if (s.is_ok()) s = state->outputs_device.allocate(max_out.total);
     if (s.is_ok()) s = state->outputs_host.allocate(max_out.total);
     if (!s.is_ok()) return s;
