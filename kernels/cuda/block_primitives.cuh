@@ -181,50 +181,65 @@ __device__ T block_sum(const F& f, int32_t vocab, block_shared& sh) {
     return result;
 }
 
-// The first i in index order whose inclusive prefix sum of f exceeds `target`, or -1. Each warp
-// owns one contiguous segment (coalesced reads); the owning warp then scans its segment.
+// The first i in index order whose inclusive prefix sum of f exceeds `target`, or -1.
+// Narrowing rounds: every warp sums one contiguous slice of the range (coalesced), the slice that
+// crosses the target becomes the range, until it is short enough for one warp to scan. For
+// V = 128k that is one full pass, one pass over 1/32 of the row, and a 4-step warp scan.
 template <class F>
 __device__ int32_t block_find_prefix(const F& f, int32_t vocab, uint64_t target, block_shared& sh) {
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
-    const int32_t segment = (vocab + kWarps - 1) / kWarps;
-    const int32_t begin = min(vocab, warp * segment);
-    const int32_t end = min(vocab, begin + segment);
-    uint64_t s = 0;
-    for (int32_t base = begin + lane; base < end; base += 32 * kUnroll) {
-        uint64_t values[kUnroll];
+    int32_t lo = 0;
+    int32_t hi = vocab;
+    uint64_t remaining = target;  // target relative to the prefix before lo
+    while (hi - lo > 32 * kUnroll) {
+        const int32_t slice = (hi - lo + kWarps - 1) / kWarps;
+        const int32_t begin = min(hi, lo + warp * slice);
+        const int32_t end = min(hi, begin + slice);
+        uint64_t s = 0;
+        for (int32_t base = begin + lane; base < end; base += 32 * kUnroll) {
+            uint64_t values[kUnroll];
 #pragma unroll
-        for (int k = 0; k < kUnroll; ++k) {
-            const int32_t i = base + 32 * k;
-            values[k] = i < end ? f(i) : 0;
-        }
-#pragma unroll
-        for (int k = 0; k < kUnroll; ++k) s += values[k];
-    }
-    s = warp_sum(s);
-    if (lane == 0) sh.warp_u64[warp] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        uint64_t before = 0;
-        int32_t owner = -1;
-        for (int w = 0; w < kWarps; ++w) {
-            if (before + sh.warp_u64[w] > target) {
-                owner = w;
-                break;
+            for (int k = 0; k < kUnroll; ++k) {
+                const int32_t i = base + 32 * k;
+                values[k] = i < end ? f(i) : 0;
             }
-            before += sh.warp_u64[w];
+#pragma unroll
+            for (int k = 0; k < kUnroll; ++k) s += values[k];
         }
-        sh.broadcast_i32[1] = owner;
-        sh.broadcast_u64[1] = before;
-        sh.broadcast_i32[2] = -1;
+        s = warp_sum(s);
+        if (lane == 0) sh.warp_u64[warp] = s;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            uint64_t before = 0;
+            int owner = -1;
+            for (int w = 0; w < kWarps; ++w) {
+                if (before + sh.warp_u64[w] > remaining) {
+                    owner = w;
+                    break;
+                }
+                before += sh.warp_u64[w];
+            }
+            sh.broadcast_i32[1] = owner;
+            sh.broadcast_u64[1] = before;
+        }
+        __syncthreads();
+        const int owner = sh.broadcast_i32[1];
+        const uint64_t before = sh.broadcast_u64[1];
+        __syncthreads();
+        if (owner < 0) return -1;  // the whole range holds no more than the target
+        lo = min(hi, lo + owner * slice);
+        hi = min(hi, lo + slice);
+        remaining -= before;
     }
+    if (threadIdx.x == 0) sh.broadcast_i32[2] = -1;
     __syncthreads();
-    if (warp == sh.broadcast_i32[1]) {
-        uint64_t running = sh.broadcast_u64[1];
-        for (int32_t base = begin; base < end; base += 32) {
+    if (warp == 0) {
+        uint64_t running = 0;
+        for (int32_t base = lo; base < hi; base += 32) {
             const int32_t i = base + lane;
-            const uint64_t inclusive = warp_inclusive_scan(i < end ? f(i) : 0);
-            const unsigned crossed = __ballot_sync(kFullMask, running + inclusive > target);
+            const uint64_t inclusive = warp_inclusive_scan(i < hi ? f(i) : 0);
+            const unsigned crossed = __ballot_sync(kFullMask, running + inclusive > remaining);
             if (crossed != 0) {
                 if (lane == __ffs(crossed) - 1) sh.broadcast_i32[2] = i;
                 break;
