@@ -160,8 +160,8 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         const sampling_params& p = params_of(row);
         goals[row] = stochastic[row] && p.top_p < 1.0f ? dm::top_p_mass_target(p.top_p, top_k_mass[row]) : 0;
     }
-    std::vector<uint64_t> unused(rows, 0);
-    if (status s = select_cut(endpoint, goals, true, cuts, unused); !s.is_ok()) return s;
+    std::vector<uint64_t> top_p_mass(rows, 0);  // only the cut matters from here on
+    if (status s = select_cut(endpoint, goals, true, cuts, top_p_mass); !s.is_ok()) return s;
     for (size_t row = 0; row < rows; ++row) cuts[row].min_mass = std::max<uint64_t>(1, dm::min_p_mass_threshold(params_of(row).min_p));
 
     // 4. Every rank's kept mass and the draft's kept mass (from its owner), per row.
