@@ -6,6 +6,7 @@
 #include <deque>
 #include <memory>
 
+#include "actors/log.h"
 #include "actors/messages.h"
 #include "kernels/validation.h"
 
@@ -106,6 +107,7 @@ std::string check_request(const group_config& config, const step_request& r, ste
 
 void fail_current(coordinator* self, const status& why) {
     coordinator_state& st = self->state;
+    if (st.current_step) coordinator_log().warn("{}", why.message);
     st.current_promise.deliver(make_caf_error(why));
     if (st.current_step) st.transport->abort(why.message);  // wake ranks still waiting in collectives
     finish_job(self);
@@ -123,7 +125,7 @@ void finish_step(coordinator* self) {
     }
     st.desyncs.insert(st.desyncs.end(), found.begin(), found.end());
     for (const desync_event& e : found) {
-        fmt::print(stderr, "distsample: desync in step {}: rank {} differs from rank 0 at request {}\n", e.step, e.rank, e.first_row);
+        coordinator_log().warn("desync in step {}: rank {} differs from rank 0 at request {}", e.step, e.rank, e.first_row);
     }
     if (!found.empty() && st.config.policy == rank0_policy::never) {
         const desync_event& e = found.front();

@@ -19,7 +19,7 @@ status to_status(const caf::error& e, const std::string& what) {
         std::string message = context.match_elements<std::string>() ? context.get_as<std::string>(0) : what;
         return {static_cast<status_code>(e.code()), std::move(message)};
     }
-    if (e == caf::sec::request_timeout) return {status_code::timeout, what + ": no answer in time"};
+    if (e == caf::sec::request_timeout) return {status_code::timeout, what};
     return {status_code::aborted, what + ": " + caf::to_string(e)};
 }
 

@@ -89,8 +89,8 @@ struct step_answer {
 
 // CAF's error for a failed status (category "distsample", code = status_code, context = message).
 caf::error make_caf_error(const status& s);
-// The status of a caf::error: ours map back exactly; CAF's own (request timeout, actor down)
-// become timeout / aborted with `what` prepended.
+// The status of a caf::error: ours map back exactly; a request timeout becomes timeout with
+// message `what`; CAF's other errors (actor down, ...) become aborted, `what` then CAF's words.
 status to_status(const caf::error& e, const std::string& what);
 
 template <class Inspector>

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/log.h"
 #include "actors/messages.h"
 #include "actors/rank_engine.h"
 
@@ -70,7 +71,7 @@ caf::behavior rank_actor(caf::stateful_actor<rank_state>* self, group_config con
             const std::shared_ptr<const step_outputs> agreed = m.agreed ? m.agreed : st.last_outputs;
             if (!agreed) return;
             status s = st.engine->commit(*m.step, *agreed);
-            if (!s.is_ok()) fmt::print(stderr, "distsample rank {}: commit of step {} failed: {}\n", st.engine->rank(), m.step->id, s.message);
+            if (!s.is_ok()) rank_log().error("rank {}: commit of step {} failed: {}", st.engine->rank(), m.step->id, s.message);
         },
     };
 }

@@ -40,16 +40,24 @@ sharded_sampler::sharded_sampler(const group_config& config, int32_t rank)
 
 status sharded_sampler::select_cut(transport& endpoint, const std::vector<uint64_t>& goals, bool by_mass,
                                    std::vector<cpu::filter_cut>& cuts, std::vector<uint64_t>& selected) {
-    std::vector<size_t> active;  // the same on every rank: goals are
+    std::vector<size_t>& active = scratch_.active;  // the same on every rank: goals are
+    active.clear();
     for (size_t row = 0; row < goals.size(); ++row) {
         if (goals[row] > 0) active.push_back(row);
     }
     if (active.empty()) return status::success();
     const size_t a = active.size();
-    std::vector<uint64_t> prefix(a, 0), above_count(a, 0), above_mass(a, 0);
-    std::vector<cpu::filter_cut> local(a);
+    std::vector<uint64_t>& prefix = scratch_.prefix;
+    std::vector<uint64_t>& above_count = scratch_.above_count;
+    std::vector<uint64_t>& above_mass = scratch_.above_mass;
+    std::vector<cpu::filter_cut>& local = scratch_.local_domains;
+    prefix.assign(a, 0);
+    above_count.assign(a, 0);
+    above_mass.assign(a, 0);
+    local.assign(a, cpu::filter_cut{});
     for (size_t i = 0; i < a; ++i) local[i] = cpu::localize_cut(cuts[active[i]], vocab_offset_, shard_vocab_);
-    std::vector<uint64_t> histograms(a * 2 * kBins);
+    std::vector<uint64_t>& histograms = scratch_.histograms;
+    histograms.resize(a * 2 * kBins);
     // Q <= 2^40 fits in six 8-bit digits.
     for (int shift = 40; shift >= 0; shift -= 8) {
         std::fill(histograms.begin(), histograms.end(), 0);
@@ -76,7 +84,12 @@ status sharded_sampler::select_cut(transport& endpoint, const std::vector<uint64
         }
     }
     // prefix is now the boundary's mass q; the boundary is the j-th token of mass q (index order).
-    std::vector<uint64_t> needed(a), mine(a), every(a * static_cast<size_t>(world_));
+    std::vector<uint64_t>& needed = scratch_.needed;
+    std::vector<uint64_t>& mine = scratch_.tie_counts;
+    std::vector<uint64_t>& every = scratch_.all_tie_counts;
+    needed.assign(a, 0);
+    mine.assign(a, 0);
+    every.resize(a * static_cast<size_t>(world_));
     for (size_t i = 0; i < a; ++i) {
         const uint64_t q = prefix[i];
         const uint64_t goal = goals[active[i]];
@@ -84,7 +97,8 @@ status sharded_sampler::select_cut(transport& endpoint, const std::vector<uint64
         mine[i] = static_cast<uint64_t>(cpu::count_with_mass(row_masses(static_cast<int64_t>(active[i])), shard_vocab_, local[i], q));
     }
     if (status s = endpoint.all_gather(mine.data(), a * sizeof(uint64_t), every.data()); !s.is_ok()) return s;
-    std::vector<uint64_t> announced(a, 0);  // boundary's global index + 1, from its owner
+    std::vector<uint64_t>& announced = scratch_.announced;  // boundary's global index + 1, from its owner
+    announced.assign(a, 0);
     for (size_t i = 0; i < a; ++i) {
         uint64_t before = 0;
         for (int32_t r = 0; r < rank_; ++r) before += every[static_cast<size_t>(r) * a + i];
@@ -114,7 +128,8 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     auto params_of = [&](size_t row) -> const sampling_params& { return pool.params(step.slots[row / static_cast<size_t>(n)]); };
 
     // 1. Processed shard rows and the global argmax of each.
-    std::vector<uint64_t> keys(rows, 0);
+    std::vector<uint64_t>& keys = scratch_.keys;
+    keys.assign(rows, 0);
     for (size_t row = 0; row < rows; ++row) {
         const int32_t slot = step.slots[row / static_cast<size_t>(n)];
         const uint32_t* mask = step.bitmask.empty() ? nullptr : step.bitmask.data() + row * static_cast<size_t>(words);
@@ -124,9 +139,12 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         if (best >= 0) keys[row] = argmax_key(l[best], vocab_offset_ + best);
     }
     if (status s = endpoint.all_reduce(keys.data(), rows, reduce_op::max); !s.is_ok()) return s;
-    std::vector<int32_t> top(rows, -1);
-    std::vector<float> max_logit(rows, 0.0f);
-    std::vector<uint8_t> stochastic(rows, 0);
+    std::vector<int32_t>& top = scratch_.top;
+    std::vector<float>& max_logit = scratch_.max_logit;
+    std::vector<uint8_t>& stochastic = scratch_.stochastic;
+    top.assign(rows, -1);
+    max_logit.assign(rows, 0.0f);
+    stochastic.assign(rows, 0);
     for (size_t row = 0; row < rows; ++row) {
         if (keys[row] == 0) continue;
         top[row] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(keys[row]));
@@ -135,7 +153,8 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     }
 
     // 2. Masses with the global max; nonzero counts and masses over the row.
-    std::vector<uint64_t> totals(2 * rows, 0);  // [count, mass] per row
+    std::vector<uint64_t>& totals = scratch_.totals;  // [count, mass] per row
+    totals.assign(2 * rows, 0);
     for (size_t row = 0; row < rows; ++row) {
         if (!stochastic[row]) continue;
         uint64_t* mass = masses_.data() + row * static_cast<size_t>(shard_vocab_);
@@ -148,8 +167,12 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     if (status s = endpoint.all_reduce(totals.data(), totals.size(), reduce_op::sum); !s.is_ok()) return s;
 
     // 3. top-k, then top-p within the top-k, as in the backend; min_p last.
-    std::vector<cpu::filter_cut> cuts(rows);
-    std::vector<uint64_t> goals(rows, 0), top_k_mass(rows, 0);
+    std::vector<cpu::filter_cut>& cuts = scratch_.cuts;
+    std::vector<uint64_t>& goals = scratch_.goals;
+    std::vector<uint64_t>& top_k_mass = scratch_.top_k_mass;
+    cuts.assign(rows, cpu::filter_cut{});
+    goals.assign(rows, 0);
+    top_k_mass.assign(rows, 0);
     for (size_t row = 0; row < rows; ++row) {
         const sampling_params& p = params_of(row);
         top_k_mass[row] = totals[2 * row + 1];
@@ -160,13 +183,18 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         const sampling_params& p = params_of(row);
         goals[row] = stochastic[row] && p.top_p < 1.0f ? dm::top_p_mass_target(p.top_p, top_k_mass[row]) : 0;
     }
-    std::vector<uint64_t> unused(rows, 0);
-    if (status s = select_cut(endpoint, goals, true, cuts, unused); !s.is_ok()) return s;
+    std::vector<uint64_t>& top_p_mass = scratch_.top_p_mass;  // only the cut matters from here on
+    top_p_mass.assign(rows, 0);
+    if (status s = select_cut(endpoint, goals, true, cuts, top_p_mass); !s.is_ok()) return s;
     for (size_t row = 0; row < rows; ++row) cuts[row].min_mass = std::max<uint64_t>(1, dm::min_p_mass_threshold(params_of(row).min_p));
 
     // 4. Every rank's kept mass and the draft's kept mass (from its owner), per row.
-    std::vector<uint64_t> mine(2 * rows, 0), every(2 * rows * static_cast<size_t>(world_));
-    std::vector<cpu::filter_cut> local_cuts(rows);
+    std::vector<uint64_t>& mine = scratch_.kept;
+    std::vector<uint64_t>& every = scratch_.all_kept;
+    std::vector<cpu::filter_cut>& local_cuts = scratch_.local_cuts;
+    mine.assign(2 * rows, 0);
+    every.resize(2 * rows * static_cast<size_t>(world_));
+    local_cuts.assign(rows, cpu::filter_cut{});
     for (size_t row = 0; row < rows; ++row) {
         if (!stochastic[row]) continue;
         local_cuts[row] = cpu::localize_cut(cuts[row], vocab_offset_, shard_vocab_);
@@ -188,13 +216,10 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     };
 
     // 5. The chains: identical decisions on every rank; at most one final draw per request.
-    struct draw {
-        size_t row = 0;
-        uint64_t target = 0;
-        int32_t excluded = -1;  // global token id or -1
-    };
-    std::vector<draw> draws(static_cast<size_t>(bs));
-    std::vector<uint8_t> drawing(static_cast<size_t>(bs), 0);
+    std::vector<draw>& draws = scratch_.draws;
+    std::vector<uint8_t>& drawing = scratch_.drawing;
+    draws.assign(static_cast<size_t>(bs), draw{});
+    drawing.assign(static_cast<size_t>(bs), 0);
     int32_t* predict = out.packed.data();
     int32_t* lengths = out.packed.data() + rows;
     std::fill(out.packed.begin(), out.packed.end(), -1);
@@ -247,7 +272,8 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     }
 
     // The owner of each draw's target finds the token: rank slices in rank (= index) order.
-    std::vector<uint64_t> found(static_cast<size_t>(bs), 0);
+    std::vector<uint64_t>& found = scratch_.found;
+    found.assign(static_cast<size_t>(bs), 0);
     for (int32_t b = 0; b < bs; ++b) {
         if (!drawing[static_cast<size_t>(b)]) continue;
         const draw& d = draws[static_cast<size_t>(b)];
@@ -267,7 +293,10 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     }
 
     // 6. Logprobs of the emitted tokens: partial normalisers and the owner's shifted logit.
-    std::vector<double> partial(2 * rows, 0.0), partials(2 * rows * static_cast<size_t>(world_));
+    std::vector<double>& partial = scratch_.partial;
+    std::vector<double>& partials = scratch_.all_partials;
+    partial.assign(2 * rows, 0.0);
+    partials.resize(2 * rows * static_cast<size_t>(world_));
     for (size_t row = 0; row < rows; ++row) {
         if (out.accept_index[row] < 0 || top[row] < 0) continue;
         const float* l = row_logits(static_cast<int64_t>(row));

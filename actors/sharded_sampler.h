@@ -41,12 +41,35 @@ class sharded_sampler {
     const float* row_logits(int64_t row) const { return logits_.data() + row * shard_vocab_; }
     const uint64_t* row_masses(int64_t row) const { return masses_.data() + row * shard_vocab_; }
 
+    // A request's final draw: the target in the row's inverse CDF, without `excluded`.
+    struct draw {
+        size_t row = 0;
+        uint64_t target = 0;
+        int32_t excluded = -1;  // global token id or -1
+    };
+
+    // Per-step scratch, kept between steps so that a step reuses its memory.
+    struct scratch {
+        std::vector<uint64_t> keys, totals, goals, top_k_mass, top_p_mass, kept, all_kept, found;
+        std::vector<int32_t> top;
+        std::vector<float> max_logit;
+        std::vector<uint8_t> stochastic, drawing;
+        std::vector<cpu::filter_cut> cuts, local_cuts;
+        std::vector<draw> draws;
+        std::vector<double> partial, all_partials;
+        // select_cut
+        std::vector<size_t> active;
+        std::vector<uint64_t> prefix, above_count, above_mass, histograms, needed, tie_counts, all_tie_counts, announced;
+        std::vector<cpu::filter_cut> local_domains;
+    };
+
     int32_t rank_;
     int32_t world_;
     int32_t shard_vocab_;
     int32_t vocab_offset_;
     std::vector<float> logits_;     // [max rows, shard_vocab] processed logits
     std::vector<uint64_t> masses_;  // [max rows, shard_vocab]
+    scratch scratch_;
 };
 
 }  // namespace ds

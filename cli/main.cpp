@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     }
 
     ds::cli::demo_options demo;
-    CLI::App* demo_cmd = app.add_subcommand("demo", "Speculative decoding with synthetic target and draft models");
+    CLI::App* demo_cmd = app.add_subcommand("demo", "Speculative decoding with synthetic target and draft models through the coordinator and TP rank actors");
     demo_cmd->add_option("--steps", demo.steps, "Verify steps after the first sampled token")->capture_default_str();
     demo_cmd->add_option("--batch", demo.batch, "Requests per step")->capture_default_str();
     demo_cmd->add_option("--vocab", demo.vocab, "Vocabulary size")->capture_default_str();

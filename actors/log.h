@@ -1,0 +1,14 @@
+// Per-subsystem loggers of the actor runtime (DESIGN.md §6), on stderr: "distsample.coordinator"
+// (desync events, failed steps) and "distsample.rank" (rank-local failures).
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <memory>
+
+namespace ds {
+
+spdlog::logger& coordinator_log();
+spdlog::logger& rank_log();
+
+}  // namespace ds
