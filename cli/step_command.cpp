@@ -56,13 +56,8 @@ step_request request_for(const json_step& step, step_kind kind, int32_t tp) {
 
 int run_step_command(bool verify, const step_options& options) {
     const step_kind kind = verify ? step_kind::verify : step_kind::sample;
-    try {
-        nlohmann::json doc;
-        try {
-            doc = nlohmann::json::parse(std::cin);
-        } catch (const nlohmann::json::parse_error& e) {
-            throw input_error(fmt::format("input: expected one JSON object ({})", e.what()));
-        }
+    return run_json_command([&] {
+        const nlohmann::json doc = read_json_input(std::cin);
         const json_step step = parse_step(doc, kind);
         const group_config config = config_for(step, options);
         if (std::string e = validate_group_config(config); !e.empty()) throw input_error(e);
@@ -79,21 +74,13 @@ int run_step_command(bool verify, const step_options& options) {
             }
         }
         std::unique_ptr<group> ranks;
-        status s = group::create(config, ranks);
-        for (int32_t b = 0; s.is_ok() && b < step.batch_size(); ++b) {
+        throw_unless_ok(group::create(config, ranks));
+        for (int32_t b = 0; b < step.batch_size(); ++b) {
             const json_request& r = step.requests[static_cast<size_t>(b)];
-            s = ranks->register_request(b + 1, r.params, r.history);
+            throw_unless_ok(ranks->register_request(b + 1, r.params, r.history));
         }
-        step_reply reply;
-        if (s.is_ok()) {
-            reply = ranks->step(request_for(step, kind, config.tp));
-            s = reply.result;
-        }
-        if (s.code == status_code::invalid_argument) throw input_error(s.message);
-        if (!s.is_ok()) {
-            std::cerr << "error: " << s.message << '\n';
-            return 1;
-        }
+        step_reply reply = ranks->step(request_for(step, kind, config.tp));
+        throw_unless_ok(reply.result);
         step_result result(step.batch_size(), step.tokens_per_req);
         result.packed = std::move(reply.outputs.packed);
         result.accept_index = std::move(reply.outputs.accept_index);
@@ -101,13 +88,7 @@ int run_step_command(bool verify, const step_options& options) {
         result.row_error = std::move(reply.outputs.row_error);
         std::cout << result_to_json(result, kind, step.batch_size(), step.tokens_per_req).dump() << '\n';
         return 0;
-    } catch (const input_error& e) {
-        std::cerr << "error: " << e.what() << '\n';
-        return 2;
-    } catch (const std::exception& e) {
-        std::cerr << "error: " << e.what() << '\n';
-        return 1;
-    }
+    });
 }
 
 }  // namespace ds::cli

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <limits>
 
 namespace ds::cli {
@@ -99,6 +100,31 @@ json_request parse_request(const json& r, const std::string& where) {
 }
 
 }  // namespace
+
+int run_json_command(const std::function<int()>& body) {
+    try {
+        return body();
+    } catch (const input_error& e) {
+        std::cerr << "error: " << e.what() << '\n';
+        return 2;
+    } catch (const std::exception& e) {
+        std::cerr << "error: " << e.what() << '\n';
+        return 1;
+    }
+}
+
+json read_json_input(std::istream& in) {
+    try {
+        return json::parse(in);
+    } catch (const json::parse_error& e) {
+        throw input_error(fmt::format("input: expected one JSON object ({})", e.what()));
+    }
+}
+
+void throw_unless_ok(const status& s) {
+    if (s.code == status_code::invalid_argument) throw input_error(s.message);
+    if (!s.is_ok()) throw std::runtime_error(s.message);
+}
 
 json_step parse_step(const json& doc, step_kind kind) {
     if (!doc.is_object()) fail("input", "one JSON object");
@@ -261,9 +287,7 @@ step_result run_step(sampling_backend& backend, const json_step& step, step_kind
     }
     step_result result(step.batch_size(), step.tokens_per_req);
     const step_input input = step.as_input();
-    status s = kind == step_kind::sample ? backend.sample(input, result.view()) : backend.verify(input, result.view());
-    if (s.code == status_code::invalid_argument) throw input_error(s.message);
-    if (!s.is_ok()) throw std::runtime_error(s.message);
+    throw_unless_ok(kind == step_kind::sample ? backend.sample(input, result.view()) : backend.verify(input, result.view()));
     return result;
 }
 

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
+#include <istream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -45,6 +47,16 @@ struct json_step {
     kernel_config fitting_config(int threads) const;
     step_input as_input() const;
 };
+
+// The shared frame of the JSON commands: runs `body`, turning an input_error into one "error: ..."
+// line and exit code 2, and any other exception into one line and exit code 1.
+int run_json_command(const std::function<int()>& body);
+
+// Reads one JSON document; input_error when it is not JSON.
+nlohmann::json read_json_input(std::istream& in);
+
+// invalid_argument -> input_error (exit 2); any other failure -> std::runtime_error (exit 1).
+void throw_unless_ok(const status& s);
 
 // Throws input_error on malformed or out-of-range input.
 json_step parse_step(const nlohmann::json& doc, step_kind kind);

@@ -253,6 +253,29 @@ __device__ int32_t block_find_prefix(const F& f, int32_t vocab, uint64_t target,
     return result;
 }
 
+// Exclusive prefix of `value` over the block's threads in thread order; `total` gets the sum.
+__device__ inline uint64_t block_exclusive_scan(uint64_t value, uint64_t& total, block_shared& sh) {
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const uint64_t inclusive = warp_inclusive_scan(value);
+    if (lane == 31) sh.warp_u64[warp] = inclusive;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint64_t run = 0;
+        for (int w = 0; w < kWarps; ++w) {
+            const uint64_t t = sh.warp_u64[w];
+            sh.warp_u64[w] = run;
+            run += t;
+        }
+        sh.broadcast_u64[0] = run;
+    }
+    __syncthreads();
+    const uint64_t result = sh.warp_u64[warp] + inclusive - value;
+    total = sh.broadcast_u64[0];
+    __syncthreads();
+    return result;
+}
+
 struct radix_result {
     uint64_t value = 0;        // the selected mass value
     uint64_t count_above = 0;  // tokens with a larger mass
@@ -319,55 +342,11 @@ __device__ radix_result block_radix_select(const Mass& q_of, int32_t vocab, bool
         const uint64_t m1 = sh.scratch.bins.mass[top_bin - 1];
         const uint64_t metric0 = by_mass ? m0 : c0;
         const uint64_t metric1 = by_mass ? m1 : c1;
-        // Exclusive prefix over threads of (metric, count, mass), in warp then block order.
-        const int warp = threadIdx.x >> 5;
-        uint64_t inc_metric = warp_inclusive_scan(metric0 + metric1);
-        uint64_t inc_count = warp_inclusive_scan(c0 + c1);
-        uint64_t inc_mass = warp_inclusive_scan(m0 + m1);
-        __syncthreads();  // every thread has read its bins
-        uint64_t* warp_metric = sh.warp_u64;
-        if (lane == 31) warp_metric[warp] = inc_metric;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            uint64_t run = 0;
-            for (int w = 0; w < kWarps; ++w) {
-                const uint64_t t = warp_metric[w];
-                warp_metric[w] = run;
-                run += t;
-            }
-        }
-        __syncthreads();
-        const uint64_t metric_before_warp = warp_metric[warp];
-        __syncthreads();
-        // Counts and masses before this warp, with the same exclusive-prefix layout.
-        if (lane == 31) sh.warp_u64[warp] = inc_count;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            uint64_t run = 0;
-            for (int w = 0; w < kWarps; ++w) {
-                const uint64_t t = sh.warp_u64[w];
-                sh.warp_u64[w] = run;
-                run += t;
-            }
-        }
-        __syncthreads();
-        const uint64_t count_before_warp = sh.warp_u64[warp];
-        __syncthreads();
-        if (lane == 31) sh.warp_u64[warp] = inc_mass;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            uint64_t run = 0;
-            for (int w = 0; w < kWarps; ++w) {
-                const uint64_t t = sh.warp_u64[w];
-                sh.warp_u64[w] = run;
-                run += t;
-            }
-        }
-        __syncthreads();
-        const uint64_t mass_before_warp = sh.warp_u64[warp];
-        const uint64_t metric_before = metric_before_warp + inc_metric - (metric0 + metric1);
-        const uint64_t count_before = count_before_warp + inc_count - (c0 + c1);
-        const uint64_t mass_before = mass_before_warp + inc_mass - (m0 + m1);
+        // Exclusive prefixes over threads (thread t holds the reversed bins 2t, 2t+1).
+        uint64_t unused_total = 0;
+        const uint64_t metric_before = block_exclusive_scan(metric0 + metric1, unused_total, sh);
+        const uint64_t count_before = block_exclusive_scan(c0 + c1, unused_total, sh);
+        const uint64_t mass_before = block_exclusive_scan(m0 + m1, unused_total, sh);
         const uint64_t already = by_mass ? mass_above : count_above;
         const uint64_t need = target - already;
         if (metric_before < need && metric_before + metric0 >= need) {
@@ -388,28 +367,6 @@ __device__ radix_result block_radix_select(const Mass& q_of, int32_t vocab, bool
     return radix_result{prefix, count_above, mass_above};
 }
 
-// Exclusive prefix of `value` over the block's threads in thread order; `total` gets the sum.
-__device__ inline uint64_t block_exclusive_scan(uint64_t value, uint64_t& total, block_shared& sh) {
-    const int warp = threadIdx.x >> 5;
-    const int lane = threadIdx.x & 31;
-    const uint64_t inclusive = warp_inclusive_scan(value);
-    if (lane == 31) sh.warp_u64[warp] = inclusive;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        uint64_t run = 0;
-        for (int w = 0; w < kWarps; ++w) {
-            const uint64_t t = sh.warp_u64[w];
-            sh.warp_u64[w] = run;
-            run += t;
-        }
-        sh.broadcast_u64[0] = run;
-    }
-    __syncthreads();
-    const uint64_t result = sh.warp_u64[warp] + inclusive - value;
-    total = sh.broadcast_u64[0];
-    __syncthreads();
-    return result;
-}
 
 // Counts and masses per digit into sh.scratch.bins (first `bins` entries): digit_mass(i, digit,
 // mass) sets digit = -1 to skip token i. Warp-aggregated like the radix passes.
