@@ -206,43 +206,50 @@ uint64_t row_sampler::build_distribution(const float* logits, int32_t top_token,
     const int64_t top_k = (params.top_k < 0 || params.top_k >= nonzero) ? nonzero : params.top_k;
     if (top_k == nonzero && params.top_p >= 1.0f) return unfiltered_kept;
 
-    auto better = [mass](int32_t a, int32_t b) { return mass[a] > mass[b] || (mass[a] == mass[b] && a < b); };
-    auto mass_sum = [mass, order](int64_t begin, int64_t end) {
-        uint64_t sum = 0;
-        for (int64_t i = begin; i < end; ++i) sum += mass[order[i]];
-        return sum;
-    };
-    int64_t kept = nonzero;
-    uint64_t top_k_mass = 0;
-    if (top_k < nonzero) {
-        std::nth_element(order, order + top_k - 1, order + nonzero, better);
-        kept = top_k;
-        top_k_mass = mass_sum(0, top_k);
-    } else {
-        top_k_mass = mass_sum(0, nonzero);
+    // Only tokens at or above a power-of-two mass bound can survive: the highest bound above which
+    // lie top_k tokens (or, for top-p alone, the top-p target mass). Sorting those few (hundreds
+    // for LLM-like rows) gives the cut exactly as the definition reads. The CUDA kernel bounds its
+    // candidates the same way.
+    constexpr int kBuckets = dm::kMassBits + 1;
+    uint64_t bucket_count[kBuckets] = {};
+    uint64_t bucket_mass[kBuckets] = {};
+    uint64_t total = 0;
+    for (int64_t n = 0; n < nonzero; ++n) {
+        const uint64_t q = mass[order[n]];
+        const int bucket = 63 - __builtin_clzll(q);
+        ++bucket_count[bucket];
+        bucket_mass[bucket] += q;
+        total += q;
+    }
+    const bool top_k_active = top_k < nonzero;
+    const uint64_t goal = top_k_active ? static_cast<uint64_t>(top_k) : dm::top_p_mass_target(params.top_p, total);
+    int bucket = kBuckets - 1;
+    for (uint64_t reached = 0; bucket > 0; --bucket) {
+        reached += top_k_active ? bucket_count[bucket] : bucket_mass[bucket];
+        if (reached >= goal) break;
+    }
+    const uint64_t bound = uint64_t{1} << bucket;
+    int64_t candidates = 0;
+    for (int64_t n = 0; n < nonzero; ++n) {
+        if (mass[order[n]] >= bound) order[candidates++] = order[n];
+    }
+    std::sort(order, order + candidates,
+              [mass](int32_t a, int32_t b) { return mass[a] > mass[b] || (mass[a] == mass[b] && a < b); });
+    int64_t kept = top_k_active ? top_k : candidates;
+    uint64_t top_k_mass = total;
+    if (top_k_active) {
+        top_k_mass = 0;
+        for (int64_t i = 0; i < kept; ++i) top_k_mass += mass[order[i]];
     }
     if (params.top_p < 1.0f) {
-        // Shortest prefix of the order reaching ceil(top_p * M_k): bisect with partial
-        // partitions, keeping prefix(lo) < target <= prefix(hi).
+        // Shortest prefix reaching ceil(top_p * M_k); it lies within the candidates.
         const uint64_t target = dm::top_p_mass_target(params.top_p, top_k_mass);
-        int64_t lo = 0;
-        int64_t hi = kept;
-        uint64_t prefix_lo = 0;
-        while (hi - lo > 1) {
-            const int64_t mid = lo + (hi - lo) / 2;
-            std::nth_element(order + lo, order + mid, order + hi, better);
-            const uint64_t left = mass_sum(lo, mid);
-            if (prefix_lo + left >= target) {
-                hi = mid;
-            } else {
-                prefix_lo += left;
-                lo = mid;
-            }
-        }
-        kept = hi;
+        uint64_t prefix = 0;
+        kept = 0;
+        while (prefix < target) prefix += mass[order[kept++]];
     }
-    // order[0, kept) are the kept tokens and order[kept - 1] is the last of them in the order.
-    const int32_t boundary = *std::min_element(order, order + kept, [&](int32_t a, int32_t b) { return better(b, a); });
+    // order[0, kept) are the kept tokens, in order; order[kept - 1] is the boundary.
+    const int32_t boundary = order[kept - 1];
     cut_.has_boundary = true;
     cut_.boundary_mass = mass[boundary];
     cut_.boundary_token = boundary;
