@@ -25,7 +25,7 @@ struct job {
 
 struct coordinator_state {
     group_config config;
-    std::vector<caf::actor> ranks;
+    std::vector<rank_actor_type> ranks;
     local_group* transport = nullptr;
     std::deque<job> queue;
     bool busy = false;
@@ -41,7 +41,7 @@ struct coordinator_state {
     static inline const char* name = "distsample.coordinator";
 };
 
-using coordinator = caf::stateful_actor<coordinator_state>;
+using coordinator = coordinator_actor_type::stateful_base<coordinator_state>;
 
 void pump(coordinator* self);
 
@@ -137,7 +137,7 @@ void finish_step(coordinator* self) {
     }
     // always: every rank commits rank 0's outputs; on_mismatch: only after a desync, else their own.
     const bool ship = st.config.policy == rank0_policy::always || !found.empty();
-    for (const caf::actor& rank : st.ranks) {
+    for (const rank_actor_type& rank : st.ranks) {
         self->send(rank, commit_msg{st.current_step, ship ? reference.outputs : nullptr});
     }
     step_timing slowest;
@@ -234,7 +234,8 @@ void pump(coordinator* self) {
     }
 }
 
-caf::behavior coordinator_actor(coordinator* self, group_config config, std::vector<caf::actor> ranks, local_group* transport) {
+coordinator_actor_type::behavior_type coordinator_actor(coordinator* self, group_config config, std::vector<rank_actor_type> ranks,
+                                                       local_group* transport) {
     self->state.config = config;
     self->state.ranks = std::move(ranks);
     self->state.transport = transport;
@@ -291,8 +292,8 @@ caf::behavior coordinator_actor(coordinator* self, group_config config, std::vec
 
 }  // namespace
 
-caf::actor spawn_coordinator_actor(caf::actor_system& system, const group_config& config, std::vector<caf::actor> ranks,
-                                   local_group& transport_group) {
+coordinator_actor_type spawn_coordinator_actor(caf::actor_system& system, const group_config& config,
+                                               std::vector<rank_actor_type> ranks, local_group& transport_group) {
     return system.spawn(coordinator_actor, config, std::move(ranks), &transport_group);
 }
 

@@ -13,12 +13,13 @@
 
 #include <vector>
 
+#include "actors/messages.h"
 #include "config/group_config.h"
 #include "transport/local_transport.h"
 
 namespace ds {
 
-caf::actor spawn_coordinator_actor(caf::actor_system& system, const group_config& config, std::vector<caf::actor> ranks,
-                                   local_group& transport_group);
+coordinator_actor_type spawn_coordinator_actor(caf::actor_system& system, const group_config& config,
+                                               std::vector<rank_actor_type> ranks, local_group& transport_group);
 
 }  // namespace ds

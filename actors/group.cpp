@@ -28,7 +28,8 @@ constexpr std::chrono::seconds kReplyMargin{5};
 
 // Forwards the caller's steps to the coordinator in arrival order and turns each answer into the
 // fulfilment of a std::promise, without blocking a scheduler thread.
-caf::behavior client_actor(caf::event_based_actor* self, caf::actor coordinator, std::chrono::milliseconds timeout) {
+client_actor_type::behavior_type client_actor(client_actor_type::pointer self, coordinator_actor_type coordinator,
+                                              std::chrono::milliseconds timeout) {
     return {
         [self, coordinator, timeout](client_submit_msg& m) {
             auto reply = m.reply;
@@ -58,9 +59,9 @@ struct group::impl {
     caf::actor_system_config system_config;
     caf::actor_system system;
     local_group transport;
-    std::vector<caf::actor> ranks;
-    caf::actor coordinator;
-    caf::actor client;
+    std::vector<rank_actor_type> ranks;
+    coordinator_actor_type coordinator;
+    client_actor_type client;
 
     impl(const group_config& c, const local_group_config& t)
         : config(c), system(with_types(system_config)), transport(t) {}
@@ -104,7 +105,7 @@ group::~group() {
     impl_->transport.abort("group shut down");
     caf::anon_send_exit(impl_->client, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(impl_->coordinator, caf::exit_reason::user_shutdown);
-    for (const caf::actor& rank : impl_->ranks) caf::anon_send_exit(rank, caf::exit_reason::user_shutdown);
+    for (const rank_actor_type& rank : impl_->ranks) caf::anon_send_exit(rank, caf::exit_reason::user_shutdown);
 }
 
 const group_config& group::config() const { return impl_->config; }

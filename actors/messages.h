@@ -171,3 +171,25 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::commit_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::submit_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::step_answer)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::client_submit_msg)
+
+namespace ds {
+
+// The typed interfaces of the three actors (checked at compile time by CAF).
+using rank_actor_type = caf::typed_actor<caf::replies_to<register_msg>::with<op_ack>,
+                                         caf::replies_to<release_msg>::with<op_ack>,
+                                         caf::replies_to<health_msg>::with<op_ack>,
+                                         caf::replies_to<fault_msg>::with<op_ack>,
+                                         caf::replies_to<run_step_msg>::with<rank_result>,
+                                         caf::reacts_to<commit_msg>>;
+
+using coordinator_actor_type = caf::typed_actor<caf::replies_to<submit_msg>::with<step_answer>,
+                                                caf::replies_to<register_msg>::with<op_ack>,
+                                                caf::replies_to<release_msg>::with<op_ack>,
+                                                caf::replies_to<health_msg>::with<op_ack>,
+                                                caf::replies_to<desync_query>::with<desync_log>,
+                                                caf::replies_to<fault_msg>::with<op_ack>>;
+
+// Turns library calls into ordered submissions (actors/group.cpp).
+using client_actor_type = caf::typed_actor<caf::reacts_to<client_submit_msg>>;
+
+}  // namespace ds

@@ -22,7 +22,8 @@ struct rank_state {
     static inline const char* name = "distsample.rank";
 };
 
-caf::behavior rank_actor(caf::stateful_actor<rank_state>* self, group_config config, int32_t rank, local_group* transport_group) {
+rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank_state> self, group_config config, int32_t rank,
+                                         local_group* transport_group) {
     self->state.endpoint = &transport_group->endpoint(rank);
     self->state.engine = std::make_unique<rank_engine>(config, rank, *self->state.endpoint);
     auto ack = [self, rank](const status& s) -> caf::result<op_ack> {
@@ -78,7 +79,7 @@ caf::behavior rank_actor(caf::stateful_actor<rank_state>* self, group_config con
 
 }  // namespace
 
-caf::actor spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank, local_group& transport_group) {
+rank_actor_type spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank, local_group& transport_group) {
     return system.spawn<caf::detached>(rank_actor, config, rank, &transport_group);
 }
 

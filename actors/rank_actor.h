@@ -7,11 +7,12 @@
 
 #include <caf/all.hpp>
 
+#include "actors/messages.h"
 #include "config/group_config.h"
 #include "transport/local_transport.h"
 
 namespace ds {
 
-caf::actor spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank, local_group& transport_group);
+rank_actor_type spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank, local_group& transport_group);
 
 }  // namespace ds
