@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ds::cli {
 
@@ -15,13 +16,15 @@ struct kernel_options {
 // Reads one JSON step on stdin, prints one JSON result on stdout.
 int run_kernel_command(bool verify, const kernel_options& options);
 
+// Where a group's configuration comes from (config/config_file.h): a JSON file, DISTSAMPLE_*
+// variables, then key=value overrides; flags such as --tp are turned into overrides, last.
+struct group_options {
+    std::string config_file;
+    std::vector<std::string> overrides;
+};
+
 struct step_options {
-    int tp = 4;
-    std::string mode = "swap";
-    std::string transport = "local";
-    std::string backend = "cpu";
-    std::string policy = "on_mismatch";
-    int threads = 1;  // per rank
+    group_options group;
 };
 
 // Like run_kernel_command, through the coordinator and TP rank actors.
@@ -33,12 +36,12 @@ struct demo_options {
     int vocab = 32000;
     int draft_tokens = 3;
     uint64_t seed = 2026;
-    int threads = 1;  // per rank
-    std::string backend = "cpu";
-    int tp = 4;
-    std::string mode = "swap";
+    group_options group;
 };
 
 int run_demo_command(const demo_options& options);
+
+// Prints the effective configuration as JSON, or one error line (exit 2).
+int run_config_check_command(const group_options& options);
 
 }  // namespace ds::cli

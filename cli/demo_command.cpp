@@ -13,6 +13,7 @@
 #include <distsample/group.h>
 
 #include "cli/commands.h"
+#include "config/config_file.h"
 #include "sources/synthetic_logits.h"
 
 namespace ds::cli {
@@ -88,17 +89,15 @@ int run_demo_command(const demo_options& options) {
     const int32_t n = options.draft_tokens + 1;
     const int32_t vocab = options.vocab;
     group_config config;
-    config.tp = options.tp;
+    if (std::string e = load_group_config(options.group.config_file, options.group.overrides, config); !e.empty()) {
+        std::cerr << "error: " << e << '\n';
+        return 2;
+    }
+    // The demo's own sizes.
     config.vocab_size = vocab;
     config.max_batch = options.batch;
     config.max_slots = options.batch + 1;
     config.max_tokens_per_req = n;
-    config.threads_per_rank = options.threads;
-    config.backend = options.backend;
-    if (!parse_mode(options.mode, config.mode)) {
-        std::cerr << "error: --mode = '" << options.mode << "': expected 'swap', 'sharded' or 'gathered'\n";
-        return 2;
-    }
     std::unique_ptr<group> ranks;
     if (status s = group::create(config, ranks); !s.is_ok()) {
         std::cerr << "error: " << s.message << '\n';

@@ -25,14 +25,23 @@ int main(int argc, char** argv) {
     step_cmd->require_subcommand(1);
     CLI::App* step_sample_cmd = step_cmd->add_subcommand("sample", "Sample one token per request");
     CLI::App* step_verify_cmd = step_cmd->add_subcommand("verify", "Verify draft chains");
-    for (CLI::App* cmd : {step_sample_cmd, step_verify_cmd}) {
-        cmd->add_option("--tp", step.tp, "Tensor-parallel ranks (vocab_size must be a multiple)")->capture_default_str();
-        cmd->add_option("--mode", step.mode, "Distributed mode: swap, sharded or gathered")->capture_default_str();
-        cmd->add_option("--transport", step.transport, "Transport between ranks: local")->capture_default_str();
-        cmd->add_option("--backend", step.backend, "Sampling backend: cpu or cuda")->capture_default_str();
-        cmd->add_option("--rank0-policy", step.policy, "always, never or on_mismatch")->capture_default_str();
-        cmd->add_option("--threads", step.threads, "CPU worker threads per rank (0 = all cores)")->capture_default_str();
-    }
+    // Group settings: a config file, then DISTSAMPLE_* variables, then --set and the flags below
+    // (each flag is the override of one config key).
+    auto add_group_options = [](CLI::App* cmd, ds::cli::group_options& group) {
+        cmd->add_option("--config", group.config_file, "JSON configuration file (see README, Configuration)");
+        cmd->add_option("--set", group.overrides, "Override a configuration key: KEY=VALUE (repeatable)");
+        auto flag = [cmd, &group](const char* name, const char* key, const char* help) {
+            cmd->add_option_function<std::string>(
+                name, [&group, key](const std::string& value) { group.overrides.push_back(std::string(key) + "=" + value); }, help);
+        };
+        flag("--tp", "tp", "Tensor-parallel ranks (config key tp, default 4; V must be a multiple)");
+        flag("--mode", "mode", "Distributed mode: swap, sharded or gathered (config key mode, default swap)");
+        flag("--transport", "transport", "Transport between ranks: auto or local (config key transport)");
+        flag("--backend", "backend", "Sampling backend: cpu or cuda (config key backend)");
+        flag("--rank0-policy", "rank0_policy", "always, never or on_mismatch (config key rank0_policy)");
+        flag("--threads", "threads_per_rank", "CPU worker threads per rank, 0 = all cores (config key threads_per_rank)");
+    };
+    for (CLI::App* cmd : {step_sample_cmd, step_verify_cmd}) add_group_options(cmd, step.group);
 
     ds::cli::demo_options demo;
     CLI::App* demo_cmd = app.add_subcommand("demo", "Speculative decoding with synthetic target and draft models through the coordinator and TP rank actors");
@@ -41,10 +50,15 @@ int main(int argc, char** argv) {
     demo_cmd->add_option("--vocab", demo.vocab, "Vocabulary size")->capture_default_str();
     demo_cmd->add_option("--draft-tokens", demo.draft_tokens, "Drafts per request per step (N - 1)")->capture_default_str();
     demo_cmd->add_option("--seed", demo.seed, "Seed of the models and the requests")->capture_default_str();
-    demo_cmd->add_option("--threads", demo.threads, "CPU worker threads per rank (0 = all cores)")->capture_default_str();
-    demo_cmd->add_option("--tp", demo.tp, "Tensor-parallel rank actors")->capture_default_str();
-    demo_cmd->add_option("--mode", demo.mode, "Distributed mode: swap, sharded or gathered")->capture_default_str();
-    demo_cmd->add_option("--backend", demo.backend, "Sampling backend: cpu or cuda")->capture_default_str();
+    add_group_options(demo_cmd, demo.group);
+
+    ds::cli::group_options check;
+    CLI::App* config_cmd = app.add_subcommand("config", "Configuration files");
+    config_cmd->require_subcommand(1);
+    CLI::App* check_cmd = config_cmd->add_subcommand(
+        "check", "Validate a configuration (file, DISTSAMPLE_* variables, --set) and print the effective values");
+    check_cmd->add_option("file", check.config_file, "JSON configuration file")->required();
+    check_cmd->add_option("--set", check.overrides, "Override a configuration key: KEY=VALUE (repeatable)");
 
     try {
         app.parse(argc, argv);
@@ -57,5 +71,6 @@ int main(int argc, char** argv) {
     if (step_sample_cmd->parsed()) return ds::cli::run_step_command(false, step);
     if (step_verify_cmd->parsed()) return ds::cli::run_step_command(true, step);
     if (demo_cmd->parsed()) return ds::cli::run_demo_command(demo);
+    if (check_cmd->parsed()) return ds::cli::run_config_check_command(check);
     return 2;
 }

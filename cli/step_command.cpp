@@ -7,33 +7,26 @@
 
 #include "cli/commands.h"
 #include "cli/step_json.h"
+#include "config/config_file.h"
 #include "kernels/validation.h"
 
 namespace ds::cli {
 
 namespace {
 
+// The configured group, with its sizes fitted to this step.
 group_config config_for(const json_step& step, const step_options& options) {
-    const kernel_config fitting = step.fitting_config(options.threads);
     group_config config;
-    config.tp = options.tp;
+    if (std::string e = load_group_config(options.group.config_file, options.group.overrides, config); !e.empty()) {
+        throw input_error(e);
+    }
+    const kernel_config fitting = step.fitting_config(config.threads_per_rank);
     config.vocab_size = step.vocab_size;
     config.max_batch = fitting.max_batch;
     config.max_tokens_per_req = fitting.max_tokens_per_req;
     config.max_slots = fitting.max_slots;
     config.max_penalty_tokens = fitting.max_penalty_tokens + step.tokens_per_req;  // room for the commit
     config.max_logit_bias = fitting.max_logit_bias;
-    config.threads_per_rank = options.threads;
-    config.backend = options.backend;
-    if (!parse_mode(options.mode, config.mode)) {
-        throw input_error(fmt::format("--mode = '{}': expected 'swap', 'sharded' or 'gathered'", options.mode));
-    }
-    if (!parse_policy(options.policy, config.policy)) {
-        throw input_error(fmt::format("--rank0-policy = '{}': expected 'always', 'never' or 'on_mismatch'", options.policy));
-    }
-    if (options.transport != "local") {
-        throw input_error(fmt::format("--transport = '{}': only 'local' is built (UCX and NCCL are not implemented yet)", options.transport));
-    }
     return config;
 }
 
@@ -61,7 +54,7 @@ int run_step_command(bool verify, const step_options& options) {
         const json_step step = parse_step(doc, kind);
         const group_config config = config_for(step, options);
         if (std::string e = validate_group_config(config); !e.empty()) throw input_error(e);
-        const kernel_config fitting = step.fitting_config(options.threads);
+        const kernel_config fitting = step.fitting_config(config.threads_per_rank);
         for (int32_t b = 0; b < step.batch_size(); ++b) {
             const json_request& r = step.requests[static_cast<size_t>(b)];
             status s = validate_sampling_params(r.params, fitting, fmt::format("requests[{}].", b));

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -336,11 +337,55 @@ TEST(Cli, StepBadInputNamesTheField) {
         std::string expect;
     };
     for (const bad_case& c : {bad_case{"step verify --tp 5", "vocab_size = 48: expected a multiple of tp = 5"},
-                              bad_case{"step verify --mode scatter", "--mode = 'scatter'"},
-                              bad_case{"step verify --transport ucx", "--transport = 'ucx'"},
-                              bad_case{"step verify --tp 0", "tp = 0"}}) {
+                              bad_case{"step verify --mode scatter", "config key 'mode' = 'scatter' (from the command line)"},
+                              bad_case{"step verify --transport ucx", "config key 'transport' = 'ucx'"},
+                              bad_case{"step verify --tp 0", "config key 'tp' = '0'"}}) {
         const run_result r = run_cli(c.args, doc.dump());
         EXPECT_EQ(r.exit_code, 2) << c.args << "\nstderr: " << r.err;
         EXPECT_NE(r.err.find(c.expect), std::string::npos) << "stderr: " << r.err;
     }
 }
+
+TEST(Cli, ConfigCheckPrintsTheEffectiveConfigurationOrNamesTheKey) {
+    const std::string path = ::testing::TempDir() + "/ds_cli_config.json";
+    std::ofstream(path) << R"({"tp": 2, "mode": "sharded", "step_timeout_ms": 500})";
+    const run_result r = run_cli("config check " + path + " --set rank0_policy=never", "");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json out = json::parse(r.out);
+    EXPECT_EQ(out["tp"], 2);
+    EXPECT_EQ(out["mode"], "sharded");
+    EXPECT_EQ(out["rank0_policy"], "never");
+    EXPECT_EQ(out["step_timeout_ms"], 500);
+    EXPECT_EQ(out["vocab_size"], 32000);  // a default
+
+    // DISTSAMPLE_* variables beat the file; --set beats them.
+    setenv("DISTSAMPLE_MODE", "swap", 1);
+    const run_result with_env = run_cli("config check " + path, "");
+    const run_result with_set = run_cli("config check " + path + " --set mode=gathered", "");
+    unsetenv("DISTSAMPLE_MODE");
+    EXPECT_EQ(json::parse(with_env.out)["mode"], "swap") << with_env.err;
+    EXPECT_EQ(json::parse(with_set.out)["mode"], "gathered") << with_set.err;
+
+    std::ofstream(path) << R"({"tp": 2, "mode": "fast"})";
+    const run_result bad = run_cli("config check " + path, "");
+    EXPECT_EQ(bad.exit_code, 2);
+    EXPECT_NE(bad.err.find("config key 'mode' = \"fast\""), std::string::npos) << bad.err;
+    EXPECT_NE(bad.err.find("'swap'"), std::string::npos) << bad.err;
+
+    std::ofstream(path) << R"({"tensor_parallel": 2})";
+    const run_result unknown = run_cli("config check " + path, "");
+    EXPECT_EQ(unknown.exit_code, 2);
+    EXPECT_NE(unknown.err.find("config key 'tensor_parallel'"), std::string::npos) << unknown.err;
+}
+
+TEST(Cli, StepAndDemoReadTheConfigFile) {
+    const std::string path = ::testing::TempDir() + "/ds_cli_step_config.json";
+    std::ofstream(path) << R"({"tp": 3, "mode": "gathered"})";
+    const run_result demo = run_cli("demo --steps 1 --batch 2 --vocab 96 --config " + path, "");
+    ASSERT_EQ(demo.exit_code, 0) << demo.err;
+    EXPECT_NE(demo.out.find("TP=3, gathered mode"), std::string::npos) << demo.out;
+    const run_result flag_wins = run_cli("demo --steps 1 --batch 2 --vocab 96 --config " + path + " --tp 2", "");
+    ASSERT_EQ(flag_wins.exit_code, 0) << flag_wins.err;
+    EXPECT_NE(flag_wins.out.find("TP=2, gathered mode"), std::string::npos) << flag_wins.out;
+}
+

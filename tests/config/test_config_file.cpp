@@ -1,0 +1,76 @@
+// The configuration loader: file, DISTSAMPLE_* environment, overrides, and errors naming the key.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "config/config_file.h"
+
+using namespace ds;
+
+namespace {
+
+std::string write_config(const std::string& name, const std::string& text) {
+    const std::string path = ::testing::TempDir() + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+}
+
+}  // namespace
+
+TEST(ConfigFile, LaterSourcesWin) {
+    const std::string path = write_config("ds_config_order.json", R"({"tp": 2, "mode": "sharded", "max_batch": 32})");
+    setenv("DISTSAMPLE_MAX_BATCH", "48", 1);
+    setenv("DISTSAMPLE_RANK0_POLICY", "always", 1);
+    group_config config;
+    const std::string e = load_group_config(path, {"rank0_policy=never", "step_timeout_ms=250"}, config);
+    unsetenv("DISTSAMPLE_MAX_BATCH");
+    unsetenv("DISTSAMPLE_RANK0_POLICY");
+    ASSERT_EQ(e, "");
+    EXPECT_EQ(config.tp, 2);                            // file
+    EXPECT_EQ(config.mode, dist_mode::sharded);         // file
+    EXPECT_EQ(config.max_batch, 48);                    // environment over file
+    EXPECT_EQ(config.policy, rank0_policy::never);      // override over environment
+    EXPECT_EQ(config.step_timeout.count(), 250);        // override
+    EXPECT_EQ(config.vocab_size, group_config{}.vocab_size);  // default
+    const nlohmann::json out = group_config_to_json(config);
+    EXPECT_EQ(out["max_batch"], 48);
+    EXPECT_EQ(out["rank0_policy"], "never");
+}
+
+TEST(ConfigFile, ErrorsNameTheKeyTheValueAndTheSource) {
+    struct bad_case {
+        std::string file_text;
+        std::vector<std::string> overrides;
+        std::string expect;
+    };
+    const bad_case cases[] = {
+        {R"({"tp": "four"})", {}, "config key 'tp' = \"four\" (from "},
+        {R"({"tp": 0})", {}, "expected an integer in [1, 1024]"},
+        {R"({"mode": "fast"})", {}, "config key 'mode' = \"fast\""},
+        {R"({"backend": "tpu"})", {}, "one of 'cpu' 'cuda'"},
+        {R"({"transport": "ucx"})", {}, "the UCX and NCCL transports are not built yet"},
+        {R"({"tensor_parallel": 4})", {}, "config key 'tensor_parallel'"},
+        {R"([1, 2])", {}, "expected one JSON object"},
+        {R"({"tp": )", {}, "not valid JSON"},
+        {R"({})", {"tp"}, "override 'tp': expected key=value"},
+        {R"({})", {"tp=2x"}, "config key 'tp' = '2x' (from the command line)"},
+        {R"({})", {"colour=blue"}, "config key 'colour' (from the command line) is not known"},
+    };
+    for (const bad_case& c : cases) {
+        const std::string path = write_config("ds_config_bad.json", c.file_text);
+        group_config config;
+        const std::string e = load_group_config(path, c.overrides, config);
+        EXPECT_NE(e.find(c.expect), std::string::npos) << "got: " << e;
+    }
+    group_config config;
+    EXPECT_NE(load_group_config("/nonexistent/ds.json", {}, config).find("cannot be opened"), std::string::npos);
+    // Values that are fine alone but not together are left to validate_group_config.
+    const std::string path = write_config("ds_config_pair.json", R"({"tp": 3, "vocab_size": 100})");
+    ASSERT_EQ(load_group_config(path, {}, config), "");
+    EXPECT_NE(validate_group_config(config).find("vocab_size = 100: expected a multiple of tp = 3"), std::string::npos);
+    setenv("DISTSAMPLE_TP", "-3", 1);
+    const std::string e = load_group_config("", {}, config);
+    unsetenv("DISTSAMPLE_TP");
+    EXPECT_NE(e.find("config key 'tp' = '-3' (from DISTSAMPLE_TP)"), std::string::npos) << e;
+}
