@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
         return 1;
     }
 
-    std::printf("device copy bandwidth (read+write): %.2f TB/s; V = %d, fp32 logits, CUDA graph replays\n\n", bandwidth / 1.0, kVocab);
+    std::printf("device copy bandwidth (read+write): %.2f TB/s; V = %d, fp32 logits, CUDA graph replays\n\n", bandwidth, kVocab);
     std::printf("%-40s %5s %3s %10s %10s %8s\n", "case", "bs", "N", "ours (us)", "floor (us)", "ratio");
     std::ofstream json;
     if (!json_path.empty()) json.open(json_path);

@@ -319,19 +319,14 @@ status cuda_backend::replay_graph(const step_input& step, const step_output& out
 status cuda_backend::time_graph(int iterations, double& microseconds_per_step) {
     impl& st = *impl_;
     if (st.graph == nullptr) return status::invalid("time_graph: no graph has been captured");
-    cudaEvent_t start = nullptr;
-    cudaEvent_t stop = nullptr;
-    CUDA_TRY(cudaEventCreate(&start));
-    CUDA_TRY(cudaEventCreate(&stop));
     CUDA_TRY(cudaGraphLaunch(st.graph, st.stream));  // warm-up
-    CUDA_TRY(cudaEventRecord(start, st.stream));
+    event_timer timer;  // frees its events on every return
+    status s = timer.start(st.stream);
+    if (!s.is_ok()) return s;
     for (int i = 0; i < iterations; ++i) CUDA_TRY(cudaGraphLaunch(st.graph, st.stream));
-    CUDA_TRY(cudaEventRecord(stop, st.stream));
-    CUDA_TRY(cudaEventSynchronize(stop));
     float ms = 0.0f;
-    CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    s = timer.stop(st.stream, ms);
+    if (!s.is_ok()) return s;
     microseconds_per_step = 1000.0 * ms / iterations;
     return status::success();
 }
@@ -347,19 +342,14 @@ status measure_copy_bandwidth(size_t bytes, int iterations, double& terabytes_pe
     if (s.is_ok()) s = to.allocate(bytes);
     if (!s.is_ok()) return s;
     CUDA_TRY(cudaMemset(from.get(), 1, bytes));
-    cudaEvent_t start = nullptr;
-    cudaEvent_t stop = nullptr;
-    CUDA_TRY(cudaEventCreate(&start));
-    CUDA_TRY(cudaEventCreate(&stop));
-    CUDA_TRY(cudaMemcpy(to.get(), from.get(), bytes, cudaMemcpyDeviceToDevice));
-    CUDA_TRY(cudaEventRecord(start));
+    CUDA_TRY(cudaMemcpy(to.get(), from.get(), bytes, cudaMemcpyDeviceToDevice));  // warm-up
+    event_timer timer;  // frees its events on every return
+    s = timer.start(nullptr);
+    if (!s.is_ok()) return s;
     for (int i = 0; i < iterations; ++i) CUDA_TRY(cudaMemcpyAsync(to.get(), from.get(), bytes, cudaMemcpyDeviceToDevice));
-    CUDA_TRY(cudaEventRecord(stop));
-    CUDA_TRY(cudaEventSynchronize(stop));
     float ms = 0.0f;
-    CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    s = timer.stop(nullptr, ms);
+    if (!s.is_ok()) return s;
     terabytes_per_second = 2.0 * static_cast<double>(bytes) * iterations / (ms * 1e-3) / 1e12;
     return status::success();
 }

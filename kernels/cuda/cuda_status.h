@@ -70,4 +70,34 @@ class pinned_buffer : public cuda_memory<free_pinned> {
     }
 };
 
+// Elapsed device time between two points of a stream, with the events freed on every path.
+class event_timer {
+   public:
+    event_timer() = default;
+    event_timer(const event_timer&) = delete;
+    event_timer& operator=(const event_timer&) = delete;
+    ~event_timer() {
+        if (start_ != nullptr) cudaEventDestroy(start_);
+        if (stop_ != nullptr) cudaEventDestroy(stop_);
+    }
+
+    status start(cudaStream_t stream) {
+        CUDA_TRY(cudaEventCreate(&start_));
+        CUDA_TRY(cudaEventCreate(&stop_));
+        CUDA_TRY(cudaEventRecord(start_, stream));
+        return status::success();
+    }
+
+    status stop(cudaStream_t stream, float& milliseconds) {
+        CUDA_TRY(cudaEventRecord(stop_, stream));
+        CUDA_TRY(cudaEventSynchronize(stop_));
+        CUDA_TRY(cudaEventElapsedTime(&milliseconds, start_, stop_));
+        return status::success();
+    }
+
+   private:
+    cudaEvent_t start_ = nullptr;
+    cudaEvent_t stop_ = nullptr;
+};
+
 }  // namespace ds::cuda
