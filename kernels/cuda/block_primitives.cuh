@@ -59,6 +59,27 @@ __device__ __forceinline__ uint64_t warp_inclusive_scan(uint64_t v) {
     return v;
 }
 
+// Adds one token (digit >= 0, its mass) per lane to the histogram sh.scratch.bins. The lanes of a
+// warp that share a digit (most share the lowest one) make one pair of atomics together, so
+// crowded bins do not serialise the block. Every lane of the warp must call it.
+__device__ inline void warp_aggregated_add(int digit, uint64_t mass, block_shared& sh) {
+    const int lane = threadIdx.x & 31;
+    unsigned remaining = __ballot_sync(kFullMask, digit >= 0);
+    while (remaining != 0) {
+        const int leader = __ffs(remaining) - 1;
+        const int group_digit = __shfl_sync(kFullMask, digit, leader);
+        const bool member = digit == group_digit;
+        const unsigned group = __ballot_sync(kFullMask, member);
+        const uint64_t group_mass = warp_sum(member ? mass : 0);
+        if (lane == leader) {
+            atomicAdd(&sh.scratch.bins.count[group_digit], static_cast<unsigned>(__popc(group)));
+            atomicAdd(reinterpret_cast<unsigned long long*>(&sh.scratch.bins.mass[group_digit]),
+                      static_cast<unsigned long long>(group_mass));
+        }
+        remaining &= ~group;
+    }
+}
+
 // (value, index) with the larger value winning and ties to the lower index; index -1 is empty.
 __device__ __forceinline__ bool argmax_better(float value, int32_t index, float best_value, int32_t best_index) {
     if (index < 0) return false;
@@ -300,9 +321,6 @@ __device__ radix_result block_radix_select(const Mass& q_of, int32_t vocab, bool
             sh.scratch.bins.mass[b] = 0;
         }
         __syncthreads();
-        // Warp-aggregated: the lanes of a warp that share a digit (most share the lowest one)
-        // make one pair of atomics, so crowded bins do not serialise the block.
-        const int lane = threadIdx.x & 31;
         for (int32_t start = 0; start < vocab; start += kBlockThreads * kUnroll) {
             uint64_t masses[kUnroll];
 #pragma unroll
@@ -315,20 +333,7 @@ __device__ radix_result block_radix_select(const Mass& q_of, int32_t vocab, bool
             const uint64_t q = masses[k];
             const bool take = q != 0 && (q & high_mask) == prefix;
             const int digit = take ? static_cast<int>((q >> shift) & (kRadixBins - 1)) : -1;
-            unsigned remaining = __ballot_sync(kFullMask, take);
-            while (remaining != 0) {
-                const int leader = __ffs(remaining) - 1;
-                const int group_digit = __shfl_sync(kFullMask, digit, leader);
-                const bool member = take && digit == group_digit;
-                const unsigned group = __ballot_sync(kFullMask, member);
-                const uint64_t group_mass = warp_sum(member ? q : 0);
-                if (lane == leader) {
-                    atomicAdd(&sh.scratch.bins.count[group_digit], static_cast<unsigned>(__popc(group)));
-                    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.scratch.bins.mass[group_digit]),
-                              static_cast<unsigned long long>(group_mass));
-                }
-                remaining &= ~group;
-            }
+            warp_aggregated_add(digit, q, sh);
             }
         }
         __syncthreads();
@@ -377,26 +382,12 @@ __device__ void block_histogram(const DigitMass& digit_mass, int32_t vocab, int 
         sh.scratch.bins.mass[b] = 0;
     }
     __syncthreads();
-    const int lane = threadIdx.x & 31;
     for (int32_t start = 0; start < vocab; start += kBlockThreads) {
         const int32_t i = start + static_cast<int32_t>(threadIdx.x);
         int digit = -1;
         uint64_t mass = 0;
         if (i < vocab) digit_mass(i, digit, mass);
-        unsigned remaining = __ballot_sync(kFullMask, digit >= 0);
-        while (remaining != 0) {
-            const int leader = __ffs(remaining) - 1;
-            const int group_digit = __shfl_sync(kFullMask, digit, leader);
-            const bool member = digit == group_digit;
-            const unsigned group = __ballot_sync(kFullMask, member);
-            const uint64_t group_mass = warp_sum(member ? mass : 0);
-            if (lane == leader) {
-                atomicAdd(&sh.scratch.bins.count[group_digit], static_cast<unsigned>(__popc(group)));
-                atomicAdd(reinterpret_cast<unsigned long long*>(&sh.scratch.bins.mass[group_digit]),
-                          static_cast<unsigned long long>(group_mass));
-            }
-            remaining &= ~group;
-        }
+        warp_aggregated_add(digit, mass, sh);
     }
     __syncthreads();
 }
