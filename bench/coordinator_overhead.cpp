@@ -65,7 +65,7 @@ struct workload {
                     draft.logits(context, draft_row.data());
                     const int32_t token = static_cast<int32_t>(std::max_element(draft_row.begin(), draft_row.end()) - draft_row.begin());
                     candidates.push_back(token);
-                    context = ds::synthetic_lm::next_context(context, token);
+                    context = ds::logits_source::next_context(context, token);
                 }
             }
         }

@@ -36,6 +36,8 @@ struct demo_options {
     int vocab = 32000;
     int draft_tokens = 3;
     uint64_t seed = 2026;
+    std::string model = "synthetic";  // or "ngram": a trigram model of `corpus`, its bigram model as draft
+    std::string corpus = "/usr/share/common-licenses/GPL-3";
     group_options group;
 };
 

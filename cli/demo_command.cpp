@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "config/config_file.h"
+#include "sources/ngram_lm.h"
 #include "sources/synthetic_logits.h"
 
 namespace ds::cli {
@@ -63,8 +64,7 @@ std::vector<demo_request> make_requests(int count, uint64_t seed) {
         r.label = p.label;
         r.params = p.params;
         r.params.seed = seed + static_cast<uint64_t>(i);
-        r.context = seed * 1000 + static_cast<uint64_t>(i);  // a different "prompt" per request
-        r.position = 16 + i;                                  // prompt lengths
+        r.position = 16 + i;  // prompt lengths
     }
     return requests;
 }
@@ -73,10 +73,33 @@ int32_t argmax(const std::vector<float>& row) {
     return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
-std::string join(const int32_t* tokens, int32_t count) {
+std::string join(const logits_source& model, const int32_t* tokens, int32_t count) {
     std::string out;
-    for (int32_t i = 0; i < count; ++i) out += fmt::format("{}{}", i ? " " : "", tokens[i]);
+    for (int32_t i = 0; i < count; ++i) out += fmt::format("{}{}", i ? " " : "", model.token_text(tokens[i]));
     return out;
+}
+
+// The target model and a weaker draft of it: the synthetic generator with extra draft noise, or a
+// trigram model of a text with its bigram model as the draft.
+std::string make_models(const demo_options& options, std::unique_ptr<logits_source>& target, std::unique_ptr<logits_source>& draft) {
+    if (options.model == "ngram") {
+        auto trigram = std::make_unique<ngram_lm>();
+        auto bigram = std::make_unique<ngram_lm>();
+        if (std::string e = ngram_lm::train_file(options.corpus, 3, *trigram); !e.empty()) return e;
+        if (std::string e = ngram_lm::train_file(options.corpus, 2, *bigram); !e.empty()) return e;
+        target = std::move(trigram);
+        draft = std::move(bigram);
+        return {};
+    }
+    if (options.model != "synthetic") return fmt::format("--model = '{}': expected 'synthetic' or 'ngram'", options.model);
+    synthetic_lm_config target_config;
+    target_config.vocab_size = options.vocab;
+    target_config.seed = options.seed;
+    synthetic_lm_config draft_config = target_config;
+    draft_config.draft_noise = 1.0f;
+    target = std::make_unique<synthetic_lm>(target_config);
+    draft = std::make_unique<synthetic_lm>(draft_config);
+    return {};
 }
 
 }  // namespace
@@ -87,7 +110,15 @@ int run_demo_command(const demo_options& options) {
         return 2;
     }
     const int32_t n = options.draft_tokens + 1;
-    const int32_t vocab = options.vocab;
+    std::unique_ptr<logits_source> target_model;
+    std::unique_ptr<logits_source> draft_model;
+    if (std::string e = make_models(options, target_model, draft_model); !e.empty()) {
+        std::cerr << "error: " << e << '\n';
+        return 2;
+    }
+    const logits_source& target = *target_model;
+    const logits_source& draft = *draft_model;
+    const int32_t vocab = target.vocab_size();
     group_config config;
     if (std::string e = load_group_config(options.group.config_file, options.group.overrides, config); !e.empty()) {
         std::cerr << "error: " << e << '\n';
@@ -104,15 +135,8 @@ int run_demo_command(const demo_options& options) {
         return s.code == status_code::invalid_argument ? 2 : 1;
     }
 
-    synthetic_lm_config target_config;
-    target_config.vocab_size = vocab;
-    target_config.seed = options.seed;
-    synthetic_lm_config draft_config = target_config;
-    draft_config.draft_noise = 1.0f;
-    const synthetic_lm target(target_config);
-    const synthetic_lm draft(draft_config);
-
     std::vector<demo_request> requests = make_requests(options.batch, options.seed);
+    for (int32_t b = 0; b < options.batch; ++b) requests[static_cast<size_t>(b)].context = target.prompt(b);
     const int32_t bs = options.batch;
     std::vector<int32_t> slots(static_cast<size_t>(bs));
     std::vector<int64_t> positions(static_cast<size_t>(bs));
@@ -162,10 +186,10 @@ int run_demo_command(const demo_options& options) {
         demo_request& r = requests[static_cast<size_t>(b)];
         r.last_token = packed[static_cast<size_t>(b)];
         r.text.push_back(r.last_token);
-        r.context = synthetic_lm::next_context(r.context, r.last_token);
+        r.context = logits_source::next_context(r.context, r.last_token);
         ++r.position;
         ++emitted_total;
-        fmt::print(" [{}] {}", b, r.last_token);
+        fmt::print(" [{}] {}", b, target.token_text(r.last_token));
     }
     fmt::print("\n");
 
@@ -181,7 +205,7 @@ int run_demo_command(const demo_options& options) {
                 if (j + 1 < n) {
                     draft.logits(context, draft_row.data());
                     chain[j + 1] = argmax(draft_row);
-                    context = synthetic_lm::next_context(context, chain[j + 1]);
+                    context = logits_source::next_context(context, chain[j + 1]);
                 }
             }
         }
@@ -195,12 +219,12 @@ int run_demo_command(const demo_options& options) {
             r.drafts_accepted += length - 1;
             for (int32_t i = 0; i < length; ++i) {
                 r.text.push_back(emitted[i]);
-                r.context = synthetic_lm::next_context(r.context, emitted[i]);
+                r.context = logits_source::next_context(r.context, emitted[i]);
             }
             r.last_token = emitted[length - 1];
             r.position += length;
             emitted_total += length;
-            fmt::print(" [{}] +{} ({})", b, length, join(emitted, length));
+            fmt::print(" [{}] +{} ({})", b, length, join(target, emitted, length));
         }
         fmt::print("\n");
     }
@@ -222,6 +246,13 @@ int run_demo_command(const demo_options& options) {
                static_cast<double>(accepted + bs * options.steps) / (steps * bs), emitted_total, options.steps + 1);
     fmt::print("  coordinator steps (TP={}, {} mode): {:.2f} ms in total ({:.1f} us per step), desync events: {}\n", config.tp,
                mode_name(config.mode), step_seconds * 1e3, step_seconds * 1e6 / (steps + 1), ranks->desync_events().size());
+    if (options.model == "ngram") {
+        fmt::print("\ngenerated text\n");
+        for (int32_t b = 0; b < bs; ++b) {
+            const demo_request& r = requests[static_cast<size_t>(b)];
+            fmt::print("  [{}] {}\n", b, join(target, r.text.data(), static_cast<int32_t>(r.text.size())));
+        }
+    }
     return 0;
 }
 

@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
     demo_cmd->add_option("--vocab", demo.vocab, "Vocabulary size")->capture_default_str();
     demo_cmd->add_option("--draft-tokens", demo.draft_tokens, "Drafts per request per step (N - 1)")->capture_default_str();
     demo_cmd->add_option("--seed", demo.seed, "Seed of the models and the requests")->capture_default_str();
+    demo_cmd->add_option("--model", demo.model, "Target and draft models: synthetic, or ngram (a trigram model of --corpus, its bigram model as draft)")->capture_default_str();
+    demo_cmd->add_option("--corpus", demo.corpus, "Text the ngram model is trained on")->capture_default_str();
     add_group_options(demo_cmd, demo.group);
 
     ds::cli::group_options check;

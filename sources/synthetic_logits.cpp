@@ -53,9 +53,5 @@ void synthetic_lm::logits(uint64_t context, float* row) const {
     }
 }
 
-uint64_t synthetic_lm::next_context(uint64_t context, int32_t token) {
-    const uint64_t last = context & 0xFFFFFFFFull;
-    return (last << 32) | static_cast<uint32_t>(token);
-}
 
 }  // namespace ds

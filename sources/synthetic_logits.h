@@ -6,7 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "sources/logits_source.h"
 
 namespace ds {
 
@@ -20,15 +23,16 @@ struct synthetic_lm_config {
     float draft_noise = 0.0f;    // extra noise of a draft model (0 for the target)
 };
 
-class synthetic_lm {
+class synthetic_lm final : public logits_source {
    public:
     explicit synthetic_lm(const synthetic_lm_config& config);
 
+    int32_t vocab_size() const override { return config_.vocab_size; }
     // Writes vocab_size logits for the context into `row`.
-    void logits(uint64_t context, float* row) const;
-
-    // The context after appending `token` (a hash of the last two tokens: an n-gram model).
-    static uint64_t next_context(uint64_t context, int32_t token);
+    void logits(uint64_t context, float* row) const override;
+    // A different "prompt" per request, derived from the model's seed.
+    uint64_t prompt(int32_t index) const override { return config_.seed * 1000 + static_cast<uint64_t>(index); }
+    std::string token_text(int32_t token) const override { return std::to_string(token); }
 
     const synthetic_lm_config& config() const { return config_; }
 

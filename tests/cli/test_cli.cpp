@@ -389,3 +389,14 @@ TEST(Cli, StepAndDemoReadTheConfigFile) {
     EXPECT_NE(flag_wins.out.find("TP=2, gathered mode"), std::string::npos) << flag_wins.out;
 }
 
+TEST(Cli, DemoWithTheNgramModelPrintsText) {
+    const std::string corpus = ::testing::TempDir() + "/ds_cli_corpus.txt";
+    std::ofstream(corpus) << "the cat sat on the mat . the cat ate the rat . a dog sat on the log .";
+    const run_result r = run_cli("demo --model ngram --corpus " + corpus + " --steps 2 --batch 2 --tp 2", "");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("generated text"), std::string::npos) << r.out;
+    const run_result bad = run_cli("demo --model unigram", "");
+    EXPECT_EQ(bad.exit_code, 2);
+    EXPECT_NE(bad.err.find("--model = 'unigram'"), std::string::npos) << bad.err;
+}
+
