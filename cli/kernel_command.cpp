@@ -15,7 +15,7 @@ int run_kernel_command(bool verify, const kernel_options& options) {
         std::unique_ptr<sampling_backend> backend;
         throw_unless_ok(make_backend(backend_type, step.fitting_config(options.threads), backend));
         const step_result result = run_step(*backend, step, kind);
-        std::cout << result_to_json(result, kind, step.batch_size(), step.tokens_per_req).dump() << '\n';
+        std::cout << result_to_json(result, kind, step.batch_size(), step.request.tokens_per_req).dump() << '\n';
         return 0;
     });
 }

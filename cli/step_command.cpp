@@ -25,22 +25,13 @@ group_config config_for(const json_step& step, const step_options& options) {
     config.max_batch = fitting.max_batch;
     config.max_tokens_per_req = fitting.max_tokens_per_req;
     config.max_slots = fitting.max_slots;
-    config.max_penalty_tokens = fitting.max_penalty_tokens + step.tokens_per_req;  // room for the commit
+    config.max_penalty_tokens = fitting.max_penalty_tokens + step.request.tokens_per_req;  // room for the commit
     config.max_logit_bias = fitting.max_logit_bias;
     return config;
 }
 
-step_request request_for(const json_step& step, step_kind kind, int32_t tp) {
-    step_request r;
-    r.kind = kind;
-    r.tokens_per_req = step.tokens_per_req;
-    r.slots = step.slots;
-    r.positions = step.positions;
-    r.candidates = step.candidates;
-    r.bitmask = step.bitmask;
-    r.coins = step.coins;
-    r.final_coins = step.final_coins;
-    r.thresholds = step.thresholds;
+step_request request_for(const json_step& step, int32_t tp) {
+    step_request r = step.request;
     r.shards = split_vocab(step.as_input().logits, tp);
     return r;
 }
@@ -72,14 +63,14 @@ int run_step_command(bool verify, const step_options& options) {
             const json_request& r = step.requests[static_cast<size_t>(b)];
             throw_unless_ok(ranks->register_request(b + 1, r.params, r.history));
         }
-        step_reply reply = ranks->step(request_for(step, kind, config.tp));
+        step_reply reply = ranks->step(request_for(step, config.tp));
         throw_unless_ok(reply.result);
-        step_result result(step.batch_size(), step.tokens_per_req);
+        step_result result(step.batch_size(), step.request.tokens_per_req);
         result.packed = std::move(reply.outputs.packed);
         result.accept_index = std::move(reply.outputs.accept_index);
         result.logprobs = std::move(reply.outputs.logprobs);
         result.row_error = std::move(reply.outputs.row_error);
-        std::cout << result_to_json(result, kind, step.batch_size(), step.tokens_per_req).dump() << '\n';
+        std::cout << result_to_json(result, kind, step.batch_size(), step.request.tokens_per_req).dump() << '\n';
         return 0;
     });
 }

@@ -129,6 +129,7 @@ void throw_unless_ok(const status& s) {
 json_step parse_step(const json& doc, step_kind kind) {
     if (!doc.is_object()) fail("input", "one JSON object");
     json_step step;
+    step.request.kind = kind;
     step.vocab_size = static_cast<int32_t>(integer(require(doc, "vocab_size", ""), "vocab_size", 1, 1 << 24));
     const json& requests = require(doc, "requests", "");
     if (!requests.is_array()) fail("requests", "an array of request objects");
@@ -141,29 +142,29 @@ json_step parse_step(const json& doc, step_kind kind) {
         for (size_t b = 0; b < bs; ++b) {
             const std::string field = fmt::format("candidates[{}]", b);
             if (!candidates[b].is_array() || candidates[b].empty()) fail(field, "a non-empty array: the anchor then the drafts");
-            if (b == 0) step.tokens_per_req = static_cast<int32_t>(std::min<size_t>(candidates[b].size(), 1 << 20));
-            array_of(candidates[b], field, static_cast<size_t>(step.tokens_per_req), "ids (every row has N = len(candidates[0]))");
+            if (b == 0) step.request.tokens_per_req = static_cast<int32_t>(std::min<size_t>(candidates[b].size(), 1 << 20));
+            array_of(candidates[b], field, static_cast<size_t>(step.request.tokens_per_req), "ids (every row has N = len(candidates[0]))");
             for (size_t j = 0; j < candidates[b].size(); ++j) {
-                step.candidates.push_back(static_cast<int32_t>(
+                step.request.candidates.push_back(static_cast<int32_t>(
                     integer(candidates[b][j], fmt::format("{}[{}]", field, j), INT32_MIN, INT32_MAX)));
             }
         }
-        if (auto it = doc.find("threshold_single"); it != doc.end()) step.thresholds.single = static_cast<float>(number(*it, "threshold_single"));
-        if (auto it = doc.find("threshold_acc"); it != doc.end()) step.thresholds.acc = static_cast<float>(number(*it, "threshold_acc"));
+        if (auto it = doc.find("threshold_single"); it != doc.end()) step.request.thresholds.single = static_cast<float>(number(*it, "threshold_single"));
+        if (auto it = doc.find("threshold_acc"); it != doc.end()) step.request.thresholds.acc = static_cast<float>(number(*it, "threshold_acc"));
         if (auto it = doc.find("coins"); it != doc.end()) {
             array_of(*it, "coins", bs, "rows of N-1 numbers");
             for (size_t b = 0; b < bs; ++b) {
                 const std::string field = fmt::format("coins[{}]", b);
-                array_of((*it)[b], field, static_cast<size_t>(step.tokens_per_req - 1), "numbers in [0, 1]");
-                for (size_t j = 0; j < (*it)[b].size(); ++j) step.coins.push_back(number((*it)[b][j], fmt::format("{}[{}]", field, j)));
+                array_of((*it)[b], field, static_cast<size_t>(step.request.tokens_per_req - 1), "numbers in [0, 1]");
+                for (size_t j = 0; j < (*it)[b].size(); ++j) step.request.coins.push_back(number((*it)[b][j], fmt::format("{}[{}]", field, j)));
             }
         }
     }
     if (auto it = doc.find("final_coins"); it != doc.end()) {
         array_of(*it, "final_coins", bs, "numbers in [0, 1]");
-        for (size_t b = 0; b < bs; ++b) step.final_coins.push_back(number((*it)[b], fmt::format("final_coins[{}]", b)));
+        for (size_t b = 0; b < bs; ++b) step.request.final_coins.push_back(number((*it)[b], fmt::format("final_coins[{}]", b)));
     }
-    const size_t rows = bs * static_cast<size_t>(step.tokens_per_req);
+    const size_t rows = bs * static_cast<size_t>(step.request.tokens_per_req);
     const auto vocab = static_cast<size_t>(step.vocab_size);
     const json& logits = array_of(require(doc, "logits", ""), "logits", rows,
                                   kind == step_kind::verify ? "rows (batch_size * N)" : "rows (one per request)");
@@ -181,13 +182,13 @@ json_step parse_step(const json& doc, step_kind kind) {
             array_of((*it)[r], field, words, "int32 words (ceil(vocab_size / 32))");
             for (size_t w = 0; w < words; ++w) {
                 const int64_t word = integer((*it)[r][w], fmt::format("{}[{}]", field, w), INT32_MIN, UINT32_MAX);
-                step.bitmask.push_back(static_cast<uint32_t>(word));
+                step.request.bitmask.push_back(static_cast<uint32_t>(word));
             }
         }
     }
     for (size_t b = 0; b < bs; ++b) {
-        step.slots.push_back(static_cast<int32_t>(b + 1));
-        step.positions.push_back(step.requests[b].position);
+        step.request.slots.push_back(static_cast<int32_t>(b + 1));
+        step.request.positions.push_back(step.requests[b].position);
     }
     return step;
 }
@@ -197,7 +198,7 @@ kernel_config json_step::fitting_config(int threads) const {
     config.vocab_size = vocab_size;
     config.max_batch = std::max(1, batch_size());
     config.max_slots = std::max(2, batch_size() + 1);
-    config.max_tokens_per_req = std::clamp(tokens_per_req, 1, 64);
+    config.max_tokens_per_req = std::clamp(request.tokens_per_req, 1, 64);
     size_t max_bias = 0;
     size_t max_history = 0;
     for (const json_request& r : requests) {
@@ -212,17 +213,17 @@ kernel_config json_step::fitting_config(int threads) const {
 
 step_input json_step::as_input() const {
     step_input in;
-    in.logits = logits_view{logits.data(), logits_dtype::f32, static_cast<int64_t>(requests.size()) * tokens_per_req,
+    in.logits = logits_view{logits.data(), logits_dtype::f32, static_cast<int64_t>(requests.size()) * request.tokens_per_req,
                             vocab_size, vocab_size};
-    in.slots = slots.data();
-    in.positions = positions.data();
+    in.slots = request.slots.data();
+    in.positions = request.positions.data();
     in.batch_size = batch_size();
-    in.tokens_per_req = tokens_per_req;
-    in.candidates = candidates.empty() ? nullptr : candidates.data();
-    in.bitmask = bitmask.empty() ? nullptr : bitmask.data();
-    in.thresholds = thresholds;
-    in.coins = coins.empty() ? nullptr : coins.data();
-    in.final_coins = final_coins.empty() ? nullptr : final_coins.data();
+    in.tokens_per_req = request.tokens_per_req;
+    in.candidates = request.candidates.empty() ? nullptr : request.candidates.data();
+    in.bitmask = request.bitmask.empty() ? nullptr : request.bitmask.data();
+    in.thresholds = request.thresholds;
+    in.coins = request.coins.empty() ? nullptr : request.coins.data();
+    in.final_coins = request.final_coins.empty() ? nullptr : request.final_coins.data();
     return in;
 }
 
@@ -285,7 +286,7 @@ step_result run_step(sampling_backend& backend, const json_step& step, step_kind
             throw input_error(fmt::format("requests[{}].{}", b, s.message));
         }
     }
-    step_result result(step.batch_size(), step.tokens_per_req);
+    step_result result(step.batch_size(), step.request.tokens_per_req);
     const step_input input = step.as_input();
     throw_unless_ok(kind == step_kind::sample ? backend.sample(input, result.view()) : backend.verify(input, result.view()));
     return result;

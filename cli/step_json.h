@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/dist_step.h"
 #include "config/kernel_config.h"
 #include "kernels/sampling_backend.h"
 
@@ -31,16 +32,11 @@ struct json_request {
 // A parsed step, owning every array the step_input points into.
 struct json_step {
     int32_t vocab_size = 0;
-    int32_t tokens_per_req = 1;
     std::vector<float> logits;  // rows * vocab_size
     std::vector<json_request> requests;
-    std::vector<int32_t> slots;
-    std::vector<int64_t> positions;
-    std::vector<int32_t> candidates;
-    std::vector<uint32_t> bitmask;
-    std::vector<double> coins;
-    std::vector<double> final_coins;
-    verify_thresholds thresholds;
+    // Slots (request b in slot b + 1), positions, candidates, bitmask, coins and thresholds, as the
+    // coordinator takes them; `request.shards` stays empty until a caller splits the logits.
+    step_request request;
 
     int32_t batch_size() const { return static_cast<int32_t>(requests.size()); }
     // Limits that fit exactly this step (slot b + 1 holds request b).
