@@ -1,10 +1,26 @@
-// The CUDA twin of cpu::row_sampler + cpu_backend::run_request: one thread block per request
-// walks its verify chain (plain sampling is the chain with N = 1). Every decision is made on the
+// The CUDA twin of cpu::row_sampler + cpu_backend::run_request. Every decision is made on the
 // integer masses of kernels/det_math.h, so the tokens equal the CPU backend's bit for bit.
+//
+// Layout: a row of V logits is split into chunks of kChunkTokens; one thread block per chunk
+// loads it into shared memory once (applying mask, penalties and bias), then:
+//   greedy rows: each block publishes its chunk's argmax (and softmax sum, for logprobs); the
+//     last block of the row to arrive combines them. No waiting.
+//   sampled rows: the blocks of a row meet at a barrier for the row maximum, then compute their
+//     chunk's masses. Without a top-k/top-p cut the last block to arrive finds the chunk that
+//     holds the target mass, loads it again and draws. With a cut, the blocks also histogram
+//     their weights' float exponents, meet again, list the tokens that can survive the cut (in
+//     token order), and the last block selects the exact cut on that list (a sort, or radix
+//     selection with integer histograms when it is long) and draws.
+// Each row draws the token it would emit if the request's chain stopped there, so the last block
+// of a request to finish walks the chain from the rows' results alone (DESIGN.md §3).
+//
+// Blocks take their (row, chunk) from a ticket counter in the order they start. The blocks of a
+// row hold consecutive tickets, so when every resident block waits at a barrier, all rows but the
+// newest have all their blocks running; the barriers cannot deadlock while a row's chunks
+// (at most 64) fit on the GPU at once.
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/cuda/block_primitives.cuh"
 #include "kernels/cuda/chain_kernel.h"
@@ -16,17 +32,46 @@ namespace dm = ds::detmath;
 
 namespace {
 
-struct f32_logits {
-    using raw = float;
-    __device__ static float load(const raw* row, int32_t i) { return row[i]; }
+constexpr int kPerThread = kChunkTokens / kBlockThreads;
+static_assert(kChunkTokens % (4 * kBlockThreads) == 0, "a thread's segment is whole float4s");
+constexpr int32_t kSortCapacity = 2048;  // candidates cut by sorting; more use radix selection
+constexpr int kRadixDigitBits = 10;
+constexpr int kRadixBins = 1 << kRadixDigitBits;
+constexpr int kMassBitsUsed = 41;  // masses are at most 2^40
+constexpr uint64_t kBarrierTimeoutNs = 2'000'000'000;
+// Sort key of a candidate: (mass desc, token asc) as one descending integer.
+constexpr int kKeyTokenBits = 22;
+constexpr uint64_t kKeyTokenMask = (uint64_t{1} << kKeyTokenBits) - 1;
+static_assert(kMassBitsUsed + kKeyTokenBits <= 64, "keys fit 64 bits");
+
+// The row as every block of it sees it after the barriers.
+struct row_totals {
+    int32_t top;
+    float max_logit;
+    uint64_t nonzero;
+    uint64_t mass_total;
+    uint64_t min_p_mass;
+    double softmax_sum;
 };
-struct bf16_logits {
-    using raw = uint16_t;
-    __device__ static float load(const raw* row, int32_t i) { return dm::bf16_bits_to_float(row[i]); }
-};
-struct f16_logits {
-    using raw = uint16_t;
-    __device__ static float load(const raw* row, int32_t i) { return dm::fp16_bits_to_float(row[i]); }
+
+struct kernel_shared {
+    union alignas(16) {
+        float chunk[kChunkTokens];     // this block's processed logits
+        uint64_t keys[kSortCapacity];  // the row's candidates as sort keys (the cut's block)
+        struct {
+            uint32_t count[kRadixBins];
+            uint64_t mass[kRadixBins];
+        } radix;  // the cut's block, many candidates
+    } data;
+    uint32_t histogram[kMassHistogramBins];
+    block_scratch scratch;
+    row_totals totals;     // the row's combined maxima and masses (thread 0 combines)
+    uint64_t owner_before;  // no-cut rows: kept mass before the chunk that holds the draw
+    int32_t owner;
+    int32_t list_offset;    // cut rows: this chunk's first place in the row's candidate list
+    int32_t list_count;
+    uint32_t ticket;
+    bool flag;
 };
 
 // Filter cut, as cpu::filter_cut.
@@ -43,345 +88,284 @@ struct cut {
     }
 };
 
-// Writes the processed row (penalties, bias, mask; DESIGN.md §3) into `out`. Same operations and
-// order as cpu::row_sampler::prepare_logits; masking first is equivalent because -inf stays -inf.
-template <class Dtype>
-__device__ void materialize_row(const typename Dtype::raw* row, const uint32_t* mask_row, const request_params& r,
-                                const chain_kernel_params& p, float* out) {
-    for (int32_t i = threadIdx.x; i < p.vocab; i += kBlockThreads) {
-        float l = Dtype::load(row, i);
-        if (mask_row != nullptr && ((mask_row[i >> 5] >> (i & 31)) & 1u) == 0) l = -HUGE_VALF;
-        out[i] = l;
+__device__ __forceinline__ float weight_of(float logit, float max_logit, float temperature) {
+    if (logit == max_logit) return 1.0f;
+    return logit > -HUGE_VALF ? dm::det_exp((logit - max_logit) / temperature) : 0.0f;
+}
+
+__device__ __forceinline__ uint64_t mass_of(float logit, float max_logit, float temperature) {
+    return dm::weight_to_mass(weight_of(logit, max_logit, temperature));
+}
+
+__device__ __forceinline__ uint64_t global_nanoseconds() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Publishes thread 0's writes (threads that wrote global memory fence themselves first) and
+// counts the block in; with `expected`, waits until that many blocks have. A wait past
+// kBarrierTimeoutNs raises the launch's fault flag instead of hanging.
+__device__ void arrive(uint32_t* counter, uint32_t expected, const chain_kernel_params& p) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(counter, 1u);
+        if (expected > 0) {
+            const uint64_t start = global_nanoseconds();
+            while (*static_cast<volatile uint32_t*>(counter) < expected) {
+                if (global_nanoseconds() - start > kBarrierTimeoutNs) {
+                    atomicExch(p.fault, 1u);
+                    break;
+                }
+                __nanosleep(64);
+            }
+            __threadfence();
+        }
     }
     __syncthreads();
-    const bool penalised =
-        r.presence_penalty != 0.0f || r.frequency_penalty != 0.0f || r.repetition_penalty != 1.0f;
-    if (penalised) {
+}
+
+// Loads tokens [first, first + count) of `row` into shared memory as processed logits (mask,
+// then penalties, then bias: cpu::row_sampler::prepare_logits's order; masking first is
+// equivalent because -inf stays -inf).
+__device__ void load_chunk(const chain_kernel_params& p, const request_params& r, int64_t row, int32_t first,
+                           int32_t count, float* chunk) {
+    const int64_t offset = row * p.row_stride + first;
+    if (p.dtype == logits_dtype::f32) {
+        const float* source = static_cast<const float*>(p.logits) + offset;
+        if ((reinterpret_cast<uintptr_t>(source) & 15) == 0 && count == kChunkTokens) {
+            constexpr int kQuads = kPerThread / 4;
+            float4 values[kQuads];
+#pragma unroll
+            for (int k = 0; k < kQuads; ++k) values[k] = reinterpret_cast<const float4*>(source)[threadIdx.x + k * kBlockThreads];
+#pragma unroll
+            for (int k = 0; k < kQuads; ++k) reinterpret_cast<float4*>(chunk)[threadIdx.x + k * kBlockThreads] = values[k];
+        } else {
+            for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) chunk[i] = source[i];
+        }
+    } else {
+        const uint16_t* source = static_cast<const uint16_t*>(p.logits) + offset;
+        const bool bf16 = p.dtype == logits_dtype::bf16;
+        for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) {
+            chunk[i] = bf16 ? dm::bf16_bits_to_float(source[i]) : dm::fp16_bits_to_float(source[i]);
+        }
+    }
+    if (p.bitmask != nullptr) {
+        __syncthreads();  // the float4 path stored other threads' elements
+        const uint32_t* mask = p.bitmask + row * ((p.vocab + 31) / 32);
+        for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) {
+            const int32_t token = first + i;
+            if (((mask[token >> 5] >> (token & 31)) & 1u) == 0) chunk[i] = -HUGE_VALF;
+        }
+    }
+    __syncthreads();
+    if (r.presence_penalty != 0.0f || r.frequency_penalty != 0.0f || r.repetition_penalty != 1.0f) {
         for (int32_t k = threadIdx.x; k < r.seen_count; k += kBlockThreads) {  // distinct tokens
             const token_count seen = p.seen[r.seen_offset + k];
-            float l = out[seen.token];
+            if (seen.token < first || seen.token >= first + count) continue;
+            float l = chunk[seen.token - first];
             if (r.repetition_penalty != 1.0f) l = l > 0.0f ? l / r.repetition_penalty : l * r.repetition_penalty;
             const float frequency = r.frequency_penalty * static_cast<float>(seen.count);
             l = l - frequency;
             l = l - r.presence_penalty;
-            out[seen.token] = l;
+            chunk[seen.token - first] = l;
         }
         __syncthreads();
     }
     if (threadIdx.x == 0) {  // in order: ids may repeat
         for (int32_t k = 0; k < r.bias_count; ++k) {
             const logit_bias_entry e = p.bias[r.bias_offset + k];
-            out[e.token] = out[e.token] + e.bias;
+            if (e.token >= first && e.token < first + count) chunk[e.token - first] = chunk[e.token - first] + e.bias;
         }
     }
     __syncthreads();
 }
 
-struct cut_selection {
+// This thread's segment of the chunk in registers: kPerThread consecutive tokens from `begin`
+// (those past `count` read as -inf, which has no mass and never wins). float4 reads: four times
+// fewer shared-memory bank conflicts than walking the segment one float at a time.
+__device__ __forceinline__ void load_segment(const float* chunk, int32_t begin, int32_t count, float (&values)[kPerThread]) {
+    if (begin + kPerThread <= count) {
+#pragma unroll
+        for (int k = 0; k < kPerThread / 4; ++k) {
+            const float4 q = reinterpret_cast<const float4*>(chunk + begin)[k];
+            values[4 * k] = q.x;
+            values[4 * k + 1] = q.y;
+            values[4 * k + 2] = q.z;
+            values[4 * k + 3] = q.w;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < kPerThread; ++k) values[k] = begin + k < count ? chunk[begin + k] : -HUGE_VALF;
+    }
+}
+
+struct selected_cut {
     cut kept_cut;
     uint64_t kept_mass;
 };
 
-// Top-k / top-p cut on the (mass desc, index asc) order, exactly as cpu::row_sampler.
-//
-// Fast path: a histogram of the weights' float exponents bounds the masses that can survive; if
-// at most kCandidateCapacity tokens reach that bound they are gathered into shared memory, sorted,
-// and the cut is read off the sorted list. Otherwise: exact radix selection over the whole row.
+// Exact radix selection over the candidates' masses, walking down from the largest: the value at
+// which the running count (by_mass == false) or mass first reaches `target`, with the count and
+// mass of the larger ones. Integer histograms, so scheduling cannot change the result.
+struct radix_result {
+    uint64_t value = 0;
+    uint64_t count_above = 0;
+    uint64_t mass_above = 0;
+};
+
 template <class Mass>
-__device__ cut_selection select_cut(const Mass& q_of, const float* weights, int32_t vocab, const request_params& r,
-                                    bool top_k_active, uint64_t mass_total, uint64_t min_mass, block_shared& sh) {
-    // Tokens with weight >= 2^(e-127) all have mass >= mass(2^(e-127)); walk exponents down until
-    // they hold k tokens (top-k) or the top-p target mass (top-p alone).
-    block_histogram(
-        [&](int32_t i, int& digit, uint64_t& mass) {
-            const float w = weights[i];
-            mass = dm::weight_to_mass(w);
-            if (mass > 0) digit = static_cast<int>(dm::float_as_bits(w) >> 23);
-        },
-        vocab, 128, sh);
-    if (threadIdx.x == 0) {
-        const uint64_t target = top_k_active ? static_cast<uint64_t>(r.top_k) : dm::top_p_mass_target(r.top_p, mass_total);
-        uint64_t reached = 0;
-        int exponent = 127;
-        for (; exponent > 0; --exponent) {
-            reached += top_k_active ? sh.scratch.bins.count[exponent] : sh.scratch.bins.mass[exponent];
-            if (reached >= target) break;
+__device__ radix_result radix_select(const Mass& mass_at, int32_t count, bool by_mass, uint64_t target,
+                                     kernel_shared& sh) {
+    auto& bins = sh.data.radix;
+    radix_result result;
+    uint64_t fixed_mask = 0;  // bits of the value decided so far
+    for (int high = kMassBitsUsed; high > 0;) {
+        const int width = min(kRadixDigitBits, high);
+        const int shift = high - width;
+        for (int b = threadIdx.x; b < kRadixBins; b += kBlockThreads) {
+            bins.count[b] = 0;
+            bins.mass[b] = 0;
         }
-        sh.broadcast_u64[0] = max(uint64_t{1}, dm::weight_to_mass(dm::bits_as_float(static_cast<uint32_t>(exponent) << 23)));
-        sh.counter = 0;
-    }
-    __syncthreads();
-    const uint64_t bound = sh.broadcast_u64[0];
-    candidate_list& list = sh.scratch.candidates;
-    for (int32_t i = threadIdx.x; i < vocab; i += kBlockThreads) {
-        const uint64_t q = q_of(i);
-        if (q >= bound) {
-            const uint32_t slot = atomicAdd(&sh.counter, 1u);
-            if (slot < kCandidateCapacity) {
-                list.mass[slot] = q;
-                list.token[slot] = i;
+        __syncthreads();
+        for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) {
+            const uint64_t q = mass_at(i);
+            if (q != 0 && (q & fixed_mask) == result.value) {
+                const int digit = static_cast<int>((q >> shift) & ((uint64_t{1} << width) - 1));
+                atomicAdd(&bins.count[digit], 1u);
+                atomicAdd(reinterpret_cast<unsigned long long*>(&bins.mass[digit]), static_cast<unsigned long long>(q));
             }
         }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const uint64_t already = by_mass ? result.mass_above : result.count_above;
+            uint64_t count_above = 0;
+            uint64_t mass_above = 0;
+            int digit = (1 << width) - 1;
+            for (; digit > 0; --digit) {
+                const uint64_t metric = by_mass ? bins.mass[digit] : bins.count[digit];
+                if (already + (by_mass ? mass_above : count_above) + metric >= target) break;
+                count_above += bins.count[digit];
+                mass_above += bins.mass[digit];
+            }
+            sh.scratch.broadcast_i32 = digit;
+            sh.scratch.warp_u64[0] = count_above;
+            sh.scratch.warp_u64[1] = mass_above;
+        }
+        __syncthreads();
+        result.value |= static_cast<uint64_t>(sh.scratch.broadcast_i32) << shift;
+        result.count_above += sh.scratch.warp_u64[0];
+        result.mass_above += sh.scratch.warp_u64[1];
+        fixed_mask |= ((uint64_t{1} << width) - 1) << shift;
+        high = shift;
+        __syncthreads();
     }
-    __syncthreads();
-    const auto count = static_cast<int32_t>(sh.counter);
-    __syncthreads();
-    if (count <= kCandidateCapacity) {
-        block_sort_candidates(count, sh);
-        // Thread t holds sorted positions 2t and 2t+1.
-        static_assert(kCandidateCapacity == 2 * kBlockThreads, "two candidates per thread");
-        const int32_t p0 = 2 * static_cast<int32_t>(threadIdx.x);
-        const uint64_t m0 = p0 < count ? list.mass[p0] : 0;
-        const uint64_t m1 = p0 + 1 < count ? list.mass[p0 + 1] : 0;
+    return result;
+}
+
+// The exact top-k/top-p cut over the row's `count` candidates (every token that can survive it),
+// listed in token order; kept mass after min_p. As cpu::row_sampler on the (mass desc, token asc)
+// order.
+template <class Mass>
+__device__ selected_cut select_cut(const Mass& mass_at, const cut_candidate* list, int32_t count,
+                                   const request_params& r, bool top_k_active, uint64_t mass_total, uint64_t min_mass,
+                                   kernel_shared& sh) {
+    if (count <= kSortCapacity) {
+        uint64_t* keys = sh.data.keys;
+        for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) {
+            keys[i] = (mass_at(i) << kKeyTokenBits) | (kKeyTokenMask - static_cast<uint64_t>(__ldcg(&list[i].token)));
+        }
+        block_sort_descending(keys, count);
+        auto key_mass = [&](int32_t i) { return keys[i] >> kKeyTokenBits; };
         const int32_t top_k_length = top_k_active ? r.top_k : count;
-        const uint64_t k0 = p0 < top_k_length ? m0 : 0;
-        const uint64_t k1 = p0 + 1 < top_k_length ? m1 : 0;
-        uint64_t top_k_mass = 0;
-        const uint64_t before = block_exclusive_scan(k0 + k1, top_k_mass, sh);
-        if (!top_k_active) top_k_mass = mass_total;
+        const uint64_t top_k_mass =
+            top_k_active ? block_sum_over(key_mass, top_k_length, sh.scratch) : mass_total;
         int32_t length = top_k_length;
         if (r.top_p < 1.0f) {
             const uint64_t target = dm::top_p_mass_target(r.top_p, top_k_mass);
-            if (before < target && before + k0 >= target) sh.broadcast_i32[0] = p0 + 1;
-            if (before + k0 < target && before + k0 + k1 >= target) sh.broadcast_i32[0] = p0 + 2;
-            __syncthreads();
-            length = sh.broadcast_i32[0];
+            const int32_t last = block_find_prefix(key_mass, top_k_length, target - 1, sh.scratch);
+            if (last >= 0) length = last + 1;  // always found: the candidates hold the target
         }
-        const uint64_t kept0 = p0 < length && m0 >= min_mass ? m0 : 0;
-        const uint64_t kept1 = p0 + 1 < length && m1 >= min_mass ? m1 : 0;
-        uint64_t kept_mass = 0;
-        block_exclusive_scan(kept0 + kept1, kept_mass, sh);
-        const cut result{min_mass, true, list.mass[length - 1], list.token[length - 1]};
+        const uint64_t kept_mass = block_sum_over(
+            [&](int32_t i) -> uint64_t { return key_mass(i) >= min_mass ? key_mass(i) : 0; }, length,
+            sh.scratch);
+        const uint64_t boundary = keys[length - 1];
         __syncthreads();
-        return cut_selection{result, kept_mass};
+        return {cut{min_mass, true, boundary >> kKeyTokenBits,
+                    static_cast<int32_t>(kKeyTokenMask - (boundary & kKeyTokenMask))},
+                kept_mass};
     }
-
     uint64_t boundary_mass = 0;
     uint64_t ties_needed = 0;
     uint64_t top_k_mass = mass_total;
     if (top_k_active) {
-        const radix_result k = block_radix_select(q_of, vocab, false, static_cast<uint64_t>(r.top_k), sh);
+        const radix_result k = radix_select(mass_at, count, false, static_cast<uint64_t>(r.top_k), sh);
         boundary_mass = k.value;
         ties_needed = static_cast<uint64_t>(r.top_k) - k.count_above;
         top_k_mass = k.mass_above + ties_needed * k.value;
     }
     if (r.top_p < 1.0f) {
-        // The top-p prefix is never longer than the top-k prefix (its target is at most M_k), so
-        // selecting over all tokens lands inside the top-k set.
+        // The top-p prefix is never longer than the top-k prefix (its target is at most M_k).
         const uint64_t target = dm::top_p_mass_target(r.top_p, top_k_mass);
-        const radix_result t = block_radix_select(q_of, vocab, true, target, sh);
+        const radix_result t = radix_select(mass_at, count, true, target, sh);
         boundary_mass = t.value;
         ties_needed = (target - t.mass_above + t.value - 1) / t.value;
     }
-    // Ties at the boundary are kept in index order: find the last one kept.
-    const int32_t boundary = block_find_prefix([&](int32_t i) -> uint64_t { return q_of(i) == boundary_mass ? 1 : 0; },
-                                               vocab, ties_needed - 1, sh);
-    const cut result{min_mass, true, boundary_mass, boundary};
-    const uint64_t kept_mass = block_sum<uint64_t>(
+    // Ties at the boundary are kept in token order: find the last one kept.
+    const int32_t boundary = block_find_prefix(
+        [&](int32_t i) -> uint64_t { return mass_at(i) == boundary_mass ? 1 : 0; }, count, ties_needed - 1, sh.scratch);
+    const cut result{min_mass, true, boundary_mass, __ldcg(&list[boundary].token)};
+    const uint64_t kept_mass = block_sum_over(
         [&](int32_t i) -> uint64_t {
-            const uint64_t q = q_of(i);
-            return result.keeps(i, q) ? q : 0;
+            const uint64_t q = mass_at(i);
+            return result.keeps(__ldcg(&list[i].token), q) ? q : 0;
         },
-        vocab, sh);
-    return cut_selection{result, kept_mass};
+        count, sh.scratch);
+    return {result, kept_mass};
 }
 
-// What the analysis of one row leaves for the request's chain walk.
-struct row_summary {
-    int32_t top;             // argmax, -1 when nothing is allowed
-    float max_logit;
-    cut kept_cut;            // stochastic rows only
-    uint64_t kept_mass;      // M
-    uint64_t draft_mass;     // kept mass of the draft judged against this row (0 if none)
-    double softmax_sum;      // sum of exp(l - max) at temperature 1, for logprobs
-};
-
-static_assert(sizeof(row_summary) % 8 == 0, "row summaries are read back as 8-byte words");
-
-// Summaries are written by other blocks of this launch: read them from L2, not L1.
-__device__ row_summary load_summary(const row_summary* source) {
-    row_summary out;
-    const auto* words = reinterpret_cast<const unsigned long long*>(source);
-    auto* into = reinterpret_cast<unsigned long long*>(&out);
-    for (size_t w = 0; w < sizeof(row_summary) / 8; ++w) into[w] = __ldcg(words + w);
-    return out;
+// The random bits that pick the token drawn at row k of request b.
+__device__ uint64_t draw_bits(const chain_kernel_params& p, const request_params& r, int32_t b, int32_t k) {
+    return p.final_coins != nullptr ? dm::unit_double_to_bits(p.final_coins[b])
+                                    : dm::random_bits64(r.seed, static_cast<uint64_t>(r.position), static_cast<uint32_t>(k),
+                                                        dm::draw_purpose::token);
 }
 
-// One thread block per logits row: every row of every request is analysed in parallel (argmax,
-// weights, cut, kept mass, the draft's mass). The last block of a request to finish then walks
-// the request's chain from the row summaries and draws the final token (DESIGN.md §3), so the
-// result is the CPU backend's, which walks the same chain row by row.
-template <class Dtype>
-__global__ void __launch_bounds__(kBlockThreads) chain_kernel(chain_kernel_params p) {
-    constexpr bool kIsF32 = std::is_same<typename Dtype::raw, float>::value;
-    __shared__ block_shared sh;
-    __shared__ bool last_of_request;
+// The last block of request b to finish: walk the chain from the rows' results, write the
+// outputs and reset the request's workspace for the next launch.
+__device__ void walk_chain(const chain_kernel_params& p, const request_params& r, int32_t b, kernel_shared& sh) {
     const int32_t n = p.tokens_per_req;
-    const int64_t row_index = blockIdx.x;
-    const int32_t b = static_cast<int32_t>(row_index / n);
-    const int32_t j = static_cast<int32_t>(row_index % n);
     const int64_t base = static_cast<int64_t>(b) * n;
-    const request_params r = p.requests[b];
-    const int32_t words = (p.vocab + 31) / 32;
-    const bool penalised = (r.presence_penalty != 0.0f || r.frequency_penalty != 0.0f || r.repetition_penalty != 1.0f) &&
-                           r.seen_count > 0;
-    const bool modified = penalised || r.bias_count > 0 || p.bitmask != nullptr;
-    float* processed = p.processed + row_index * p.vocab;
-    float* weights = p.weights + row_index * p.vocab;
-    const auto* row = static_cast<const typename Dtype::raw*>(p.logits) + row_index * p.row_stride;
-
-    // ---- Analysis of this row ------------------------------------------------------------------
-    if (modified) {
-        materialize_row<Dtype>(row, p.bitmask != nullptr ? p.bitmask + row_index * words : nullptr, r, p, processed);
-    }
-    auto logit = [&](int32_t i) { return modified ? processed[i] : Dtype::load(row, i); };
-    // Unmodified, aligned fp32 rows are streamed with float4 loads.
-    const bool vectorized = kIsF32 && !modified && (reinterpret_cast<uintptr_t>(row) & 15) == 0 && (p.vocab & 3) == 0;
-    row_summary summary{};
-    summary.top = vectorized ? block_argmax_f32x4(reinterpret_cast<const float*>(row), p.vocab, sh)
-                             : block_argmax(logit, p.vocab, sh);
-    summary.max_logit = summary.top >= 0 ? logit(summary.top) : 0.0f;
-    const bool has_draft = j + 1 < n;
-    const int32_t draft = has_draft ? p.candidates[base + j + 1] : -1;
-    if (summary.top >= 0 && !r.greedy) {
-        // Weights once per row (the only exp); later passes read them back. The same pass totals
-        // the tokens with mass, their mass, and the mass that passes min_p.
-        const float max_logit = summary.max_logit;
-        const uint64_t min_mass = max(uint64_t{1}, dm::min_p_mass_threshold(r.min_p));
-        uint64_t nonzero = 0;
-        uint64_t mass_total = 0;
-        uint64_t min_p_total = 0;
-        auto weigh = [&](float l) {
-            float w = 0.0f;
-            if (l == max_logit) {
-                w = 1.0f;
-            } else if (l > -HUGE_VALF) {
-                w = dm::det_exp((l - max_logit) / r.temperature);
-            }
-            const uint64_t q = dm::weight_to_mass(w);
-            nonzero += q > 0 ? 1 : 0;
-            mass_total += q;
-            min_p_total += q >= min_mass ? q : 0;
-            return w;
-        };
-        if (vectorized) {
-            const auto* row4 = reinterpret_cast<const float4*>(row);
-            auto* weights4 = reinterpret_cast<float4*>(weights);
-            const int32_t quads = p.vocab / 4;
-            constexpr int kQuadUnroll = kUnroll / 2;
-            for (int32_t start = threadIdx.x; start < quads; start += kBlockThreads * kQuadUnroll) {
-                float4 values[kQuadUnroll];
-#pragma unroll
-                for (int k = 0; k < kQuadUnroll; ++k) {
-                    const int32_t q = start + k * kBlockThreads;
-                    values[k] = q < quads ? row4[q] : make_float4(-HUGE_VALF, -HUGE_VALF, -HUGE_VALF, -HUGE_VALF);
-                }
-#pragma unroll
-                for (int k = 0; k < kQuadUnroll; ++k) {
-                    const int32_t q = start + k * kBlockThreads;
-                    const float4 w = make_float4(weigh(values[k].x), weigh(values[k].y), weigh(values[k].z), weigh(values[k].w));
-                    if (q < quads) weights4[q] = w;
-                }
-            }
-        } else {
-            for (int32_t start = threadIdx.x; start < p.vocab; start += kBlockThreads * kUnroll) {
-                float values[kUnroll];
-#pragma unroll
-                for (int k = 0; k < kUnroll; ++k) {
-                    const int32_t i = start + k * kBlockThreads;
-                    values[k] = i < p.vocab ? logit(i) : -HUGE_VALF;
-                }
-#pragma unroll
-                for (int k = 0; k < kUnroll; ++k) {
-                    const int32_t i = start + k * kBlockThreads;
-                    const float w = weigh(values[k]);
-                    if (i < p.vocab) weights[i] = w;
-                }
-            }
-        }
-        block_exclusive_scan(nonzero, nonzero, sh);
-        block_exclusive_scan(mass_total, mass_total, sh);
-        block_exclusive_scan(min_p_total, min_p_total, sh);
-        auto q_of = [&](int32_t i) -> uint64_t { return dm::weight_to_mass(weights[i]); };
-        const bool top_k_active = r.top_k >= 0 && static_cast<uint64_t>(r.top_k) < nonzero;
-        const cut_selection selection =
-            top_k_active || r.top_p < 1.0f ? select_cut(q_of, weights, p.vocab, r, top_k_active, mass_total, min_mass, sh)
-                                           : cut_selection{cut{min_mass, false, 0, -1}, min_p_total};
-        summary.kept_cut = selection.kept_cut;
-        summary.kept_mass = selection.kept_mass;
-        if (has_draft) {
-            const uint64_t q = q_of(draft);
-            summary.draft_mass = summary.kept_cut.keeps(draft, q) ? q : 0;
-        }
-    }
-    if (p.logprobs != nullptr && summary.top >= 0) {
-        const float max_logit = summary.max_logit;
-        summary.softmax_sum = block_sum<double>(
-            [&](int32_t i) -> double {
-                const float l = logit(i);
-                if (l == max_logit) return 1.0;
-                return l > -HUGE_VALF ? static_cast<double>(dm::det_exp(l - max_logit)) : 0.0;
-            },
-            p.vocab, sh);
-    }
-    __threadfence();  // every thread's weights and processed logits are visible device-wide
-    __syncthreads();
+    const chain_workspace& ws = p.workspace;
     if (threadIdx.x == 0) {
-        static_cast<row_summary*>(p.summaries)[row_index] = summary;
-        __threadfence();  // and the summary, before this row counts in
-        last_of_request = atomicAdd(&p.row_counters[b], 1) == n - 1;
-    }
-    __syncthreads();
-    if (!last_of_request) return;
-
-    // ---- The last block of request b walks its chain -----------------------------------------
-    __threadfence();
-    const auto* summaries = static_cast<const row_summary*>(p.summaries) + base;
-    int32_t accepted = 0;
-    int32_t final_token = -1;
-    for (int32_t k = 0; k < n; ++k) {
-        const row_summary s = load_summary(summaries + k);
-        const bool has_next_draft = k + 1 < n;
-        const int32_t next_draft = has_next_draft ? p.candidates[base + k + 1] : -1;
-        if (s.top < 0) break;  // nothing allowed: the chain ends with an error flag
-        bool draft_accepted = false;
-        if (r.greedy) {
-            draft_accepted = has_next_draft && next_draft == s.top;
-            if (!draft_accepted) final_token = s.top;
-        } else {
-            if (has_next_draft) {
-                const double prob = static_cast<double>(s.draft_mass) / static_cast<double>(s.kept_mass);
+        int32_t accepted = 0;
+        int32_t final_token = -1;
+        for (int32_t k = 0; k < n; ++k) {
+            const row_result& s = ws.results[base + k];
+            const int32_t top = __ldcg(&s.top);
+            if (top < 0) break;  // nothing allowed: the chain ends with an error flag
+            const bool has_next_draft = k + 1 < n;
+            const int32_t next_draft = has_next_draft ? p.candidates[base + k + 1] : -1;
+            bool draft_accepted = false;
+            if (r.greedy) {
+                draft_accepted = has_next_draft && next_draft == top;
+            } else if (has_next_draft) {
+                const uint64_t draft_mass = __ldcg(&s.draft_mass);
+                const double prob = static_cast<double>(draft_mass) / static_cast<double>(__ldcg(&s.kept_mass));
                 const double coin = p.coins != nullptr
                                         ? p.coins[static_cast<int64_t>(b) * (n - 1) + k]
                                         : dm::bits_to_unit_double(dm::random_bits64(
                                               r.seed, static_cast<uint64_t>(r.position), static_cast<uint32_t>(k + 1),
                                               dm::draw_purpose::coin));
-                draft_accepted = prob >= p.thresholds.single || (s.draft_mass > 0 && coin <= prob / p.thresholds.acc);
+                draft_accepted = prob >= p.thresholds.single || (draft_mass > 0 && coin <= prob / p.thresholds.acc);
             }
             if (!draft_accepted) {
-                const uint64_t bits = p.final_coins != nullptr
-                                          ? dm::unit_double_to_bits(p.final_coins[b])
-                                          : dm::random_bits64(r.seed, static_cast<uint64_t>(r.position),
-                                                              static_cast<uint32_t>(k), dm::draw_purpose::token);
-                const uint64_t excluded_mass = has_next_draft ? s.draft_mass : 0;
-                const bool residual = s.kept_mass > excluded_mass;
-                const uint64_t mass = residual ? s.kept_mass - excluded_mass : s.kept_mass;
-                const int32_t excluded = residual && has_next_draft ? next_draft : -1;
-                const float* row_weights = p.weights + (base + k) * p.vocab;
-                const cut c = s.kept_cut;
-                final_token = block_find_prefix(
-                    [&](int32_t i) -> uint64_t {
-                        if (i == excluded) return 0;
-                        const uint64_t q = dm::weight_to_mass(__ldcg(row_weights + i));
-                        return c.keeps(i, q) ? q : 0;
-                    },
-                    p.vocab, dm::mul_high64(bits, mass), sh);
+                final_token = __ldcg(&s.stop_token);
+                break;
             }
+            ++accepted;
         }
-        if (!draft_accepted) break;
-        ++accepted;
-    }
-    if (threadIdx.x == 0) {
         for (int32_t k = 0; k < n; ++k) {
             const bool emitted = k <= accepted;
             const int32_t token = k < accepted ? p.candidates[base + k + 1] : (k == accepted ? final_token : -1);
@@ -390,33 +374,440 @@ __global__ void __launch_bounds__(kBlockThreads) chain_kernel(chain_kernel_param
             if (p.logprobs != nullptr) {
                 float logprob = __int_as_float(0x7fc00000);  // NaN
                 if (emitted && token >= 0) {
-                    const row_summary s = load_summary(summaries + k);
-                    const int64_t row_k = base + k;
-                    const float l = modified ? __ldcg(p.processed + row_k * p.vocab + token)
-                                             : Dtype::load(static_cast<const typename Dtype::raw*>(p.logits) + row_k * p.row_stride, token);
-                    const double shifted = l == s.max_logit ? 0.0 : static_cast<double>(l) - s.max_logit;
-                    logprob = static_cast<float>(shifted - log(s.softmax_sum));
+                    const row_result& s = ws.results[base + k];
+                    // An accepted draft is the next row's draft: its logit was published there.
+                    const float l = k < accepted ? __ldcg(&ws.sync[base + k].draft_logit) : __ldcg(&s.stop_logit);
+                    const float max_logit = __ldcg(&s.max_logit);
+                    const double shifted = l == max_logit ? 0.0 : static_cast<double>(l) - max_logit;
+                    logprob = static_cast<float>(shifted - log(__ldcg(&s.softmax_sum)));
                 }
                 p.logprobs[base + k] = logprob;
             }
         }
         p.packed[static_cast<int64_t>(p.batch_size) * n + b] = accepted + 1;
         p.row_error[b] = final_token < 0 ? 1 : 0;
-        p.row_counters[b] = 0;  // ready for the next step (and graph replays)
+        ws.request_blocks_done[b] = 0;
     }
+    for (int32_t k = 0; k < n; ++k) {
+        for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) {
+            ws.mass_histograms[(base + k) * kMassHistogramBins + i] = 0;
+        }
+        if (threadIdx.x == 0) ws.sync[base + k] = row_sync{};
+    }
+}
+
+// What the helpers of a sampled row need to know about it.
+struct row_context {
+    const chain_kernel_params& p;
+    const request_params& r;
+    int64_t row;
+    int32_t b;      // request
+    int32_t j;      // row within the request (its draft index)
+    int32_t chunks;
+    int32_t draft;  // the draft judged against this row, -1 if none
+    uint64_t min_mass;
+};
+
+// Counts this block in (after publishing thread 0's writes, as arrive); true, to every thread,
+// for the last of `total` blocks, which then sees every other block's writes.
+__device__ bool arrive_last(uint32_t* counter, uint32_t total, kernel_shared& sh) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        sh.flag = atomicAdd(counter, 1u) == total - 1;
+        if (sh.flag) __threadfence();
+    }
+    __syncthreads();
+    return sh.flag;
+}
+
+// sh.totals.top / max_logit / softmax_sum from the chunks' maxima and softmax sums (rescaled
+// from each chunk's maximum to the row's: a float result, within 1e-7 of a direct sum). Warp 0
+// combines: lane c reads chunks c, c + 32, ...; fixed order for a given chunk count.
+__device__ void combine_maxima(const chunk_partial* partials, int32_t chunks, bool with_logprobs, kernel_shared& sh) {
+    if (threadIdx.x < 32) {
+        float best = 0.0f;
+        int32_t top = -1;
+        for (int32_t c = static_cast<int32_t>(threadIdx.x); c < chunks; c += 32) {
+            const float value = __ldcg(&partials[c].max_logit);
+            const int32_t index = __ldcg(&partials[c].max_index);
+            if (argmax_better(value, index, best, top)) {
+                best = value;
+                top = index;
+            }
+        }
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            const float other = __shfl_xor_sync(kFullMask, best, offset);
+            const int32_t other_index = __shfl_xor_sync(kFullMask, top, offset);
+            if (argmax_better(other, other_index, best, top)) {
+                best = other;
+                top = other_index;
+            }
+        }
+        double softmax = 0.0;
+        if (with_logprobs && top >= 0) {
+            for (int32_t c = static_cast<int32_t>(threadIdx.x); c < chunks; c += 32) {
+                if (__ldcg(&partials[c].max_index) < 0) continue;  // nothing allowed there
+                const float chunk_max = __ldcg(&partials[c].max_logit);
+                const double scale = chunk_max == best ? 1.0 : exp(static_cast<double>(chunk_max) - best);
+                softmax += __ldcg(&partials[c].softmax_sum) * scale;
+            }
+            for (int offset = 16; offset > 0; offset >>= 1) softmax += __shfl_xor_sync(kFullMask, softmax, offset);
+        }
+        if (threadIdx.x == 0) sh.totals = row_totals{top, top >= 0 ? best : 0.0f, 0, 0, 0, softmax};
+    }
+    __syncthreads();
+}
+
+// sh.totals' nonzero, mass_total and min_p_mass from the chunks' (exact integer sums).
+__device__ void combine_masses(const chunk_partial* partials, int32_t chunks, kernel_shared& sh) {
+    if (threadIdx.x < 32) {
+        uint64_t nonzero = 0, mass_total = 0, min_p_mass = 0;
+        for (int32_t c = static_cast<int32_t>(threadIdx.x); c < chunks; c += 32) {
+            nonzero += __ldcg(&partials[c].nonzero);
+            mass_total += __ldcg(&partials[c].mass_total);
+            min_p_mass += __ldcg(&partials[c].min_p_mass);
+        }
+        nonzero = warp_sum(nonzero);
+        mass_total = warp_sum(mass_total);
+        min_p_mass = warp_sum(min_p_mass);
+        if (threadIdx.x == 0) {
+            sh.totals.nonzero = nonzero;
+            sh.totals.mass_total = mass_total;
+            sh.totals.min_p_mass = min_p_mass;
+        }
+    }
+    __syncthreads();
+}
+
+// The kept mass and draft of a row and the draw: the token of the target mass in token order.
+struct row_draw {
+    uint64_t draft_mass;  // the draft's kept mass
+    uint64_t mass;        // the mass drawn from (the residual without the draft when it has any)
+    int32_t excluded;     // the draft when it is left out of the residual, else -1
+    uint64_t target;
+};
+
+__device__ row_draw plan_draw(const row_context& ctx, const cut& kept, uint64_t kept_mass, float max_logit) {
+    row_draw d{};
+    if (ctx.draft >= 0) {
+        const uint64_t q = mass_of(__ldcg(&ctx.p.workspace.sync[ctx.row].draft_logit), max_logit, ctx.r.temperature);
+        d.draft_mass = kept.keeps(ctx.draft, q) ? q : 0;
+    }
+    const bool residual = kept_mass > d.draft_mass;
+    d.mass = residual ? kept_mass - d.draft_mass : kept_mass;
+    d.excluded = residual ? ctx.draft : -1;
+    d.target = dm::mul_high64(draw_bits(ctx.p, ctx.r, ctx.b, ctx.j), d.mass);
+    return d;
+}
+
+// Rows without a top-k/top-p cut (kept: the tokens that pass min_p), run by the row's last block:
+// find the chunk that holds the target mass, load it again and find the token in it.
+__device__ void draw_without_cut(const row_context& ctx, kernel_shared& sh) {
+    const row_totals& totals = sh.totals;
+    const cut kept{ctx.min_mass, false, 0, -1};
+    const row_draw d = plan_draw(ctx, kept, totals.min_p_mass, totals.max_logit);
+    const chunk_partial* partials = ctx.p.workspace.partials + ctx.row * ctx.chunks;
+    if (threadIdx.x < 32) {  // warp 0 scans the chunks' kept masses, 32 chunks at a time
+        const int lane = static_cast<int>(threadIdx.x);
+        uint64_t before = 0;
+        int32_t owner = -1;
+        for (int32_t round = 0; round < ctx.chunks && owner < 0; round += 32) {
+            const int32_t c = round + lane;
+            uint64_t in_chunk = c < ctx.chunks ? __ldcg(&partials[c].min_p_mass) : 0;
+            if (d.excluded >= c * kChunkTokens && d.excluded < (c + 1) * kChunkTokens) in_chunk -= d.draft_mass;
+            const uint64_t inclusive = warp_inclusive_scan(in_chunk);
+            const unsigned crossed = __ballot_sync(kFullMask, before + inclusive > d.target);
+            if (crossed != 0) {
+                const int at = __ffs(crossed) - 1;
+                owner = round + at;
+                before += __shfl_sync(kFullMask, inclusive - in_chunk, at);
+            } else {
+                before += __shfl_sync(kFullMask, inclusive, 31);
+            }
+        }
+        if (lane == 0) {
+            sh.owner = owner;
+            sh.owner_before = before;
+        }
+    }
+    __syncthreads();
+    const int32_t owner = sh.owner;
+    int32_t token = -1;
+    float logit = 0.0f;
+    if (owner >= 0) {
+        const int32_t first = owner * kChunkTokens;
+        const int32_t count = min(kChunkTokens, ctx.p.vocab - first);
+        const uint64_t remaining = d.target - sh.owner_before;
+        load_chunk(ctx.p, ctx.r, ctx.row, first, count, sh.data.chunk);
+        const float* chunk = sh.data.chunk;
+        const int32_t at = block_find_prefix(
+            [&](int32_t i) -> uint64_t {
+                if (first + i == d.excluded) return 0;
+                const uint64_t q = mass_of(chunk[i], totals.max_logit, ctx.r.temperature);
+                return kept.keeps(first + i, q) ? q : 0;
+            },
+            count, remaining, sh.scratch);
+        if (at >= 0) {
+            token = first + at;
+            logit = chunk[at];
+        }
+    }
+    if (threadIdx.x == 0) {
+        row_result& result = ctx.p.workspace.results[ctx.row];
+        result.top = totals.top;
+        result.max_logit = totals.max_logit;
+        result.kept_mass = totals.min_p_mass;
+        result.draft_mass = d.draft_mass;
+        result.softmax_sum = totals.softmax_sum;
+        result.stop_token = token;
+        result.stop_logit = logit;
+    }
+}
+
+// Rows with a top-k/top-p cut, run by every block of the row after the masses barrier. Every
+// token whose mass can survive the cut is at or above a bound read off the row's histogram;
+// the blocks list those tokens in token order and the last one selects the cut and draws.
+__device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t first, int32_t seg_begin,
+                              const float (&segment)[kPerThread], kernel_shared& sh) {
+    const chain_kernel_params& p = ctx.p;
+    const request_params& r = ctx.r;
+    const row_totals& totals = sh.totals;
+    const chain_workspace& ws = p.workspace;
+    chunk_partial* partials = ws.partials + ctx.row * ctx.chunks;
+    const int32_t chunk = first / kChunkTokens;
+    // Walk the histogram down until its bins hold k tokens (top-k) or, counting each token at
+    // its bin's least mass, the top-p target.
+    if (threadIdx.x == 0) {
+        const uint32_t* row_histogram = ws.mass_histograms + ctx.row * kMassHistogramBins;
+        const uint64_t target =
+            top_k_active ? static_cast<uint64_t>(r.top_k) : dm::top_p_mass_target(r.top_p, totals.mass_total);
+        uint64_t reached = 0;
+        int bin = kMassHistogramBins - 1;
+        for (; bin > 0; --bin) {
+            const uint64_t tokens = __ldcg(&row_histogram[bin]);
+            const uint64_t least_mass = dm::weight_to_mass(dm::bits_as_float(static_cast<uint32_t>(bin) << 22));
+            reached += top_k_active ? tokens : tokens * least_mass;
+            if (reached >= target) break;
+        }
+        sh.scratch.broadcast_u64 = max(uint64_t{1}, dm::weight_to_mass(dm::bits_as_float(static_cast<uint32_t>(bin) << 22)));
+    }
+    __syncthreads();
+    const uint64_t bound = sh.scratch.broadcast_u64;
+    __syncthreads();
+    uint32_t mine = 0;
+    uint32_t is_candidate = 0;  // bit k: segment[k]
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+        if (mass_of(segment[k], totals.max_logit, r.temperature) >= bound) {
+            is_candidate |= 1u << k;
+            ++mine;
+        }
+    }
+    uint64_t chunk_candidates = 0;
+    const uint64_t mine_before = block_exclusive_scan(mine, chunk_candidates, sh.scratch);
+    if (threadIdx.x == 0) partials[chunk].candidates = static_cast<int32_t>(chunk_candidates);
+    arrive(&ws.sync[ctx.row].counts_arrived, static_cast<uint32_t>(ctx.chunks), p);
+    if (threadIdx.x < 32) {  // candidates of earlier chunks come first: the list stays in token order
+        uint64_t offset = 0;
+        uint64_t total = 0;
+        for (int32_t c = static_cast<int32_t>(threadIdx.x); c < ctx.chunks; c += 32) {
+            const auto in_chunk = static_cast<uint64_t>(__ldcg(&partials[c].candidates));
+            if (c < chunk) offset += in_chunk;
+            total += in_chunk;
+        }
+        offset = warp_sum(offset);
+        total = warp_sum(total);
+        if (threadIdx.x == 0) {
+            sh.list_offset = static_cast<int32_t>(offset);
+            sh.list_count = static_cast<int32_t>(total);
+        }
+    }
+    __syncthreads();
+    const int32_t list_count = sh.list_count;
+    cut_candidate* list = ws.candidates + ctx.row * p.vocab;
+    int32_t at = sh.list_offset + static_cast<int32_t>(mine_before);
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+        if ((is_candidate >> k) & 1u) list[at++] = cut_candidate{first + seg_begin + k, segment[k]};
+    }
+    __threadfence();  // every thread wrote part of the list
+    if (!arrive_last(&ws.sync[ctx.row].candidates_arrived, static_cast<uint32_t>(ctx.chunks), sh)) return;
+
+    auto mass_at = [&](int32_t i) { return mass_of(__ldcg(&list[i].logit), totals.max_logit, r.temperature); };
+    const selected_cut selection = select_cut(mass_at, list, list_count, r, top_k_active, totals.mass_total, ctx.min_mass, sh);
+    const cut& kept = selection.kept_cut;
+    const row_draw d = plan_draw(ctx, kept, selection.kept_mass, totals.max_logit);
+    const int32_t drawn = block_find_prefix(
+        [&](int32_t i) -> uint64_t {
+            const int32_t token = __ldcg(&list[i].token);
+            if (token == d.excluded) return 0;
+            const uint64_t q = mass_at(i);
+            return kept.keeps(token, q) ? q : 0;
+        },
+        list_count, d.target, sh.scratch);
+    if (threadIdx.x == 0) {
+        row_result& result = ws.results[ctx.row];
+        result.top = totals.top;
+        result.max_logit = totals.max_logit;
+        result.kept_mass = selection.kept_mass;
+        result.draft_mass = d.draft_mass;
+        result.softmax_sum = totals.softmax_sum;
+        result.stop_token = drawn >= 0 ? __ldcg(&list[drawn].token) : -1;
+        result.stop_logit = drawn >= 0 ? __ldcg(&list[drawn].logit) : 0.0f;
+    }
+}
+
+// Four blocks per SM (64 registers): enough resident rows to keep memory busy while blocks wait.
+__global__ void __launch_bounds__(kBlockThreads, 4) chain_kernel(chain_kernel_params p) {
+    __shared__ kernel_shared sh;
+    const chain_workspace& ws = p.workspace;
+    if (threadIdx.x == 0) sh.ticket = atomicAdd(&ws.control->next_ticket, 1u);
+    __syncthreads();
+    const int32_t chunks = chunks_per_row(p.vocab);
+    const int64_t row = sh.ticket / static_cast<uint32_t>(chunks);
+    const int32_t chunk = static_cast<int32_t>(sh.ticket % static_cast<uint32_t>(chunks));
+    const int32_t n = p.tokens_per_req;
+    const int32_t b = static_cast<int32_t>(row / n);
+    const int32_t j = static_cast<int32_t>(row % n);
+    const int64_t base = static_cast<int64_t>(b) * n;
+    const request_params r = p.requests[b];
+    const int32_t first = chunk * kChunkTokens;
+    const int32_t count = min(kChunkTokens, p.vocab - first);
+    const int32_t draft = j + 1 < n ? p.candidates[base + j + 1] : -1;
+    row_sync& sync = ws.sync[row];
+    chunk_partial* row_partials = ws.partials + row * chunks;
+    float* chunk_logits = sh.data.chunk;
+    // This thread's segment of the chunk (contiguous, so its running sums are prefixes).
+    const int32_t seg_begin = static_cast<int32_t>(threadIdx.x) * kPerThread;
+    float segment[kPerThread];
+
+    // ---- 1. Load, argmax, and the chunk's softmax sum (relative to the chunk's maximum) --------
+    load_chunk(p, r, row, first, count, chunk_logits);
+    if (draft >= first && draft < first + count && threadIdx.x == 0) sync.draft_logit = chunk_logits[draft - first];
+    load_segment(chunk_logits, seg_begin, count, segment);
+    const bool with_logprobs = p.logprobs != nullptr;
+    {
+        float best = -HUGE_VALF;
+        int32_t best_index = -1;
+#pragma unroll
+        for (int k = 0; k < kPerThread; ++k) {
+            if (segment[k] > best) {  // strict: the lowest index on ties; skips NaN and -inf
+                best = segment[k];
+                best_index = first + seg_begin + k;
+            }
+        }
+        float chunk_max = 0.0f;
+        const int32_t index = block_argmax(best, best_index, chunk_max, sh.scratch);
+        double softmax = 0.0;
+        if (with_logprobs && index >= 0) {
+#pragma unroll
+            for (int k = 0; k < kPerThread; ++k) softmax += static_cast<double>(weight_of(segment[k], chunk_max, 1.0f));
+            softmax = block_sum(softmax, sh.scratch);
+        }
+        if (threadIdx.x == 0) {
+            row_partials[chunk].max_logit = chunk_max;
+            row_partials[chunk].max_index = index;
+            row_partials[chunk].softmax_sum = softmax;
+        }
+    }
+    row_totals& totals = sh.totals;
+    row_result& result = ws.results[row];
+    if (r.greedy) {
+        // Greedy rows need no barrier: the last block of the row to arrive combines the chunks.
+        if (arrive_last(&sync.maxima_arrived, static_cast<uint32_t>(chunks), sh)) {
+            combine_maxima(row_partials, chunks, with_logprobs, sh);
+            if (threadIdx.x == 0) {
+                result.top = totals.top;
+                result.max_logit = totals.max_logit;
+                result.softmax_sum = totals.softmax_sum;
+                result.stop_token = totals.top;
+                result.stop_logit = totals.max_logit;
+            }
+        }
+    } else {
+        arrive(&sync.maxima_arrived, static_cast<uint32_t>(chunks), p);
+        combine_maxima(row_partials, chunks, with_logprobs, sh);
+        if (totals.top < 0) {
+            if (chunk == 0 && threadIdx.x == 0) result.top = -1;
+        } else {
+            row_context row_ctx{p, r, row, b, j, chunks, draft, max(uint64_t{1}, dm::min_p_mass_threshold(r.min_p))};
+            // ---- 2. Masses ----------------------------------------------------------------------
+            // A top-k/top-p cut is possible: the chunks also histogram their weights (below).
+            const bool maybe_cut = r.top_k >= 0 || r.top_p < 1.0f;
+            if (maybe_cut) {
+                for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) sh.histogram[i] = 0;
+                __syncthreads();
+            }
+            uint64_t nonzero = 0;
+            uint64_t mass_total = 0;
+            uint64_t min_p_mass = 0;
+#pragma unroll
+            for (int k = 0; k < kPerThread; ++k) {
+                const float w = weight_of(segment[k], totals.max_logit, r.temperature);
+                const uint64_t q = dm::weight_to_mass(w);
+                nonzero += q > 0 ? 1 : 0;
+                mass_total += q;
+                min_p_mass += q >= row_ctx.min_mass ? q : 0;
+                if (maybe_cut && q > 0) atomicAdd(&sh.histogram[dm::float_as_bits(w) >> 22], 1u);
+            }
+            nonzero = block_sum(nonzero, sh.scratch);
+            mass_total = block_sum(mass_total, sh.scratch);
+            min_p_mass = block_sum(min_p_mass, sh.scratch);
+            if (threadIdx.x == 0) {
+                chunk_partial& mine = row_partials[chunk];
+                mine.nonzero = nonzero;
+                mine.mass_total = mass_total;
+                mine.min_p_mass = min_p_mass;
+            }
+            if (!maybe_cut) {
+                // Kept: every token that passes min_p. The last block to arrive draws.
+                if (arrive_last(&sync.partials_arrived, static_cast<uint32_t>(chunks), sh)) {
+                    combine_masses(row_partials, chunks, sh);
+                    draw_without_cut(row_ctx, sh);
+                }
+            } else {
+                uint32_t* row_histogram = ws.mass_histograms + row * kMassHistogramBins;
+                for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) {
+                    if (sh.histogram[i] != 0) atomicAdd(&row_histogram[i], sh.histogram[i]);
+                }
+                arrive(&sync.partials_arrived, static_cast<uint32_t>(chunks), p);
+                combine_masses(row_partials, chunks, sh);
+                const bool top_k_active = r.top_k >= 0 && static_cast<uint64_t>(r.top_k) < totals.nonzero;
+                if (!top_k_active && r.top_p >= 1.0f) {
+                    // No cut after all (top_k reaches every token with mass).
+                    if (arrive_last(&sync.counts_arrived, static_cast<uint32_t>(chunks), sh)) draw_without_cut(row_ctx, sh);
+                } else {
+                    draw_with_cut(row_ctx, top_k_active, first, seg_begin, segment, sh);
+                }
+            }
+        }
+    }
+
+    // ---- 4. The last block of the request walks its chain --------------------------------------
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        sh.flag = atomicAdd(&ws.request_blocks_done[b], 1u) == static_cast<uint32_t>(n * chunks) - 1;
+        __threadfence();
+    }
+    __syncthreads();
+    if (sh.flag) walk_chain(p, r, b, sh);
 }
 
 }  // namespace
 
-size_t chain_kernel_summary_bytes() { return sizeof(row_summary); }
+size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t vocab) {
+    chain_workspace unused;
+    return chain_workspace::layout(nullptr, max_rows, max_batch, vocab, unused);
+}
 
 cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t stream) {
-    const dim3 grid(static_cast<unsigned>(params.batch_size) * static_cast<unsigned>(params.tokens_per_req));
-    switch (params.dtype) {
-        case logits_dtype::f32: chain_kernel<f32_logits><<<grid, kBlockThreads, 0, stream>>>(params); break;
-        case logits_dtype::bf16: chain_kernel<bf16_logits><<<grid, kBlockThreads, 0, stream>>>(params); break;
-        case logits_dtype::f16: chain_kernel<f16_logits><<<grid, kBlockThreads, 0, stream>>>(params); break;
-    }
+    const auto rows = static_cast<unsigned>(params.batch_size) * static_cast<unsigned>(params.tokens_per_req);
+    const dim3 grid(rows * static_cast<unsigned>(chunks_per_row(params.vocab)));
+    const cudaError_t reset = cudaMemsetAsync(params.workspace.control, 0, sizeof(launch_control), stream);
+    if (reset != cudaSuccess) return reset;
+    chain_kernel<<<grid, kBlockThreads, 0, stream>>>(params);
     return cudaGetLastError();
 }
 

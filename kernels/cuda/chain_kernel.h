@@ -8,8 +8,8 @@
 
 namespace ds::cuda {
 
-// Bytes of workspace per logits row for chain_kernel_params::summaries.
-size_t chain_kernel_summary_bytes();
+// Bytes of chain_kernel_params::workspace for steps of up to max_rows rows and max_batch requests.
+size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t vocab);
 
 // Enqueues one step on `stream` (capturable in a CUDA graph). Call params.check() first.
 cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t stream);

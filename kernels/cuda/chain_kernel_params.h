@@ -2,8 +2,11 @@
 // one params struct per kernel, with documented shapes). Plain C++: no CUDA types.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
+#include "kernels/det_math.h"
 #include "kernels/param_pool.h"
 #include "kernels/sampling_types.h"
 
@@ -27,7 +30,92 @@ struct request_params {
     int32_t seen_count = 0;
 };
 
-// One thread block per logits row analyses it; the last block of each request walks its chain.
+// How the kernel lays a row out: kChunkTokens consecutive tokens per thread block, so a row of V
+// tokens is chunks_per_row(V) blocks that hold their chunk in shared memory, meet at in-row
+// barriers (row maximum, then masses) and read the row from memory once.
+constexpr int32_t kChunkTokens = 4096;
+constexpr int32_t kMassHistogramBins = 256;  // float exponent and first mantissa bit of a weight
+
+DS_HD int32_t chunks_per_row(int32_t vocab) { return (vocab + kChunkTokens - 1) / kChunkTokens; }
+
+// Per-row arrival counters and the draft's processed logit. Zero between steps: the block that
+// finishes a request resets its rows.
+struct row_sync {
+    uint32_t maxima_arrived = 0;      // blocks that published their chunk's argmax
+    uint32_t partials_arrived = 0;    // ... their chunk's masses
+    uint32_t counts_arrived = 0;      // ... their number of cut candidates
+    uint32_t candidates_arrived = 0;  // ... their candidates (the last one selects the cut)
+    float draft_logit = 0.0f;         // processed logit of the draft judged against this row
+    uint32_t padding = 0;
+};
+
+// What one block publishes about its chunk.
+struct chunk_partial {
+    float max_logit = 0.0f;
+    int32_t max_index = -1;  // -1: nothing allowed in the chunk
+    uint64_t nonzero = 0;    // tokens with mass > 0
+    uint64_t mass_total = 0;
+    uint64_t min_p_mass = 0;  // mass of the tokens that pass min_p
+    double softmax_sum = 0.0;  // sum of exp(l - max) at temperature 1 (logprobs)
+    int32_t candidates = 0;    // tokens at or above the row's candidate bound
+    int32_t padding = 0;
+};
+
+// What a row leaves for its request's chain walk.
+struct row_result {
+    int32_t top = -1;  // argmax, -1 when nothing is allowed
+    float max_logit = 0.0f;
+    uint64_t kept_mass = 0;   // M after the cut
+    uint64_t draft_mass = 0;  // kept mass of the draft judged against this row
+    int32_t stop_token = -1;  // the token drawn here if the chain stops at this row
+    float stop_logit = 0.0f;  // its processed logit
+    double softmax_sum = 0.0;
+};
+
+// A token that can survive the row's top-k/top-p cut, with its processed logit.
+struct cut_candidate {
+    int32_t token;
+    float logit;
+};
+
+// Launch-wide counters, zeroed before every launch (launch_chain_kernel does it on the stream).
+struct launch_control {
+    uint32_t next_ticket = 0;  // blocks take row chunks in the order they start (no deadlock)
+};
+
+// The kernel's persistent workspace, carved from one allocation sized for the largest step.
+struct chain_workspace {
+    launch_control* control = nullptr;
+    row_sync* sync = nullptr;                // [rows]
+    uint32_t* mass_histograms = nullptr;     // [rows, kMassHistogramBins]
+    chunk_partial* partials = nullptr;       // [rows, chunks_per_row]
+    row_result* results = nullptr;           // [rows]
+    uint32_t* request_blocks_done = nullptr;  // [batch]
+    cut_candidate* candidates = nullptr;     // [rows, vocab]
+
+    // Bytes for `rows` rows of `vocab` tokens and `batch` requests; with base != null, also points
+    // every member into [base, base + bytes). Counters must start zeroed.
+    static size_t layout(void* base, int64_t rows, int32_t batch, int32_t vocab, chain_workspace& out) {
+        size_t at = 0;
+        auto carve = [&](auto*& member, size_t count) {
+            using element = std::remove_reference_t<decltype(*member)>;
+            at = (at + 255) / 256 * 256;
+            if (base != nullptr) member = reinterpret_cast<element*>(static_cast<char*>(base) + at);
+            at += count * sizeof(element);
+        };
+        const auto row_count = static_cast<size_t>(rows);
+        carve(out.control, 1);
+        carve(out.sync, row_count);
+        carve(out.mass_histograms, row_count * kMassHistogramBins);
+        carve(out.partials, row_count * static_cast<size_t>(chunks_per_row(vocab)));
+        carve(out.results, row_count);
+        carve(out.request_blocks_done, static_cast<size_t>(batch));
+        carve(out.candidates, row_count * static_cast<size_t>(vocab));
+        return at;
+    }
+};
+
+// The one kernel of a sampling or verification step.
 struct chain_kernel_params {
     // Inputs (device memory).
     const void* logits = nullptr;           // [batch * tokens_per_req rows, row_stride]
@@ -44,25 +132,19 @@ struct chain_kernel_params {
     const token_count* seen = nullptr;
     const uint32_t* bitmask = nullptr;         // [rows * ceil(V/32)] or null
     verify_thresholds thresholds;
-    // Workspaces of [rows * vocab] floats: rows that penalties, bias or the mask modify, and each
-    // row's weights det_exp((l - max) / T); per-row summaries (chain_kernel_summary_bytes() each);
-    // per-request counters of finished rows, zero between steps (the kernel resets them).
-    float* processed = nullptr;
-    float* weights = nullptr;
-    void* summaries = nullptr;
-    int32_t* row_counters = nullptr;
+    chain_workspace workspace;
     // Outputs (device memory, laid out as step_output).
     int32_t* packed = nullptr;        // predict [batch * N] then accept_length [batch]
     int32_t* accept_index = nullptr;  // [batch * N]
     float* logprobs = nullptr;        // [batch * N] or null to skip
     uint8_t* row_error = nullptr;     // [batch]
+    uint32_t* fault = nullptr;        // set to 1 when an in-row barrier timed out (zero before launch)
 
     // Empty when launchable, else what is wrong.
     const char* check() const {
         if (batch_size <= 0) return "batch_size must be positive";
         if (logits == nullptr || requests == nullptr || packed == nullptr || accept_index == nullptr ||
-            row_error == nullptr || processed == nullptr || weights == nullptr || summaries == nullptr ||
-            row_counters == nullptr) {
+            row_error == nullptr || fault == nullptr || workspace.control == nullptr) {
             return "a required pointer is null";
         }
         if (tokens_per_req > 1 && candidates == nullptr) return "verify needs candidates";

@@ -33,7 +33,7 @@ struct staging_layout {
 
 // Where each output sits in the output buffer (bytes), matching step_output.
 struct output_layout {
-    size_t packed = 0, accept_index = 0, logprobs = 0, row_error = 0, total = 0;
+    size_t packed = 0, accept_index = 0, logprobs = 0, row_error = 0, fault = 0, total = 0;
 };
 
 output_layout outputs_for(int32_t bs, int32_t n) {
@@ -43,7 +43,8 @@ output_layout outputs_for(int32_t bs, int32_t n) {
     o.accept_index = align_up((rows + static_cast<size_t>(bs)) * sizeof(int32_t));
     o.logprobs = o.accept_index + align_up(rows * sizeof(int32_t));
     o.row_error = o.logprobs + align_up(rows * sizeof(float));
-    o.total = o.row_error + static_cast<size_t>(bs);
+    o.fault = o.row_error + align_up(static_cast<size_t>(bs));
+    o.total = o.fault + sizeof(uint32_t);
     return o;
 }
 
@@ -56,10 +57,8 @@ struct cuda_backend::impl {
     device_buffer staging_device;
     pinned_buffer staging_host;
     device_buffer host_logits_copy;  // for logits that arrive in host memory
-    device_buffer processed;
-    device_buffer weights;
-    device_buffer summaries;
-    device_buffer row_counters;
+    device_buffer workspace;  // the kernel's; its counters are zero between steps
+    size_t workspace_counter_bytes = 0;  // the part before the candidate lists
     device_buffer outputs_device;
     pinned_buffer outputs_host;
     std::vector<request_params> requests;  // host scratch, reserved
@@ -171,14 +170,12 @@ struct cuda_backend::impl {
         params.seen = reinterpret_cast<const token_count*>(device + layout.seen);
         params.bitmask = step.bitmask != nullptr ? reinterpret_cast<const uint32_t*>(device + layout.bitmask) : nullptr;
         params.thresholds = step.thresholds;
-        params.processed = static_cast<float*>(processed.get());
-        params.weights = static_cast<float*>(weights.get());
-        params.summaries = summaries.get();
-        params.row_counters = static_cast<int32_t*>(row_counters.get());
+        chain_workspace::layout(workspace.get(), config.max_rows(), config.max_batch, config.vocab_size, params.workspace);
         params.packed = reinterpret_cast<int32_t*>(outputs + out.packed);
         params.accept_index = reinterpret_cast<int32_t*>(outputs + out.accept_index);
         params.logprobs = with_logprobs ? reinterpret_cast<float*>(outputs + out.logprobs) : nullptr;
         params.row_error = reinterpret_cast<uint8_t*>(outputs + out.row_error);
+        params.fault = reinterpret_cast<uint32_t*>(outputs + out.fault);
         if (const char* problem = params.check()) return {status_code::internal, problem};
         return status::success();
     }
@@ -186,6 +183,7 @@ struct cuda_backend::impl {
     // The device work of a step: one input copy, the kernel, one output copy. Capturable.
     status enqueue(const staging_layout& layout, const chain_kernel_params& params) {
         CUDA_TRY(cudaMemcpyAsync(staging_device.get(), staging_host.get(), layout.total, cudaMemcpyHostToDevice, stream));
+        CUDA_TRY(cudaMemsetAsync(params.fault, 0, sizeof(uint32_t), stream));
         CUDA_TRY(launch_chain_kernel(params, stream));
         const output_layout out = outputs_for(params.batch_size, params.tokens_per_req);
         CUDA_TRY(cudaMemcpyAsync(outputs_host.get(), outputs_device.get(), out.total, cudaMemcpyDeviceToHost, stream));
@@ -207,6 +205,15 @@ struct cuda_backend::impl {
         const output_layout layout = outputs_for(bs, n);
         const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
         const auto* host = static_cast<const char*>(outputs_host.get());
+        uint32_t fault = 0;
+        std::memcpy(&fault, host + layout.fault, sizeof(fault));
+        if (fault != 0) {
+            // The kernel's counters are unreliable after a timed-out barrier: start them afresh.
+            CUDA_TRY(cudaMemset(workspace.get(), 0, workspace_counter_bytes));
+            return {status_code::internal,
+                    "cuda backend: a row's thread blocks did not meet within 2 s (is another process filling the GPU?); "
+                    "the step's outputs were discarded"};
+        }
         std::memcpy(out.packed, host + layout.packed, (rows + static_cast<size_t>(bs)) * sizeof(int32_t));
         std::memcpy(out.accept_index, host + layout.accept_index, rows * sizeof(int32_t));
         if (out.logprobs != nullptr) {
@@ -249,12 +256,15 @@ status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_ba
     status s = state->staging_device.allocate(state->max_staging_bytes());
     if (s.is_ok()) s = state->staging_host.allocate(state->max_staging_bytes());
     if (s.is_ok()) s = state->host_logits_copy.allocate(rows * vocab * sizeof(float));
-    if (s.is_ok()) s = state->processed.allocate(rows * vocab * sizeof(float));
-    if (s.is_ok()) s = state->weights.allocate(rows * vocab * sizeof(float));
-    if (s.is_ok()) s = state->summaries.allocate(rows * chain_kernel_summary_bytes());
-    if (s.is_ok()) s = state->row_counters.allocate(static_cast<size_t>(config.max_batch) * sizeof(int32_t));
+    if (s.is_ok()) s = state->workspace.allocate(chain_kernel_workspace_bytes(config.max_rows(), config.max_batch, config.vocab_size));
     if (!s.is_ok()) return s;
-    CUDA_TRY(cudaMemset(state->row_counters.get(), 0, state->row_counters.bytes()));
+    {
+        chain_workspace carved;
+        chain_workspace::layout(state->workspace.get(), config.max_rows(), config.max_batch, config.vocab_size, carved);
+        state->workspace_counter_bytes =
+            static_cast<size_t>(reinterpret_cast<char*>(carved.candidates) - static_cast<char*>(state->workspace.get()));
+    }
+    CUDA_TRY(cudaMemset(state->workspace.get(), 0, state->workspace_counter_bytes));
     if (s.is_ok()) s = state->outputs_device.allocate(max_out.total);
     if (s.is_ok()) s = state->outputs_host.allocate(max_out.total);
     if (!s.is_ok()) return s;

@@ -111,6 +111,18 @@ struct random_step {
         }
     }
 
+    // The requests' parameters, for failure messages.
+    std::string describe() const {
+        std::string out = bitmask.empty() ? "" : " bitmask";
+        for (size_t q = 0; q < params.size(); ++q) {
+            const sampling_params& p = params[q];
+            out += "\n  request " + std::to_string(q) + ": slot " + std::to_string(slots[q]) + " T=" + std::to_string(p.temperature) +
+                   " top_k=" + std::to_string(p.top_k) + " top_p=" + std::to_string(p.top_p) + " min_p=" + std::to_string(p.min_p) +
+                   " penalties=" + std::to_string(p.has_penalties()) + " bias=" + std::to_string(p.logit_bias.size());
+        }
+        return out;
+    }
+
     kernel_config config() const {
         kernel_config c;
         c.vocab_size = vocab;
@@ -199,7 +211,7 @@ TEST_F(CudaBackend, MatchesCpuOnTwoThousandRandomBatches) {
         ASSERT_TRUE(s_cpu.is_ok()) << s_cpu.message;
         ASSERT_TRUE(s_gpu.is_ok()) << s_gpu.message;
         expect_same(cpu, gpu, "trial " + std::to_string(trial) + " V=" + std::to_string(vocab) + " bs=" + std::to_string(bs) +
-                                  " N=" + std::to_string(n) + " dtype=" + dtype_name(step.dtype));
+                                  " N=" + std::to_string(n) + " dtype=" + dtype_name(step.dtype) + step.describe());
         if (HasFatalFailure()) return;
         ++compared;
     }
