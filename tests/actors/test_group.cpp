@@ -167,6 +167,21 @@ void expect_same(const step_outputs& expected, const step_outputs& got, bool exa
     }
 }
 
+// Random steps through `g` give the CPU backend's outputs on the full rows (logprobs bit for bit
+// when `exact_logprobs`, else within 1e-5).
+void expect_random_steps_match_cpu(group& g, int32_t tp, dist_mode mode, bool exact_logprobs) {
+    std::mt19937_64 rng(1000 + static_cast<uint64_t>(tp) * 10 + static_cast<uint64_t>(mode));
+    for (int i = 0; i < 12; ++i) {
+        const random_step s = make_random_step(rng);
+        register_all(g, s);
+        const step_reply reply = g.step(s.request(tp));
+        ASSERT_TRUE(reply.result.is_ok()) << reply.result.message;
+        EXPECT_TRUE(reply.desyncs.empty());
+        expect_same(reference_outputs(s), reply.outputs, exact_logprobs,
+                    std::string(mode_name(mode)) + " tp=" + std::to_string(tp) + " step " + std::to_string(i));
+    }
+}
+
 class EveryTpAndMode : public ::testing::TestWithParam<std::tuple<int32_t, dist_mode>> {};
 
 TEST_P(EveryTpAndMode, RandomStepsEqualTheBackendOnFullRows) {
@@ -174,17 +189,29 @@ TEST_P(EveryTpAndMode, RandomStepsEqualTheBackendOnFullRows) {
     std::unique_ptr<group> g;
     status st = group::create(test_config(tp, mode), g);
     ASSERT_TRUE(st.is_ok()) << st.message;
-    std::mt19937_64 rng(1000 + static_cast<uint64_t>(tp) * 10 + static_cast<uint64_t>(mode));
-    for (int i = 0; i < 12; ++i) {
-        const random_step s = make_random_step(rng);
-        register_all(*g, s);
-        const step_reply reply = g->step(s.request(tp));
-        ASSERT_TRUE(reply.result.is_ok()) << reply.result.message;
-        EXPECT_TRUE(reply.desyncs.empty());
-        expect_same(reference_outputs(s), reply.outputs, mode != dist_mode::sharded,
-                    std::string(mode_name(mode)) + " tp=" + std::to_string(tp) + " step " + std::to_string(i));
-    }
+    expect_random_steps_match_cpu(*g, tp, mode, mode != dist_mode::sharded);
 }
+
+// The rank actors on the CUDA backend (one GPU shared by the ranks): the same tokens as the CPU
+// backend. Skipped where CUDA is not built or there is no GPU.
+class CudaRanks : public ::testing::TestWithParam<std::tuple<int32_t, dist_mode>> {};
+
+TEST_P(CudaRanks, RandomStepsEqualTheCpuBackend) {
+    const auto [tp, mode] = GetParam();
+    group_config config = test_config(tp, mode);
+    config.backend = "cuda";
+    std::unique_ptr<group> g;
+    status st = group::create(config, g);
+    if (st.code == status_code::unsupported) GTEST_SKIP() << st.message;
+    ASSERT_TRUE(st.is_ok()) << st.message;
+    expect_random_steps_match_cpu(*g, tp, mode, false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Group, CudaRanks,
+                         ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values(dist_mode::gathered, dist_mode::swap)),
+                         [](const auto& param_info) {
+                             return std::string(mode_name(std::get<1>(param_info.param))) + "_tp" + std::to_string(std::get<0>(param_info.param));
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Group, EveryTpAndMode,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 8),
