@@ -5,6 +5,9 @@
 #   tools/gpu-run.sh run      on the GPU machine (device tool, carry .gpu-bundle): run every test
 #                             binary and, if given, a command; logs go to $OUT when it is set
 #   tools/gpu-run.sh bench    on the GPU machine: the sampling benchmark and its PyTorch peers
+#   tools/gpu-run.sh verify   on the GPU machine: everything an issue touching kernels needs, in one
+#                             device call: run, compute-sanitizer memcheck and racecheck on the CUDA
+#                             tests, bench, and the coordinator overhead on the machine's cores
 # Example with the device tool: run(command="tools/gpu-run.sh run", carry=[".gpu-bundle"]).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,9 +64,39 @@ bench() {
   python3 bench/peers_torch.py "$out/ours.json" | tee "$out/peers.txt"
 }
 
+sanitize() {
+  local out=${OUT:-/tmp/gpu-run} tool failed=0
+  local sanitizer
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer --tool $tool test_cuda_backend (12 random batches)"
+    if ! DS_GPU_TRIALS=12 "$sanitizer" --tool "$tool" --error-exitcode 9 "$BUNDLE/bin/test_cuda_backend" --gtest_brief=1 \
+        >"$out/sanitizer-$tool.log" 2>&1; then
+      failed=1
+      echo "FAILED: $tool"
+    fi
+    tail -n 2 "$out/sanitizer-$tool.log"
+  done
+  return "$failed"
+}
+
+verify() {
+  local out=${OUT:-/tmp/gpu-run} failed=0
+  mkdir -p "$out"
+  run || failed=1
+  export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  sanitize || failed=1
+  bench || failed=1
+  echo "== coordinator overhead ($(nproc) cores)"
+  "$BUNDLE/bin/bench_coordinator_overhead" >"$out/coordinator_overhead.txt" 2>&1 || failed=1
+  tail -n 12 "$out/coordinator_overhead.txt"
+  return "$failed"
+}
+
 case "${1:-}" in
   bundle) bundle ;;
   run) shift; run "$@" ;;
   bench) bench ;;
-  *) echo "usage: $0 bundle | run [command...] | bench" >&2; exit 2 ;;
+  verify) verify ;;
+  *) echo "usage: $0 bundle | run [command...] | bench | verify" >&2; exit 2 ;;
 esac
