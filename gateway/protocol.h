@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "config/group_config.h"
 #include "distsample.pb.h"
+#include "kernels/sampling_types.h"
 
 namespace ds::gateway {
 
@@ -49,5 +51,10 @@ class frame_reader {
 
 // Parses a request payload and checks its version and body; false with `error` set otherwise.
 bool decode_request(const uint8_t* payload, size_t size, wire::Request& request, wire::Error& error);
+
+// Checks a step's counts against the group's limits before anything is sized from them: bs,
+// N, positions, candidates, bitmask words and logits values. `have_model`: the server can fill
+// logits itself. False with a BAD_FIELD error naming the field.
+bool check_step_shape(const wire::Step& step, bool verify, const group_config& config, bool have_model, wire::Error& error);
 
 }  // namespace ds::gateway

@@ -50,52 +50,13 @@ int32_t slot_table::registered_count() const {
     return static_cast<int32_t>(std::count_if(slots_.begin(), slots_.end(), [](const entry& e) { return e.registered; }));
 }
 
-namespace {
-
-wire::Error bad_field(const char* field, std::string message) { return make_error(wire::Error::BAD_FIELD, field, std::move(message)); }
-
-}  // namespace
-
 bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config& config, const slot_table& slots,
                   const logits_source* model, prepared_step& out, wire::Error& error) {
     const bool verify = frame->body_case() == wire::Request::kVerifyStep;
     const wire::Step& step = verify ? frame->verify_step() : frame->sample_step();
-    // Every count is checked against the group's limits before anything is sized from it.
-    const int64_t bs = step.slots_size();
-    if (bs < 1 || bs > config.max_batch) {
-        error = bad_field("slots", fmt::format("{} requests: expected 1 to {} (max_batch)", bs, config.max_batch));
-        return false;
-    }
-    const int64_t n = verify ? step.tokens_per_req() : 1;
-    if (n < 1 || n > config.max_tokens_per_req) {
-        error = bad_field("tokens_per_req", fmt::format("{}: expected 1 to {} (max_tokens_per_req)", n, config.max_tokens_per_req));
-        return false;
-    }
-    if (step.positions_size() != bs) {
-        error = bad_field("positions", fmt::format("{} positions: expected one per slot ({})", step.positions_size(), bs));
-        return false;
-    }
-    const int64_t expected_candidates = verify ? bs * n : 0;
-    if (step.candidates_size() != expected_candidates) {
-        error = bad_field("candidates", fmt::format("{} candidates: expected {} (bs * N for verify, none for sample)",
-                                                    step.candidates_size(), expected_candidates));
-        return false;
-    }
-    const int64_t rows = bs * n;
-    const int64_t words = bitmask_words(config.vocab_size);
-    if (step.bitmask_size() != 0 && step.bitmask_size() != rows * words) {
-        error = bad_field("bitmask", fmt::format("{} words: expected 0 or {} ({} rows of {})", step.bitmask_size(), rows * words, rows, words));
-        return false;
-    }
-    const int64_t logits = rows * config.vocab_size;
-    if (step.logits_size() != 0 && step.logits_size() != logits) {
-        error = bad_field("logits", fmt::format("{} values: expected 0 or {} ({} rows of V = {})", step.logits_size(), logits, rows, config.vocab_size));
-        return false;
-    }
-    if (step.logits_size() == 0 && model == nullptr) {
-        error = bad_field("logits", "none: this server has no model (gateway.model = none), steps must carry logits");
-        return false;
-    }
+    if (!check_step_shape(step, verify, config, model != nullptr, error)) return false;
+    const int32_t bs = step.slots_size();
+    const int32_t n = verify ? step.tokens_per_req() : 1;
     for (int32_t b = 0; b < bs; ++b) {
         if (!slots.registered(step.slots(b))) {
             error = make_error(wire::Error::UNKNOWN_SLOT, fmt::format("slots[{}]", b), fmt::format("slot {} is not registered", step.slots(b)));
@@ -105,7 +66,7 @@ bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config
 
     step_request& r = out.request;
     r.kind = verify ? step_kind::verify : step_kind::sample;
-    r.tokens_per_req = static_cast<int32_t>(n);
+    r.tokens_per_req = n;
     r.slots.assign(step.slots().begin(), step.slots().end());
     r.positions.assign(step.positions().begin(), step.positions().end());
     r.candidates.assign(step.candidates().begin(), step.candidates().end());
@@ -117,7 +78,7 @@ bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config
         // Row b*N + j: the model's distribution after the request's committed context and its
         // drafts 1..j (the anchor, candidate 0, is the last committed token).
         const int32_t vocab = config.vocab_size;
-        out.model_logits.resize(static_cast<size_t>(logits));
+        out.model_logits.resize(static_cast<size_t>(bs) * n * vocab);
         for (int32_t b = 0; b < bs; ++b) {
             uint64_t context = slots.context(step.slots(b));
             for (int32_t j = 0; j < n; ++j) {
@@ -127,7 +88,7 @@ bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config
         }
         rows_data = out.model_logits.data();
     }
-    r.shards = split_vocab(logits_view{rows_data, logits_dtype::f32, rows, config.vocab_size, config.vocab_size}, config.tp);
+    r.shards = split_vocab(logits_view{rows_data, logits_dtype::f32, int64_t{bs} * n, config.vocab_size, config.vocab_size}, config.tp);
     out.frame = std::move(frame);
     return true;
 }

@@ -1,7 +1,6 @@
-// From wire messages to coordinator steps and back: the slots the gateway has registered (with
-// each request's model context), the validation of a Step against the group's limits before
-// anything is allocated, the logits of a step (the frame's payload, or the server's model), and
-// the reply.
+// From wire messages to coordinator steps: the slots the gateway has registered (with each
+// request's model context), a Step checked (check_step_shape, then its slots) and given its
+// logits (the frame's payload, or the server's model), and group errors as wire errors.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +48,7 @@ struct prepared_step {
     std::vector<float> model_logits;             // the server model's rows otherwise
 };
 
-// Validates `frame`'s step (sample_step or verify_step) against the group's limits and the slot
+// Checks `frame`'s step (sample_step or verify_step) against the group's limits and the slot
 // table, then fills the logits. `model` may be null (steps must then carry logits). Returns false
 // with a BAD_FIELD or UNKNOWN_SLOT error.
 bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config& config, const slot_table& slots,
