@@ -2,9 +2,10 @@
 // a ds::group, plus a small HTTP listener for /metrics and /healthz.
 //
 // Threads: `io_threads` Asio threads read and write frames and never wait for a step; one
-// dispatcher thread runs the group calls in arrival order (register, release and health block on
-// the ranks; a step is only submitted); one completion thread waits for the steps' futures in
-// submission order (the group answers in that order) and queues their replies. Each connection
+// dispatcher runs the group calls in arrival order (register, release and health block on the
+// ranks, on the dispatcher's thread; a step is only checked and submitted, on the io thread
+// itself when nothing is queued before it); one completion thread waits for the steps' futures
+// in submission order (the group answers in that order) and queues their replies. Each connection
 // sends its replies in request order, whatever order they complete in.
 #pragma once
 
