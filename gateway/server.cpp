@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gateway/protocol.h"
@@ -564,7 +565,9 @@ status server::impl::start() {
         accept(tcp_acceptor);
     }
     if (!config.unix_socket.empty()) {
-        ::unlink(config.unix_socket.c_str());  // a stale socket file of an earlier run
+        // A socket file left by an earlier run is replaced; any other file is an error.
+        struct stat existing {};
+        if (::stat(config.unix_socket.c_str(), &existing) == 0 && S_ISSOCK(existing.st_mode)) ::unlink(config.unix_socket.c_str());
         const unix_socket::endpoint endpoint(config.unix_socket);
         unix_acceptor.open(endpoint.protocol(), ec);
         if (!ec) unix_acceptor.bind(endpoint, ec);
@@ -589,18 +592,17 @@ void server::impl::stop() {
     std::lock_guard<std::mutex> lock(stop_mutex);
     if (stopped) return;
     stopped = true;
-    asio::post(io, [this] {
-        boost::system::error_code ignored;
-        tcp_acceptor.close(ignored);
-        unix_acceptor.close(ignored);
-        http_acceptor.close(ignored);
-    });
-    // Answer what is in flight, then let the io threads finish the writes and close.
-    if (dispatcher) dispatcher->stop();
-    if (completer) completer->stop();
+    // Stop the io threads first, so nothing hands the queues new work; then answer what the
+    // queues hold (those replies are dropped with the connections).
     work.reset();
     io.stop();
     for (std::thread& t : io_threads) t.join();
+    boost::system::error_code ignored;
+    tcp_acceptor.close(ignored);
+    unix_acceptor.close(ignored);
+    http_acceptor.close(ignored);
+    if (dispatcher) dispatcher->stop();
+    if (completer) completer->stop();
     if (!config.unix_socket.empty()) ::unlink(config.unix_socket.c_str());
 }
 

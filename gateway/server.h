@@ -31,7 +31,8 @@ class server {
 
     // Binds the listeners and starts serving; an error names the listener or the config key.
     status start();
-    // Stops accepting, answers what is in flight, closes every connection. Idempotent.
+    // Stops the listeners and the io threads, waits for the steps in flight (their replies are
+    // dropped: the connections close). Idempotent; not from an io thread.
     void stop();
 
     // The bound ports (useful with port 0); 0 when that listener is off.
