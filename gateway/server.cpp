@@ -518,7 +518,7 @@ void server::impl::run_step(const std::shared_ptr<connection_base>& conn, uint64
         const std::vector<int32_t>& packed = reply.outputs.packed;
         const int32_t* accept_length = packed.data() + static_cast<size_t>(bs) * n;
         for (int32_t b = 0; b < bs; ++b) {
-            slots.commit(step->request.slots[static_cast<size_t>(b)], packed.data() + static_cast<size_t>(b) * n, accept_length[b]);
+            slots.commit(step->request.slots[static_cast<size_t>(b)], step->generations[static_cast<size_t>(b)], packed.data() + static_cast<size_t>(b) * n, accept_length[b]);
             metrics.accept_length.observe(accept_length[b]);
         }
         std::string frame = reply_frame(id, [&](wire::Reply& r) {

@@ -19,13 +19,17 @@ void slot_table::set(int32_t slot, const std::vector<int32_t>& history) {
     entry& e = slots_[static_cast<size_t>(slot)];
     e.registered = true;
     e.context = 0;
+    ++e.generation;
     for (int32_t token : history) e.context = logits_source::next_context(e.context, token);
 }
 
 bool slot_table::release(int32_t slot) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (slot < 1 || slot >= max_slots() || !slots_[static_cast<size_t>(slot)].registered) return false;
-    slots_[static_cast<size_t>(slot)] = entry{};
+    entry& e = slots_[static_cast<size_t>(slot)];
+    e.registered = false;
+    e.context = 0;
+    ++e.generation;
     return true;
 }
 
@@ -39,9 +43,15 @@ uint64_t slot_table::context(int32_t slot) const {
     return slots_[static_cast<size_t>(slot)].context;
 }
 
-void slot_table::commit(int32_t slot, const int32_t* tokens, int32_t count) {
+uint64_t slot_table::generation(int32_t slot) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return slots_[static_cast<size_t>(slot)].generation;
+}
+
+void slot_table::commit(int32_t slot, uint64_t generation, const int32_t* tokens, int32_t count) {
     std::lock_guard<std::mutex> lock(mutex_);
     entry& e = slots_[static_cast<size_t>(slot)];
+    if (e.generation != generation) return;
     for (int32_t i = 0; i < count; ++i) e.context = logits_source::next_context(e.context, tokens[i]);
 }
 
@@ -62,6 +72,7 @@ bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config
             error = make_error(wire::Error::UNKNOWN_SLOT, fmt::format("slots[{}]", b), fmt::format("slot {} is not registered", step.slots(b)));
             return false;
         }
+        out.generations.push_back(slots.generation(step.slots(b)));
     }
 
     step_request& r = out.request;

@@ -28,7 +28,11 @@ class slot_table {
     bool release(int32_t slot);
     bool registered(int32_t slot) const;
     uint64_t context(int32_t slot) const;
-    void commit(int32_t slot, const int32_t* tokens, int32_t count);
+    // Changes with every registration and release of the slot.
+    uint64_t generation(int32_t slot) const;
+    // Appends emitted tokens to the context, unless the slot was registered again or released
+    // since `generation` (a step in flight must not touch its successor's context).
+    void commit(int32_t slot, uint64_t generation, const int32_t* tokens, int32_t count);
     int32_t registered_count() const;
     int32_t max_slots() const { return static_cast<int32_t>(slots_.size()); }
 
@@ -36,6 +40,7 @@ class slot_table {
     struct entry {
         bool registered = false;
         uint64_t context = 0;
+        uint64_t generation = 0;
     };
     mutable std::mutex mutex_;
     std::vector<entry> slots_;
@@ -46,6 +51,7 @@ struct prepared_step {
     step_request request;
     std::shared_ptr<const wire::Request> frame;  // owns the payload logits, when there are any
     std::vector<float> model_logits;             // the server model's rows otherwise
+    std::vector<uint64_t> generations;           // of each request's slot, for slot_table::commit
 };
 
 // Checks `frame`'s step (sample_step or verify_step) against the group's limits and the slot

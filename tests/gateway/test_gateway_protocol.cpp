@@ -218,6 +218,25 @@ TEST(GatewayProtocol, StepValidationNamesTheField) {
     EXPECT_EQ(step.request.thresholds.acc, 1.0f);
 }
 
+TEST(GatewaySlots, ContextFollowsCommitsOfTheCurrentRegistrationOnly) {
+    slot_table slots(4);
+    EXPECT_EQ(slots.free_slot(), 1);
+    slots.set(1, {5, 6, 7});
+    EXPECT_EQ(slots.context(1), (uint64_t{6} << 32) | 7);
+    const uint64_t first = slots.generation(1);
+    const int32_t emitted[] = {8, 9};
+    slots.commit(1, first, emitted, 2);
+    EXPECT_EQ(slots.context(1), (uint64_t{8} << 32) | 9);
+    slots.set(1, {1, 2});  // registered again while a step of the first registration is in flight
+    slots.commit(1, first, emitted, 2);
+    EXPECT_EQ(slots.context(1), (uint64_t{1} << 32) | 2);
+    EXPECT_EQ(slots.free_slot(), 2);
+    EXPECT_TRUE(slots.release(1));
+    EXPECT_FALSE(slots.release(1));
+    EXPECT_FALSE(slots.registered(1));
+    EXPECT_EQ(slots.registered_count(), 0);
+}
+
 TEST(GatewayProtocol, UnsetParamsAreNeutral) {
     const sampling_params p = params_of(wire::SamplingParams{});
     const sampling_params neutral;
