@@ -432,6 +432,12 @@ void server::impl::handle(const std::shared_ptr<connection_base>& conn, uint64_t
                 } else if (slot < 1 || slot >= slots.max_slots()) {
                     error = make_error(wire::Error::BAD_FIELD, "slot", fmt::format("slot = {}: expected 0 (any) or 1 to {}", slot, slots.max_slots() - 1));
                 }
+                for (int i = 0; i < m.history_size() && error.code() == wire::Error::UNSPECIFIED; ++i) {
+                    if (m.history(i) < 0 || m.history(i) >= group_limits.vocab_size) {
+                        error = make_error(wire::Error::BAD_FIELD, fmt::format("history[{}]", i),
+                                           fmt::format("history[{}] = {}: expected a token id in [0, {})", i, m.history(i), group_limits.vocab_size));
+                    }
+                }
                 if (error.code() == wire::Error::UNSPECIFIED) {
                     const std::vector<int32_t> history(m.history().begin(), m.history().end());
                     if (status s = ranks.register_request(slot, params_of(m.params()), history); !s.is_ok()) {

@@ -39,8 +39,9 @@ struct running_gateway {
     std::unique_ptr<server> gateway;
     gateway_config config;
 
-    explicit running_gateway(const std::string& secret = "", int32_t max_frame_bytes = 1 << 20) {
-        EXPECT_TRUE(group::create(small_group_config(), ranks).is_ok());
+    explicit running_gateway(const std::string& secret = "", int32_t max_frame_bytes = 1 << 20,
+                             const group_config& group_settings = small_group_config()) {
+        EXPECT_TRUE(group::create(group_settings, ranks).is_ok());
         synthetic_lm_config m;
         m.vocab_size = kVocab;
         model = std::make_unique<synthetic_lm>(m);

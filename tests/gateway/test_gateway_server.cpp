@@ -136,6 +136,8 @@ TEST(GatewayServer, TypedErrorsKeepTheConnection) {
     const status s = c->register_request(bad, {}, slot);
     EXPECT_NE(s.message.find("BAD_FIELD"), std::string::npos) << s.message;
     EXPECT_NE(s.message.find("top_p"), std::string::npos) << s.message;
+    const status history = c->register_request(testing::test_params(1), {1, kVocab}, slot);
+    EXPECT_NE(history.message.find("BAD_FIELD history[1]"), std::string::npos) << history.message;
     wire::Step step;
     step.add_slots(3);
     step.add_positions(0);
@@ -144,6 +146,26 @@ TEST(GatewayServer, TypedErrorsKeepTheConnection) {
     EXPECT_NE(unknown.message.find("UNKNOWN_SLOT slots[0]"), std::string::npos) << unknown.message;
     wire::StatsReply stats;
     EXPECT_TRUE(c->stats(stats).is_ok());  // still connected
+}
+
+TEST(GatewayServer, AStalledRankIsATimeoutAndTheNextStepWorks) {
+    group_config settings = testing::small_group_config();
+    settings.step_timeout = std::chrono::milliseconds(300);
+    running_gateway gw("", 1 << 20, settings);
+    auto c = gw.connect();
+    int32_t slot = 0;
+    ASSERT_TRUE(c->register_request(testing::test_params(4), {1, 2}, slot).is_ok());
+    wire::Step step;
+    step.add_slots(slot);
+    step.add_positions(2);
+    ASSERT_TRUE(gw.ranks->inject_fault(1, rank_fault::stall).is_ok());
+    wire::StepReply reply;
+    const status failed = c->step(step, false, reply);
+    EXPECT_NE(failed.message.find("TIMEOUT"), std::string::npos) << failed.message;
+    EXPECT_NE(failed.message.find("rank 1"), std::string::npos) << failed.message;
+    const status next = c->step(step, false, reply);
+    EXPECT_TRUE(next.is_ok()) << next.message;
+    EXPECT_EQ(gw.gateway->metrics().rank_failures.load(), 1u);
 }
 
 TEST(GatewayServer, BadFramesGetTheirErrorAndCloseOnlyTheirConnection) {
