@@ -130,9 +130,6 @@ bool same_secret(const std::string& given, const std::string& secret) {
     return diff == 0;
 }
 
-// What every connection needs from the server.
-struct connection_context;
-
 // One scheduler connection: reads frames, hands requests to the server, writes the replies in
 // request order. All its state is touched on its strand only; `deliver` may be called from any
 // thread.
@@ -189,10 +186,12 @@ class connection final : public connection_base {
    public:
     // Requests of one connection waiting for their replies; reading pauses at this many.
     static constexpr uint64_t kMaxInFlight = 4096;
+    static constexpr std::chrono::seconds kLinger{2};
 
     connection(Socket socket, server::impl& server, std::string peer)
         : socket_(std::move(socket)),
           strand_(asio::make_strand(server.io)),
+          linger_timer_(strand_),
           server_(server),
           reader_(static_cast<uint32_t>(server.config.max_frame_bytes)),
           authenticated_(server.config.secret.empty()),
@@ -288,8 +287,11 @@ class connection final : public connection_base {
         }
         if (writing_) return;
         if (outbox_.empty()) {
-            const bool all_answered = next_to_send_ == next_seq_;
-            if (closing_ || (read_done_ && all_answered)) close();
+            if (closing_) {
+                linger();
+            } else if (read_done_ && next_to_send_ == next_seq_) {
+                close();
+            }
             return;
         }
         writing_ = true;
@@ -306,8 +308,29 @@ class connection final : public connection_base {
                           }));
     }
 
+    // After an error reply: stop sending, then read and drop what the client still sends until it
+    // closes (or kLinger passes), so closing does not reset the connection before the client has
+    // read the error.
+    void linger() {
+        if (lingering_ || closed_) return;
+        lingering_ = true;
+        boost::system::error_code ignored;
+        socket_.shutdown(Socket::shutdown_send, ignored);
+        linger_timer_.expires_after(kLinger);
+        linger_timer_.async_wait(asio::bind_executor(strand_, [self = shared()](boost::system::error_code) { self->close(); }));
+        drain();
+    }
+
+    void drain() {
+        socket_.async_read_some(asio::buffer(chunk_), asio::bind_executor(strand_, [self = shared()](boost::system::error_code ec, size_t) {
+                                    if (ec || self->closed_) return self->close();
+                                    self->drain();
+                                }));
+    }
+
     void close() {
         if (closed_) return;
+        linger_timer_.cancel();
         closed_ = true;
         boost::system::error_code ignored;
         socket_.shutdown(Socket::shutdown_both, ignored);
@@ -316,6 +339,7 @@ class connection final : public connection_base {
 
     Socket socket_;
     asio::strand<asio::io_context::executor_type> strand_;
+    asio::steady_timer linger_timer_;
     server::impl& server_;
     frame_reader reader_;
     std::array<uint8_t, 16384> chunk_{};
@@ -329,7 +353,8 @@ class connection final : public connection_base {
     bool reading_ = false;
     bool read_done_ = false;
     bool writing_ = false;
-    bool closing_ = false;
+    bool closing_ = false;  // an error reply is queued: close after it
+    bool lingering_ = false;
     bool closed_ = false;
 };
 

@@ -181,6 +181,9 @@ TEST(GatewayServer, BadFramesGetTheirErrorAndCloseOnlyTheirConnection) {
         {"malformed", header(12) + "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", false, wire::Error::MALFORMED},
         {"truncated", header(100) + "0123456789", true, wire::Error::MALFORMED},
         {"oversized", header(5000), false, wire::Error::FRAME_TOO_LARGE},
+        // More bytes than the server reads before it rejects: it drains them, so the client
+        // reads the error instead of a reset connection.
+        {"oversized with a body", header(200000) + std::string(200000, 'x'), false, wire::Error::FRAME_TOO_LARGE},
         {"wrong version", stats_frame(2), false, wire::Error::VERSION_MISMATCH},
         {"empty", header(0), false, wire::Error::MALFORMED},
     };
