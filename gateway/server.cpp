@@ -5,6 +5,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <condition_variable>
@@ -143,6 +144,8 @@ class connection_base : public std::enable_shared_from_this<connection_base> {
 }  // namespace
 
 struct server::impl {
+    static constexpr int64_t kInlineModelLogits = 65536;
+
     gateway_config config;
     group& ranks;
     group_config group_limits;
@@ -443,9 +446,19 @@ void server::impl::handle(const std::shared_ptr<connection_base>& conn, uint64_t
             conn->deliver(seq, reply_frame(id, [](wire::Reply& r) { r.set_ok(true); }), false);
             return;
         case wire::Request::kSampleStep:
-        case wire::Request::kVerifyStep:
-            dispatcher->run_or_push([this, conn, seq, request, arrived] { run_step(conn, seq, request, arrived); });
+        case wire::Request::kVerifyStep: {
+            // An io thread may check and submit a step itself, but computes no more than
+            // kInlineModelLogits model logits: bigger model steps go to the dispatcher's thread.
+            const wire::Step& step = request->has_verify_step() ? request->verify_step() : request->sample_step();
+            const int64_t model_logits = step.logits_size() > 0 ? 0 : int64_t{step.slots_size()} * std::max(1, step.tokens_per_req()) * group_limits.vocab_size;
+            auto job = [this, conn, seq, request, arrived] { run_step(conn, seq, request, arrived); };
+            if (model_logits <= kInlineModelLogits) {
+                dispatcher->run_or_push(std::move(job));
+            } else {
+                dispatcher->push(std::move(job));
+            }
             return;
+        }
         case wire::Request::kRegister:
             dispatcher->push([this, conn, seq, request, id] {
                 const wire::Register& m = request->register_();
