@@ -52,13 +52,14 @@ status gateway_client::connect(const std::string& address, const std::string& se
         }
     }
     if (ec) return io_error(fmt::format("connect to {}", address).c_str(), ec);
-    out.reset(new gateway_client(std::move(state)));
+    std::unique_ptr<gateway_client> client(new gateway_client(std::move(state)));
     if (!secret.empty()) {
         wire::Request auth;
         auth.mutable_auth()->set_secret(secret);
         wire::Reply reply;
-        if (status s = out->call(auth, reply); !s.is_ok()) return s;
+        if (status s = client->call(auth, reply); !s.is_ok()) return s;
     }
+    out = std::move(client);
     return status::success();
 }
 

@@ -25,6 +25,7 @@ namespace wire = distsample::wire;
 class gateway_client {
    public:
     // `address` is "host:port" (TCP) or "unix:/path". With a `secret`, an Auth frame goes first.
+    // `out` is set only on success.
     static status connect(const std::string& address, const std::string& secret, std::unique_ptr<gateway_client>& out,
                           uint32_t max_frame_bytes = 16u << 20);
     ~gateway_client();
