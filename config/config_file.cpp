@@ -2,7 +2,6 @@
 
 #include "config/config_keys.h"
 
-
 namespace ds {
 
 namespace {
