@@ -187,8 +187,10 @@ namespace {
 template <class Socket>
 class connection final : public connection_base {
    public:
-    // Requests of one connection waiting for their replies; reading pauses at this many.
+    // Reading pauses while this many requests of the connection, or requests of this many
+    // maximum-size frames, wait for their replies: the memory a client can make the server hold.
     static constexpr uint64_t kMaxInFlight = 4096;
+    static constexpr uint64_t kMaxInFlightFrames = 4;
     static constexpr std::chrono::seconds kLinger{2};
 
     connection(Socket socket, server::impl& server, std::string peer)
@@ -219,7 +221,9 @@ class connection final : public connection_base {
     std::shared_ptr<connection> shared() { return std::static_pointer_cast<connection>(shared_from_this()); }
 
     void read() {
-        if (reading_ || read_done_ || closed_ || next_seq_ - next_to_send_ >= kMaxInFlight) return;
+        const bool too_much_in_flight =
+            next_seq_ - next_to_send_ >= kMaxInFlight || in_flight_bytes_ >= kMaxInFlightFrames * static_cast<uint64_t>(server_.config.max_frame_bytes);
+        if (reading_ || read_done_ || closed_ || too_much_in_flight) return;
         reading_ = true;
         socket_.async_read_some(asio::buffer(chunk_), asio::bind_executor(strand_, [self = shared()](boost::system::error_code ec, size_t n) {
                                     self->reading_ = false;
@@ -267,6 +271,8 @@ class connection final : public connection_base {
                 }
                 authenticated_ = true;
             }
+            request_bytes_.push_back(size);
+            in_flight_bytes_ += size;
             server_.handle(shared_from_this(), next_seq_++, std::move(request), arrived);
         }
         read();
@@ -276,6 +282,7 @@ class connection final : public connection_base {
     void reject(uint64_t request_id, const wire::Error& error) {
         ++server_.metrics.frames_rejected;
         read_done_ = true;
+        request_bytes_.push_back(0);
         ready_.emplace(next_seq_++, std::make_pair(error_frame(request_id, error), true));
         flush();
     }
@@ -287,6 +294,8 @@ class connection final : public connection_base {
             closing_ = closing_ || it->second.second;
             ready_.erase(it);
             ++next_to_send_;
+            in_flight_bytes_ -= request_bytes_.front();
+            request_bytes_.pop_front();
         }
         if (writing_) return;
         if (outbox_.empty()) {
@@ -350,6 +359,8 @@ class connection final : public connection_base {
     std::string peer_;
     uint64_t next_seq_ = 0;      // the number the next request gets
     uint64_t next_to_send_ = 0;  // the request whose reply goes out next
+    std::deque<size_t> request_bytes_;  // frame sizes of requests next_to_send_ ... next_seq_ - 1
+    uint64_t in_flight_bytes_ = 0;      // their sum: the parsed requests the server holds
     std::map<uint64_t, std::pair<std::string, bool>> ready_;  // replies waiting for earlier ones
     std::string outbox_;
     std::string sending_;

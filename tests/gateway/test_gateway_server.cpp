@@ -280,6 +280,32 @@ TEST(GatewayServer, SixteenConnectionsPipelineAThousandStepsEach) {
     EXPECT_EQ(gw.gateway->metrics().step_errors.load(), 0u);
 }
 
+// With small frames allowed, a client pipelining many frames makes the server pause reading
+// (at 4 frames' worth of unanswered bytes) and resume: everything is still answered, in order.
+TEST(GatewayServer, ReadingPausesAndResumesUnderPipelining) {
+    running_gateway gw("", /*max_frame_bytes=*/1024);
+    auto c = gw.connect();
+    int32_t slot = 0;
+    ASSERT_TRUE(c->register_request(testing::test_params(8), {}, slot).is_ok());
+    std::vector<uint64_t> ids;
+    for (int k = 0; k < 300; ++k) {
+        wire::Request r;
+        wire::Step& s = *r.mutable_sample_step();
+        s.add_slots(slot);
+        s.add_positions(k);
+        for (int v = 0; v < kVocab; ++v) s.add_logits(static_cast<float>((v * k) % 7));
+        uint64_t id = 0;
+        ASSERT_TRUE(c->send(r, id).is_ok());
+        ids.push_back(id);
+    }
+    for (uint64_t id : ids) {
+        wire::Reply reply;
+        ASSERT_TRUE(c->receive(reply).is_ok());
+        EXPECT_EQ(reply.request_id(), id);
+        EXPECT_TRUE(reply.has_step()) << reply.DebugString();
+    }
+}
+
 std::string http_get(uint16_t port, const std::string& target) {
     asio::io_context io;
     tcp::socket socket(io);
