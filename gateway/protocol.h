@@ -1,7 +1,8 @@
 // The gateway's framing (proto/distsample.proto): a 4-byte big-endian length, then one serialized
-// message. Shared by the server, the C++ client and the fuzz target, so all three decode the same
-// way. Nothing here allocates more than one frame (bounded by the configured maximum) plus one
-// read chunk, whatever the bytes say.
+// message; and the checks of a request that need no server state (version, body, a step's counts
+// against the limits). Shared by the server, the C++ client and the fuzz target, so all three
+// decode the same way. The reader buffers at most about two maximum-size frames plus one read
+// chunk, whatever the bytes say.
 #pragma once
 
 #include <cstddef>
