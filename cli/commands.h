@@ -43,6 +43,9 @@ struct demo_options {
 
 int run_demo_command(const demo_options& options);
 
+// Serves the gateway (config keys gateway.*) until SIGINT or SIGTERM.
+int run_serve_command(const group_options& options);
+
 // Prints the effective configuration as JSON, or one error line (exit 2).
 int run_config_check_command(const group_options& options);
 

@@ -54,6 +54,22 @@ int main(int argc, char** argv) {
     demo_cmd->add_option("--corpus", demo.corpus, "Text the ngram model is trained on")->capture_default_str();
     add_group_options(demo_cmd, demo.group);
 
+    ds::cli::group_options serve;
+    CLI::App* serve_cmd = app.add_subcommand("serve", "Serve the scheduler gateway (TCP, Unix socket, /metrics) in front of TP rank actors");
+    add_group_options(serve_cmd, serve);
+    auto gateway_flag = [serve_cmd, &serve](const char* name, const char* key, const char* help) {
+        serve_cmd->add_option_function<std::string>(
+            name, [&serve, key](const std::string& value) { serve.overrides.push_back(std::string("gateway.") + key + "=" + value); }, help);
+    };
+    gateway_flag("--listen", "listen_address", "TCP bind address, empty = no TCP (config key gateway.listen_address, default 127.0.0.1)");
+    gateway_flag("--port", "port", "TCP port, 0 = any free port (config key gateway.port, default 7700)");
+    gateway_flag("--unix-socket", "unix_socket", "Unix socket path (config key gateway.unix_socket)");
+    gateway_flag("--secret", "secret", "Shared secret the first frame must carry (config key gateway.secret)");
+    gateway_flag("--max-frame-bytes", "max_frame_bytes", "Largest frame accepted (config key gateway.max_frame_bytes)");
+    gateway_flag("--metrics-port", "metrics_port", "HTTP /metrics and /healthz port, -1 = off (config key gateway.metrics_port)");
+    gateway_flag("--model", "model", "Logits of steps without a payload: synthetic, ngram or none (config key gateway.model)");
+    gateway_flag("--corpus", "corpus", "Text of the ngram model (config key gateway.corpus)");
+
     ds::cli::group_options check;
     CLI::App* config_cmd = app.add_subcommand("config", "Configuration files");
     config_cmd->require_subcommand(1);
@@ -73,6 +89,7 @@ int main(int argc, char** argv) {
     if (step_sample_cmd->parsed()) return ds::cli::run_step_command(false, step);
     if (step_verify_cmd->parsed()) return ds::cli::run_step_command(true, step);
     if (demo_cmd->parsed()) return ds::cli::run_demo_command(demo);
+    if (serve_cmd->parsed()) return ds::cli::run_serve_command(serve);
     if (check_cmd->parsed()) return ds::cli::run_config_check_command(check);
     return 2;
 }

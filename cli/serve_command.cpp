@@ -1,0 +1,82 @@
+// `distsample serve`: the scheduler gateway (gateway/server.h) in front of a group of TP rank
+// actors in this process, until SIGINT or SIGTERM.
+#include <fmt/format.h>
+
+#include <csignal>
+#include <iostream>
+#include <memory>
+
+#include <distsample/group.h>
+
+#include "cli/commands.h"
+#include "config/config_file.h"
+#include "config/gateway_config.h"
+#include "gateway/server.h"
+#include "sources/ngram_lm.h"
+#include "sources/synthetic_logits.h"
+
+namespace ds::cli {
+
+namespace {
+
+// The model that fills the logits of steps without a payload (gateway.model), or null.
+std::string make_model(const gateway_config& gateway, int32_t vocab_size, std::unique_ptr<logits_source>& out) {
+    if (gateway.model == "ngram") {
+        auto model = std::make_unique<ngram_lm>();
+        if (std::string e = ngram_lm::train_file(gateway.corpus, 3, *model); !e.empty()) return e;
+        out = std::move(model);
+    } else if (gateway.model == "synthetic") {
+        synthetic_lm_config c;
+        c.vocab_size = vocab_size;
+        c.seed = static_cast<uint64_t>(gateway.model_seed);
+        out = std::make_unique<synthetic_lm>(c);
+    }
+    return {};
+}
+
+}  // namespace
+
+int run_serve_command(const group_options& options) {
+    group_config config;
+    gateway_config gateway;
+    std::string e = load_group_config(options.config_file, options.overrides, config);
+    if (e.empty()) e = load_gateway_config(options.config_file, options.overrides, gateway);
+    std::unique_ptr<logits_source> model;
+    if (e.empty()) e = make_model(gateway, config.vocab_size, model);
+    // The n-gram model's vocabulary is the corpus's: the group is sized to it.
+    if (e.empty() && gateway.model == "ngram") config.vocab_size = model->vocab_size();
+    if (e.empty()) e = validate_group_config(config);
+    if (e.empty()) e = validate_gateway_config(gateway);
+    if (!e.empty()) {
+        std::cerr << "error: " << e << '\n';
+        return 2;
+    }
+    std::unique_ptr<group> ranks;
+    if (status s = group::create(config, ranks); !s.is_ok()) {
+        std::cerr << "error: " << s.message << '\n';
+        return s.code == status_code::invalid_argument ? 2 : 1;
+    }
+
+    // Block the stop signals before the server's threads start, so only sigwait sees them.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+    gateway::server server(gateway, *ranks, model.get());
+    if (status s = server.start(); !s.is_ok()) {
+        std::cerr << "error: " << s.message << '\n';
+        return s.code == status_code::invalid_argument ? 2 : 1;
+    }
+    // One line a supervisor (or a test) can read the bound ports from.
+    fmt::print("distsample serve: tcp {}:{} unix '{}' metrics {} | TP={} V={} {} mode, model {}\n", gateway.listen_address, server.tcp_port(),
+               gateway.unix_socket, server.metrics_port(), config.tp, config.vocab_size, mode_name(config.mode), gateway.model);
+    std::fflush(stdout);
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    server.stop();
+    return 0;
+}
+
+}  // namespace ds::cli

@@ -1,0 +1,77 @@
+// The machinery behind config_file.h and gateway_config.h: a table of keys per configuration
+// struct, and one loader that reads a table's keys from the sources in order (defaults, JSON file,
+// DISTSAMPLE_* environment, key=value overrides), naming key, value, source and expectation on
+// every error. A table lives in a section of the file: "" is the top level (the group's keys),
+// "gateway" is the file's "gateway" object, with DISTSAMPLE_GATEWAY_<KEY> variables and
+// "gateway.<key>=value" overrides.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ds::config_keys {
+
+// A value as it arrived: JSON from the file, text from the environment or the command line.
+struct raw_value {
+    nlohmann::json value;
+    bool text = false;  // from the environment or a flag: parse numbers out of the string
+    std::string origin;
+};
+
+std::string bad(const std::string& key, const raw_value& v, const std::string& expected);
+std::string read_int(const std::string& key, const raw_value& v, int64_t lo, int64_t hi, int64_t& out);
+std::string read_choice(const std::string& key, const raw_value& v, const std::vector<std::string>& choices, std::string& out);
+std::string read_string(const std::string& key, const raw_value& v, std::string& out);
+
+template <class Config>
+struct key_entry {
+    const char* key;
+    std::function<nlohmann::json(const Config&)> get;
+    std::function<std::string(const std::string&, const raw_value&, Config&)> set;
+};
+
+template <class Config>
+key_entry<Config> int_key(const char* key, int32_t Config::*field, int64_t lo, int64_t hi) {
+    return {key, [field](const Config& c) { return nlohmann::json(c.*field); },
+            [field, lo, hi](const std::string& k, const raw_value& v, Config& c) {
+                int64_t value = 0;
+                std::string e = read_int(k, v, lo, hi, value);
+                if (e.empty()) c.*field = static_cast<int32_t>(value);
+                return e;
+            }};
+}
+
+template <class Config>
+key_entry<Config> string_key(const char* key, std::string Config::*field) {
+    return {key, [field](const Config& c) { return nlohmann::json(c.*field); },
+            [field](const std::string& k, const raw_value& v, Config& c) { return read_string(k, v, c.*field); }};
+}
+
+// Reads the keys `names` of `section` from the sources; `set(index, key, value)` parses one into
+// the configuration. Returns an empty string or the first error.
+std::string load_section(const std::string& section, const std::vector<std::string>& names,
+                         const std::function<std::string(size_t, const std::string&, const raw_value&)>& set,
+                         const std::string& file, const std::vector<std::string>& overrides);
+
+template <class Config>
+std::string load(const std::string& section, const std::vector<key_entry<Config>>& table, const std::string& file,
+                 const std::vector<std::string>& overrides, Config& config) {
+    std::vector<std::string> names;
+    for (const key_entry<Config>& e : table) names.emplace_back(e.key);
+    return load_section(section, names,
+                        [&](size_t i, const std::string& key, const raw_value& v) { return table[i].set(key, v, config); },
+                        file, overrides);
+}
+
+template <class Config>
+nlohmann::json to_json(const std::vector<key_entry<Config>>& table, const Config& config) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const key_entry<Config>& entry : table) out[entry.key] = entry.get(config);
+    return out;
+}
+
+}  // namespace ds::config_keys

@@ -1,0 +1,57 @@
+#include "config/gateway_config.h"
+
+#include "config/config_keys.h"
+
+namespace ds {
+
+namespace {
+
+using namespace config_keys;
+using gateway_key = key_entry<gateway_config>;
+
+gateway_key choice_key(const char* key, std::string gateway_config::*field, std::vector<std::string> choices) {
+    return {key, [field](const gateway_config& c) { return nlohmann::json(c.*field); },
+            [field, choices](const std::string& k, const raw_value& v, gateway_config& c) { return read_choice(k, v, choices, c.*field); }};
+}
+
+const std::vector<gateway_key>& keys() {
+    static const std::vector<gateway_key> table = {
+        string_key<gateway_config>("listen_address", &gateway_config::listen_address),
+        int_key<gateway_config>("port", &gateway_config::port, 0, 65535),
+        string_key<gateway_config>("unix_socket", &gateway_config::unix_socket),
+        {"secret", [](const gateway_config& c) { return nlohmann::json(c.secret.empty() ? "" : "***"); },
+         [](const std::string& k, const raw_value& v, gateway_config& c) { return read_string(k, v, c.secret); }},
+        int_key<gateway_config>("max_frame_bytes", &gateway_config::max_frame_bytes, 64, 1 << 30),
+        int_key<gateway_config>("metrics_port", &gateway_config::metrics_port, -1, 65535),
+        int_key<gateway_config>("io_threads", &gateway_config::io_threads, 1, 64),
+        choice_key("model", &gateway_config::model, {"synthetic", "ngram", "none"}),
+        string_key<gateway_config>("corpus", &gateway_config::corpus),
+        int_key<gateway_config>("model_seed", &gateway_config::model_seed, 0, 1 << 30),
+    };
+    return table;
+}
+
+}  // namespace
+
+std::string load_gateway_config(const std::string& file, const std::vector<std::string>& overrides, gateway_config& config) {
+    return config_keys::load("gateway", keys(), file, overrides, config);
+}
+
+bool is_loopback_address(const std::string& address) {
+    return address == "localhost" || address == "::1" || address.rfind("127.", 0) == 0;
+}
+
+std::string validate_gateway_config(const gateway_config& config) {
+    if (config.listen_address.empty() && config.unix_socket.empty()) {
+        return "gateway.listen_address and gateway.unix_socket are both empty: expected at least one listener";
+    }
+    if (!config.listen_address.empty() && !is_loopback_address(config.listen_address) && config.secret.empty()) {
+        return "gateway.listen_address = '" + config.listen_address +
+               "' is not a loopback address: expected gateway.secret to be set (shared-secret authentication)";
+    }
+    return {};
+}
+
+nlohmann::json gateway_config_to_json(const gateway_config& config) { return config_keys::to_json(keys(), config); }
+
+}  // namespace ds

@@ -1,0 +1,52 @@
+#include "gateway/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace ds::gateway {
+
+histogram::histogram(std::vector<double> upper_bounds) : upper_bounds_(std::move(upper_bounds)), counts_(upper_bounds_.size() + 1) {}
+
+void histogram::observe(double value) {
+    const size_t bucket = static_cast<size_t>(std::lower_bound(upper_bounds_.begin(), upper_bounds_.end(), value) - upper_bounds_.begin());
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++counts_[bucket];
+    sum_ += value;
+    ++count_;
+}
+
+void histogram::render(const std::string& name, const std::string& help, std::string& out) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < upper_bounds_.size(); ++i) {
+        cumulative += counts_[i];
+        out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, upper_bounds_[i], cumulative);
+    }
+    out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name, sum_, name, count_);
+}
+
+std::string gateway_metrics::render() const {
+    std::string out;
+    auto counter = [&out](const char* name, const char* help, uint64_t value) {
+        out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, value);
+    };
+    counter("distsample_steps_total", "Steps answered with outputs.", steps.load());
+    counter("distsample_step_errors_total", "Steps answered with an error.", step_errors.load());
+    counter("distsample_desync_events_total", "Ranks whose outputs differed from rank 0's.", desync_events.load());
+    counter("distsample_rank_failures_total", "Steps failed by a timeout or a failed rank.", rank_failures.load());
+    counter("distsample_frames_rejected_total", "Frames that closed their connection (malformed, too large, wrong version, unauthenticated).",
+            frames_rejected.load());
+    counter("distsample_connections_accepted_total", "Scheduler connections accepted.", connections_accepted.load());
+    out += fmt::format("# HELP distsample_connections_open Scheduler connections open.\n# TYPE distsample_connections_open gauge\n"
+                       "distsample_connections_open {}\n",
+                       connections_open.load());
+    step_latency.render("distsample_step_latency_seconds", "From a step's frame arriving to its reply.", out);
+    accept_length.render("distsample_accept_length", "Tokens emitted per request per step (accepted drafts + 1).", out);
+    rank_compute.render("distsample_rank_compute_seconds", "The slowest rank's step time outside collectives.", out);
+    rank_transport.render("distsample_rank_transport_seconds", "The slowest rank's time inside transport collectives.", out);
+    return out;
+}
+
+}  // namespace ds::gateway

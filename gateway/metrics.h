@@ -1,0 +1,47 @@
+// The gateway's Prometheus metrics, rendered in the text exposition format for GET /metrics.
+// Counters are atomics; histograms take a lock (they are observed by the one completion thread).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ds::gateway {
+
+class histogram {
+   public:
+    explicit histogram(std::vector<double> upper_bounds);
+    void observe(double value);
+    // Appends the _bucket, _sum and _count lines of `name`.
+    void render(const std::string& name, const std::string& help, std::string& out) const;
+
+   private:
+    std::vector<double> upper_bounds_;
+    mutable std::mutex mutex_;
+    std::vector<uint64_t> counts_;  // per bucket, not cumulative; the last is +Inf
+    double sum_ = 0.0;
+    uint64_t count_ = 0;
+};
+
+struct gateway_metrics {
+    std::atomic<uint64_t> steps{0};           // answered with outputs
+    std::atomic<uint64_t> step_errors{0};     // answered with an error
+    std::atomic<uint64_t> desync_events{0};
+    std::atomic<uint64_t> rank_failures{0};   // steps failed by a timeout or a failed rank
+    std::atomic<uint64_t> frames_rejected{0}; // malformed, oversized, wrong version, unauthenticated
+    std::atomic<uint64_t> connections_accepted{0};
+    std::atomic<int64_t> connections_open{0};
+    // Seconds from a step's frame arriving to its reply being queued.
+    histogram step_latency{{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1.0}};
+    histogram accept_length{{1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 32, 64}};
+    // Of each step's slowest rank (step_reply.timing): compute (its step minus its collectives)
+    // and transport (time inside collectives).
+    histogram rank_compute{{10e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3, 250e-3}};
+    histogram rank_transport{{10e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3, 250e-3}};
+
+    std::string render() const;
+};
+
+}  // namespace ds::gateway

@@ -1,0 +1,49 @@
+// The scheduler gateway (DESIGN.md §5): a Boost.Asio server on TCP and a Unix socket in front of
+// a ds::group, plus a small HTTP listener for /metrics and /healthz.
+//
+// Threads: `io_threads` Asio threads read and write frames and never wait for a step; one
+// dispatcher runs the group calls in arrival order (register, release and health block on the
+// ranks, on the dispatcher's thread; a step is only checked and submitted, on the io thread
+// itself when nothing is queued before it and its model logits are few); one completion thread waits for the steps' futures
+// in submission order (the group answers in that order) and queues their replies. Each connection
+// sends its replies in request order, whatever order they complete in.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include <distsample/group.h>
+
+#include "config/gateway_config.h"
+#include "gateway/metrics.h"
+#include "sources/logits_source.h"
+
+namespace ds::gateway {
+
+class server {
+   public:
+    // `ranks` and `model` (null: steps must carry their logits) must outlive the server; the
+    // model's vocabulary must be the group's.
+    server(const gateway_config& config, group& ranks, const logits_source* model);
+    ~server();
+    server(const server&) = delete;
+    server& operator=(const server&) = delete;
+
+    // Binds the listeners and starts serving; an error names the listener or the config key.
+    status start();
+    // Stops the listeners and the io threads, waits for the steps in flight (their replies are
+    // dropped: the connections close). Idempotent; not from an io thread.
+    void stop();
+
+    // The bound ports (useful with port 0); 0 when that listener is off.
+    uint16_t tcp_port() const;
+    uint16_t metrics_port() const;
+    const gateway_metrics& metrics() const;
+
+    struct impl;  // defined in server.cpp (its connections reach it)
+
+   private:
+    std::unique_ptr<impl> impl_;
+};
+
+}  // namespace ds::gateway
