@@ -63,7 +63,7 @@ struct group::impl {
     coordinator_actor_type coordinator;
     client_actor_type client;
 
-    impl(const group_config& c, const local_group_config& t)
+    impl(const group_config& c, const transport_config& t)
         : config(c), system(with_types(system_config)), transport(t) {}
 
     // Sends `msg` to the coordinator and waits for its answer (bounded).
@@ -80,7 +80,7 @@ struct group::impl {
 
 status group::create(const group_config& config, std::unique_ptr<group>& out) {
     if (std::string e = validate_group_config(config); !e.empty()) return status::invalid(e);
-    local_group_config t;
+    transport_config t;
     t.world_size = config.tp;
     t.vocab_size = config.vocab_size;
     const int64_t max_rows = int64_t{config.limits().max_pad_bs()} * config.max_tokens_per_req;

@@ -14,17 +14,7 @@ constexpr int kSpinRounds = 100;
 
 }  // namespace
 
-std::string local_group_config::validate() const {
-    if (world_size < 1) return fmt::format("world_size = {}: expected >= 1", world_size);
-    if (vocab_size < 1 || vocab_size % world_size != 0) {
-        return fmt::format("vocab_size = {}: expected a positive multiple of the TP degree {}", vocab_size, world_size);
-    }
-    if (max_swap_rows < 0) return fmt::format("max_swap_rows = {}: expected >= 0", max_swap_rows);
-    if (timeout.count() <= 0) return fmt::format("timeout = {} ms: expected > 0", timeout.count());
-    return {};
-}
-
-local_group::local_group(const local_group_config& config)
+local_group::local_group(const transport_config& config)
     : config_(config),
       published_(static_cast<size_t>(std::max(1, config.world_size)), nullptr),
       waiting_(static_cast<size_t>(std::max(1, config.world_size)), 0) {

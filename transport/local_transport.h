@@ -3,13 +3,11 @@
 // publishing a pointer, a barrier, every rank reading its peers' memory, and a second barrier
 // (so nobody frees or overwrites what a peer is still reading).
 //
-// Buffers are allocated once at construction from local_group_config; a call that would need more
-// is an invalid_argument status, never an allocation. Every wait is bounded by `timeout`; a timeout
-// aborts the group so the other ranks wake up too.
+// Buffers are allocated once at construction from the transport_config; every wait is bounded by
+// its `timeout`; a timeout aborts the group so the other ranks wake up too.
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -21,27 +19,16 @@
 
 namespace ds {
 
-struct local_group_config {
-    int32_t world_size = 1;
-    int32_t vocab_size = 0;                  // V (full vocabulary)
-    int64_t max_swap_rows = 0;               // rows one rank may receive from swap_batch_vocab
-    std::size_t max_collective_bytes = 1 << 16;  // per rank, for all_gather / all_reduce / broadcast
-    std::chrono::milliseconds timeout{5000};
-
-    // Empty when usable, else a message naming the field.
-    std::string validate() const;
-};
-
 class local_endpoint;
 
 class local_group {
    public:
-    explicit local_group(const local_group_config& config);
+    explicit local_group(const transport_config& config);
     ~local_group();
     local_group(const local_group&) = delete;
     local_group& operator=(const local_group&) = delete;
 
-    const local_group_config& config() const { return config_; }
+    const transport_config& config() const { return config_; }
     // The endpoint of `rank`; owned by the group.
     local_endpoint& endpoint(int32_t rank);
 
@@ -60,7 +47,7 @@ class local_group {
     // Waits until every rank of `epoch` has arrived (generation barrier).
     status arrive_and_wait(uint64_t epoch, int32_t rank);
 
-    local_group_config config_;
+    transport_config config_;
     std::vector<std::unique_ptr<local_endpoint>> endpoints_;
     std::vector<const void*> published_;  // per rank: what the current collective exposes
 

@@ -1,0 +1,77 @@
+// One rank process of the multi-process UCX tests (test_ucx_transport.cpp starts several):
+//   ucx_peer RANK WORLD HOST:PORT SCENARIO OUT_FILE TIMEOUT_MS
+// joins the group through the TCP rendezvous at HOST:PORT and runs SCENARIO:
+//   script        the collective script (collective_script.h); OUT_FILE gets its transcript
+//   kill:R        20 all-reduces; rank R kills itself (SIGKILL) before the 11th, and the others'
+//                 OUT_FILE gets "<milliseconds> <message>" of the call that failed; they then
+//                 stay connected for TIMEOUT_MS, so that no survivor sees another one leave
+// Exits 0 when the scenario ran (a failure it was meant to see included), 1 otherwise.
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "collective_script.h"
+#include "transport/tcp_bootstrap.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace {
+
+int run(int argc, char** argv) {
+    if (argc != 7) {
+        std::fprintf(stderr, "usage: ucx_peer RANK WORLD HOST:PORT SCENARIO OUT_FILE TIMEOUT_MS\n");
+        return 1;
+    }
+    const int32_t rank = std::stoi(argv[1]);
+    const std::string scenario = argv[4];
+    std::string host, error;
+    uint16_t port = 0;
+    if (!ds::parse_host_port(argv[3], host, port, error)) {
+        std::fprintf(stderr, "ucx_peer: %s\n", error.c_str());
+        return 1;
+    }
+    ds::transport_config config = ds::script_transport_config();
+    config.world_size = std::stoi(argv[2]);
+    config.timeout = std::chrono::milliseconds(std::stoi(argv[6]));
+    ds::tcp_bootstrap boot(host, port, rank, config.world_size, config.timeout);
+    std::unique_ptr<ds::ucx_endpoint> endpoint;
+    if (ds::status s = ds::ucx_endpoint::create(config, boot, {}, endpoint); !s.is_ok()) {
+        std::fprintf(stderr, "ucx_peer rank %d: %s\n", rank, s.message.c_str());
+        return 1;
+    }
+    std::ofstream out(argv[5], std::ios::binary);
+    if (scenario == "script") {
+        std::vector<unsigned char> transcript;
+        ds::status s = ds::run_collective_script(*endpoint, transcript);
+        if (s.is_ok()) s = endpoint->barrier();  // nobody leaves while a peer still waits for it
+        if (!s.is_ok()) {
+            std::fprintf(stderr, "ucx_peer rank %d: %s\n", rank, s.message.c_str());
+            return 1;
+        }
+        out.write(reinterpret_cast<const char*>(transcript.data()), static_cast<std::streamsize>(transcript.size()));
+        return out ? 0 : 1;
+    }
+    if (scenario.rfind("kill:", 0) == 0) {
+        const int32_t victim = std::stoi(scenario.substr(5));
+        ds::status s;
+        auto call_start = std::chrono::steady_clock::now();
+        for (int i = 0; s.is_ok() && i < 20; ++i) {
+            if (rank == victim && i == 10) std::raise(SIGKILL);
+            uint64_t value = 1;
+            call_start = std::chrono::steady_clock::now();
+            s = endpoint->all_reduce(&value, 1, ds::reduce_op::sum);
+        }
+        const auto failed_after = std::chrono::steady_clock::now() - call_start;
+        out << std::chrono::duration_cast<std::chrono::milliseconds>(failed_after).count() << ' ' << s.message << std::flush;
+        std::this_thread::sleep_for(config.timeout);
+        return s.is_ok() ? 1 : 0;
+    }
+    std::fprintf(stderr, "ucx_peer: unknown scenario '%s'\n", scenario.c_str());
+    return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return run(argc, argv); }
