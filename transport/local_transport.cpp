@@ -25,6 +25,8 @@ local_group::~local_group() = default;
 
 local_endpoint& local_group::endpoint(int32_t rank) { return *endpoints_.at(static_cast<size_t>(rank)); }
 
+void local_group::enter_epoch(int32_t rank, uint64_t epoch) { endpoint(rank).set_epoch(epoch); }
+
 void local_group::abort(const std::string& reason) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!aborted_) {
@@ -98,6 +100,10 @@ local_endpoint::local_endpoint(local_group& group, int32_t rank)
       rank_(rank),
       swap_buffer_(static_cast<size_t>(group.config_.max_swap_rows) * static_cast<size_t>(group.config_.vocab_size) * 4),
       collective_buffer_(group.config_.max_collective_bytes) {}
+
+int32_t local_endpoint::world_size() const { return group_.config_.world_size; }
+
+void local_endpoint::abort(const char* reason) { group_.abort(reason); }
 
 template <class Read>
 status local_endpoint::exchange(const void* ptr, Read&& read) {

@@ -302,3 +302,42 @@ TEST(TcpBootstrap, ParsesHostAndPort) {
 
 }  // namespace
 }  // namespace ds
+
+namespace ds {
+namespace {
+
+TEST(UcxTransport, ANewEpochRecoversFromAnAbortWhileARankStalled) {
+    transport_config config = script_transport_config();
+    config.max_collective_bytes = 1536 * 8;
+    std::atomic<int> waiting{0};
+    std::vector<ucx_endpoint*> endpoints(4, nullptr);
+    std::atomic<bool> aborted{false};
+    const auto results = on_ucx_threads(config, [&](int32_t r, ucx_endpoint& endpoint) {
+        endpoints[static_cast<size_t>(r)] = &endpoint;
+        std::vector<uint64_t> data(1536, uint64_t(r));
+        endpoint.set_epoch(1);
+        if (r == 1) {
+            // Stalls without progressing its worker while the others push at it; then aborts all.
+            while (waiting.load() < 3) std::this_thread::sleep_for(milliseconds(1));
+            std::this_thread::sleep_for(milliseconds(300));
+            for (ucx_endpoint* e : endpoints) e->abort("stall");
+            aborted = true;
+        } else {
+            ++waiting;
+            status s = endpoint.all_reduce(data.data(), data.size(), reduce_op::sum);
+            if (s.is_ok()) return status{status_code::internal, "expected the abort"};
+            while (!aborted.load()) std::this_thread::sleep_for(milliseconds(1));
+        }
+        endpoint.set_epoch(2);
+        for (int i = 0; i < 20; ++i) {
+            std::fill(data.begin(), data.end(), uint64_t(r));
+            if (status s = endpoint.all_reduce(data.data(), data.size(), reduce_op::sum); !s.is_ok()) return s;
+            if (data[7] != 6) return status{status_code::internal, "wrong sum"};
+        }
+        return endpoint.barrier();
+    });
+    for (const status& s : results) EXPECT_TRUE(s.is_ok()) << s.message;
+}
+
+}  // namespace
+}  // namespace ds

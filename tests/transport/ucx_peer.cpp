@@ -15,7 +15,7 @@
 
 #include "collective_script.h"
 #include "transport/tcp_bootstrap.h"
-#include "transport/ucx/ucx_transport.h"
+#include "transport/transport_factory.h"
 
 namespace {
 
@@ -36,8 +36,8 @@ int run(int argc, char** argv) {
     config.world_size = std::stoi(argv[2]);
     config.timeout = std::chrono::milliseconds(std::stoi(argv[6]));
     ds::tcp_bootstrap boot(host, port, rank, config.world_size, config.timeout);
-    std::unique_ptr<ds::ucx_endpoint> endpoint;
-    if (ds::status s = ds::ucx_endpoint::create(config, boot, {}, endpoint); !s.is_ok()) {
+    std::unique_ptr<ds::transport> endpoint;
+    if (ds::status s = ds::make_rank_transport("ucx", config, boot, endpoint); !s.is_ok()) {
         std::fprintf(stderr, "ucx_peer rank %d: %s\n", rank, s.message.c_str());
         return 1;
     }

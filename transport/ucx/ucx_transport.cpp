@@ -1,6 +1,7 @@
 #include "transport/ucx/ucx_transport.h"
 
 #include <fmt/format.h>
+#include <poll.h>
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
@@ -20,7 +21,15 @@ using clock = std::chrono::steady_clock;
 constexpr std::size_t kAlign = 64;
 // Checking the clock costs more than a progress call that finds nothing: look every so often.
 constexpr int kProgressPerClockCheck = 64;
+// Idle progress calls before a waiter sleeps on the worker's event descriptor: ranks usually
+// answer within microseconds, but spinning ranks starve each other when they outnumber the cores.
+constexpr int kBusySpins = 2000;
+// The longest such sleep, so that abort() and the deadline are seen promptly.
+constexpr int kSleepMs = 1;
 constexpr std::chrono::seconds kCloseTimeout{2};
+
+// Every so many spins while busy-polling; every time once the waiter sleeps between polls.
+bool time_to_check(int spin) { return spin % kProgressPerClockCheck == 0 || spin > kBusySpins; }
 
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -76,6 +85,7 @@ struct ucx_endpoint::peer_failure_context {
 struct ucx_endpoint::resources {
     ucp_context_h context = nullptr;
     ucp_worker_h worker = nullptr;
+    int event_fd = -1;  // the worker's wake-up descriptor
     ucp_mem_h memory = nullptr;
     bool peer_error_handling = true;
     std::vector<ucp_ep_h> eps;                 // per rank; null for this rank
@@ -114,7 +124,7 @@ status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
     if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &ucp_config); st != UCS_OK) return ucx_failure("ucp_config_read", st);
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features = UCP_FEATURE_RMA;
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
     const ucs_status_t init_status = ucp_init(&params, ucp_config, &u.context);
     ucp_config_release(ucp_config);
     if (init_status != UCS_OK) return ucx_failure("ucp_init", init_status);
@@ -124,6 +134,7 @@ status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
     worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
     if (ucs_status_t st = ucp_worker_create(u.context, &worker_params, &u.worker); st != UCS_OK) return ucx_failure("ucp_worker_create", st);
+    if (ucs_status_t st = ucp_worker_get_efd(u.worker, &u.event_fd); st != UCS_OK) return ucx_failure("ucp_worker_get_efd", st);
 
     const std::size_t swap_bytes = align_up(static_cast<std::size_t>(config_.max_swap_rows) * static_cast<std::size_t>(config_.vocab_size) * 4);
     area_bytes_ = swap_bytes + align_up(static_cast<std::size_t>(world) * config_.max_collective_bytes);
@@ -285,6 +296,16 @@ status ucx_endpoint::put(int32_t peer, const void* data, std::size_t bytes, std:
     return status::success();
 }
 
+void ucx_endpoint::progress(int spins) {
+    resources& u = *ucx_;
+    if (ucp_worker_progress(u.worker) != 0 || spins < kBusySpins) return;
+    // Arm the worker (UCS_ERR_BUSY: events are already pending) and sleep until it has work.
+    if (ucp_worker_arm(u.worker) == UCS_OK) {
+        pollfd wake{u.event_fd, POLLIN, 0};
+        ::poll(&wake, 1, kSleepMs);
+    }
+}
+
 status ucx_endpoint::flush(const char* what) {
     resources& u = *ucx_;
     ucp_request_param_t param{};
@@ -293,9 +314,9 @@ status ucx_endpoint::flush(const char* what) {
     if (UCS_PTR_IS_PTR(request)) {
         const auto deadline = clock::now() + config_.timeout;
         for (int spin = 0; (result = ucp_request_check_status(request)) == UCS_INPROGRESS; ++spin) {
-            ucp_worker_progress(u.worker);
+            progress(spin);
             if (failed_.load(std::memory_order_relaxed)) break;
-            if (spin % kProgressPerClockCheck == 0 && clock::now() > deadline) break;
+            if (time_to_check(spin) && clock::now() > deadline) break;
         }
         ucp_request_free(request);  // released now, or when it completes
     }
@@ -330,20 +351,36 @@ status ucx_endpoint::wait_for_flags(uint64_t sequence, const char* what) {
                 return fail(status_code::aborted, fmt::format("rank {}: {}: rank {} failed ({})", rank_, what, peer, ucs_status_string(st)));
             }
         }
-        if (spin % kProgressPerClockCheck == 0 && clock::now() > deadline) {
+        if (time_to_check(spin) && clock::now() > deadline) {
             std::string missing;
             for (int32_t peer = 0; peer < world; ++peer) {
                 if (peer != rank_ && !arrived(peer)) missing += fmt::format("{}rank {}", missing.empty() ? "" : ", ", peer);
             }
             return fail(status_code::timeout, fmt::format("rank {} waited {} ms in {} for {}", rank_, config_.timeout.count(), what, missing));
         }
-        ucp_worker_progress(u.worker);
+        progress(spin);
     }
+}
+
+void ucx_endpoint::set_epoch(uint64_t epoch) {
+    if (epoch == epoch_) return;
+    epoch_ = epoch;
+    sequence_ = epoch << 32;
+    const std::vector<ucs_status_t>& peers = ucx_->peer_status;
+    if (std::any_of(peers.begin(), peers.end(), [](ucs_status_t st) { return st != UCS_OK; })) return;
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    failure_ = status::success();
+    failed_.store(false);
 }
 
 template <class IssuePuts>
 status ucx_endpoint::collective(const char* what, IssuePuts&& issue_puts) {
     if (status s = usable(); !s.is_ok()) return s;
+    in_collective_.store(true, std::memory_order_release);
+    struct leave_collective {
+        std::atomic<bool>& flag;
+        ~leave_collective() { flag.store(false, std::memory_order_release); }
+    } leave{in_collective_};
     const uint64_t sequence = ++sequence_;
     const uint64_t parity = sequence & 1;
     if (status s = issue_puts(parity); !s.is_ok()) return s;

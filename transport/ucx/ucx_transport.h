@@ -14,8 +14,9 @@
 // error naming its rank instead of a hang (with Debian's UCX 1.13 this drops the shared-memory
 // transports and traffic goes over tcp, DESIGN.md §8; `peer_error_handling = false` keeps shm for
 // benchmarks). A wait past the timeout fails naming the ranks whose flags are missing. abort() may
-// be called from any thread and wakes the waiter. After a failure the endpoint stays failed: the
-// group is re-formed by creating new endpoints.
+// be called from any thread and wakes the waiter. After a failure the endpoint stays failed until
+// set_epoch starts a new epoch (ranks as threads of one process: ucx_group.h); a dead peer stays
+// failed for good, and a group that lost a rank process is re-formed by creating new endpoints.
 //
 // Host memory only: Debian's UCX has no CUDA transports.
 #pragma once
@@ -65,6 +66,14 @@ class ucx_endpoint final : public transport {
     // The UCX transports carrying traffic to the next rank, e.g. "tcp/lo" (empty for one rank).
     const std::string& transport_summary() const { return transport_summary_; }
 
+    // On this rank's thread, before the collectives of epoch `epoch` (a step id; increasing):
+    // clears an abort or timeout of an earlier epoch (not a dead peer) and numbers this epoch's
+    // calls from epoch << 32, above every flag an older epoch may still deliver. Every rank of
+    // the group enters the same epochs.
+    void set_epoch(uint64_t epoch);
+    // Whether this rank is inside a collective now (any thread may ask).
+    bool in_collective() const { return in_collective_.load(std::memory_order_acquire); }
+
    private:
     struct resources;
     struct peer_failure_context;
@@ -77,6 +86,9 @@ class ucx_endpoint final : public transport {
     template <class IssuePuts>
     status collective(const char* what, IssuePuts&& issue_puts);
     status put(int32_t peer, const void* data, std::size_t bytes, std::size_t remote_offset);
+    // One progress call; once a wait has spun `spins` times, sleeps briefly on the worker's
+    // events when there was nothing to do.
+    void progress(int spins);
     status flush(const char* what);
     status wait_for_flags(uint64_t sequence, const char* what);
     // Fails the endpoint for good (the first reason wins) and returns the failure.
@@ -97,7 +109,9 @@ class ucx_endpoint final : public transport {
     std::unique_ptr<resources> ucx_;
     std::vector<unsigned char> region_;  // flags | parity 0: swap, collective | parity 1: ...
     std::size_t area_bytes_ = 0;
+    uint64_t epoch_ = 0;
     uint64_t sequence_ = 0;
+    std::atomic<bool> in_collective_{false};
     uint64_t flag_source_[2] = {0, 0};  // stays valid until the next call's flush completes the put
     std::string transport_summary_;
 
