@@ -1,7 +1,7 @@
 // `distsample demo`: speculative decoding through the coordinator with synthetic target and draft
 // models: TP rank actors (threads), the configured transport (local by default), the CPU backend.
-// Each step the draft proposes N-1 tokens greedily, the target scores every prefix, and the ranks verify the chains;
-// the demo prints what each request emitted, the acceptance and the step latency.
+// Each step the draft proposes N-1 tokens greedily, the target scores every prefix, and the ranks
+// verify the chains; the demo prints what each request emitted, the acceptance and the step latency.
 #include <fmt/format.h>
 
 #include <algorithm>

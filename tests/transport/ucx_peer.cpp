@@ -1,6 +1,9 @@
-// One rank process of the multi-process UCX tests (test_ucx_transport.cpp starts several):
+// The processes of the multi-process UCX tests (test_ucx_transport.cpp starts them):
+//   ucx_peer rendezvous HOST:PORT WORLD TIMEOUT_MS
+// serves the bootstrap rendezvous for WORLD ranks (a "coordinator host" of its own), and
 //   ucx_peer RANK WORLD HOST:PORT SCENARIO OUT_FILE TIMEOUT_MS
-// joins the group through the TCP rendezvous at HOST:PORT and runs SCENARIO:
+// is one rank: it
+// joins the group through the rendezvous at HOST:PORT and runs SCENARIO:
 //   script        the collective script (collective_script.h); OUT_FILE gets its transcript
 //   kill:R        20 all-reduces; rank R kills itself (SIGKILL) before the 11th, and the others'
 //                 OUT_FILE gets "<milliseconds> <message>" of the call that failed; they then
@@ -19,7 +22,22 @@
 
 namespace {
 
+int serve_rendezvous(int argc, char** argv) {
+    std::string host, error;
+    uint16_t port = 0;
+    if (argc != 5 || !ds::parse_host_port(argv[2], host, port, error)) {
+        std::fprintf(stderr, "usage: ucx_peer rendezvous HOST:PORT WORLD TIMEOUT_MS %s\n", error.c_str());
+        return 1;
+    }
+    ds::tcp_rendezvous rendezvous;
+    ds::status s = rendezvous.listen(host, port);
+    if (s.is_ok()) s = rendezvous.serve(std::stoi(argv[3]), std::chrono::milliseconds(std::stoi(argv[4])));
+    if (!s.is_ok()) std::fprintf(stderr, "ucx_peer rendezvous: %s\n", s.message.c_str());
+    return s.is_ok() ? 0 : 1;
+}
+
 int run(int argc, char** argv) {
+    if (argc > 1 && std::string(argv[1]) == "rendezvous") return serve_rendezvous(argc, argv);
     if (argc != 7) {
         std::fprintf(stderr, "usage: ucx_peer RANK WORLD HOST:PORT SCENARIO OUT_FILE TIMEOUT_MS\n");
         return 1;
