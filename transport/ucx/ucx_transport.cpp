@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "transport/transport_log.h"
 
@@ -296,9 +297,14 @@ status ucx_endpoint::put(int32_t peer, const void* data, std::size_t bytes, std:
     return status::success();
 }
 
-void ucx_endpoint::progress(int spins) {
+void ucx_endpoint::progress(int spins, bool sleep_when_idle) {
     resources& u = *ucx_;
     if (ucp_worker_progress(u.worker) != 0 || spins < kBusySpins) return;
+    // Sending (flush) needs this thread as soon as the socket takes more: only yield the core.
+    if (!sleep_when_idle) {
+        std::this_thread::yield();
+        return;
+    }
     // Arm the worker (UCS_ERR_BUSY: events are already pending) and sleep until it has work.
     if (ucp_worker_arm(u.worker) == UCS_OK) {
         pollfd wake{u.event_fd, POLLIN, 0};
@@ -314,7 +320,7 @@ status ucx_endpoint::flush(const char* what) {
     if (UCS_PTR_IS_PTR(request)) {
         const auto deadline = clock::now() + config_.timeout;
         for (int spin = 0; (result = ucp_request_check_status(request)) == UCS_INPROGRESS; ++spin) {
-            progress(spin);
+            progress(spin, false);
             if (failed_.load(std::memory_order_relaxed)) break;
             if (time_to_check(spin) && clock::now() > deadline) break;
         }
@@ -358,7 +364,7 @@ status ucx_endpoint::wait_for_flags(uint64_t sequence, const char* what) {
             }
             return fail(status_code::timeout, fmt::format("rank {} waited {} ms in {} for {}", rank_, config_.timeout.count(), what, missing));
         }
-        progress(spin);
+        progress(spin, true);
     }
 }
 

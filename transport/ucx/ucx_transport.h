@@ -86,9 +86,9 @@ class ucx_endpoint final : public transport {
     template <class IssuePuts>
     status collective(const char* what, IssuePuts&& issue_puts);
     status put(int32_t peer, const void* data, std::size_t bytes, std::size_t remote_offset);
-    // One progress call; once a wait has spun `spins` times, sleeps briefly on the worker's
-    // events when there was nothing to do.
-    void progress(int spins);
+    // One progress call; once a wait has spun `spins` times and there was nothing to do, yields
+    // the core, or with `sleep_when_idle` sleeps briefly on the worker's events.
+    void progress(int spins, bool sleep_when_idle);
     status flush(const char* what);
     status wait_for_flags(uint64_t sequence, const char* what);
     // Fails the endpoint for good (the first reason wins) and returns the failure.
