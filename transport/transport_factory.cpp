@@ -8,6 +8,9 @@
 #include "transport/ucx/ucx_group.h"
 #include "transport/ucx/ucx_transport.h"
 #endif
+#ifdef DISTSAMPLE_HAVE_NCCL
+#include "transport/nccl/nccl_transport.h"
+#endif
 
 namespace ds {
 
@@ -23,7 +26,12 @@ std::string set_instead(const char* choices) {
 }
 
 constexpr const char* kNoUcx = "distsample was built without UCX (install libucx-dev and configure with -DDISTSAMPLE_WITH_UCX=ON)";
-constexpr const char* kNoNccl = "the NCCL transport is not implemented yet";
+#ifdef DISTSAMPLE_HAVE_NCCL
+constexpr const char* kNcclInProcess = "NCCL runs one rank process per GPU, not ranks as threads of one process";
+#else
+constexpr const char* kNoNccl =
+    "distsample was built without NCCL (configure with -DDISTSAMPLE_WITH_CUDA=ON -DDISTSAMPLE_WITH_NCCL=ON; needs nvcc and NCCL)";
+#endif
 
 status unknown(const std::string& name) {
     return status::invalid(fmt::format("transport = '{}': expected one of 'auto' 'local' 'ucx' 'nccl'", name));
@@ -32,11 +40,14 @@ status unknown(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> built_transports() {
+    std::vector<std::string> built = {"local"};
 #ifdef DISTSAMPLE_HAVE_UCX
-    return {"local", "ucx"};
-#else
-    return {"local"};
+    built.emplace_back("ucx");
 #endif
+#ifdef DISTSAMPLE_HAVE_NCCL
+    built.emplace_back("nccl");
+#endif
+    return built;
 }
 
 status make_transport_group(const std::string& name, const transport_config& config, std::unique_ptr<transport_group>& out) {
@@ -52,7 +63,11 @@ status make_transport_group(const std::string& name, const transport_config& con
         return unavailable(name, kNoUcx, set_instead("auto or local"));
 #endif
     } else if (name == "nccl") {
+#ifdef DISTSAMPLE_HAVE_NCCL
+        return unavailable(name, kNcclInProcess, set_instead("auto, local or ucx"));
+#else
         return unavailable(name, kNoNccl, set_instead("auto, local or ucx"));
+#endif
     } else {
         return unknown(name);
     }
@@ -65,7 +80,16 @@ status make_rank_transport(const std::string& name, const transport_config& conf
     if (name == "local") {
         return unavailable(name, "it connects ranks that are threads of one process, not rank processes", set_instead("ucx or auto"));
     }
-    if (name == "nccl") return unavailable(name, kNoNccl, set_instead("ucx or auto"));
+    if (name == "nccl") {
+#ifdef DISTSAMPLE_HAVE_NCCL
+        std::unique_ptr<nccl_endpoint> endpoint;
+        if (status s = nccl_endpoint::create(config, boot, {}, endpoint); !s.is_ok()) return s;
+        out = std::move(endpoint);
+        return status::success();
+#else
+        return unavailable(name, kNoNccl, set_instead("ucx or auto"));
+#endif
+    }
     if (name != "auto" && name != "ucx") return unknown(name);
 #ifdef DISTSAMPLE_HAVE_UCX
     std::unique_ptr<ucx_endpoint> endpoint;

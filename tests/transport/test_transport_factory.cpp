@@ -24,7 +24,7 @@ TEST(TransportFactory, RanksAsThreadsGetTheBackendTheyAskFor) {
 #ifdef DISTSAMPLE_HAVE_UCX
     ASSERT_TRUE(make_transport_group("ucx", two_ranks(), group).is_ok());
     EXPECT_STREQ(group->backend_name(), "ucx");
-    EXPECT_EQ(built_transports(), (std::vector<std::string>{"local", "ucx"}));
+    EXPECT_EQ(built_transports().at(1), "ucx");
 #else
     const status s = make_transport_group("ucx", two_ranks(), group);
     EXPECT_EQ(s.code, status_code::unsupported);
