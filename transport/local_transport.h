@@ -45,7 +45,6 @@ class local_endpoint final : public transport {
    private:
     template <class T>
     status reduce_impl(T* data, std::size_t count, reduce_op op);
-    status check_collective_size(std::size_t bytes, const char* what) const;
     // Publishes `ptr`, waits for all, runs `read` (peers' pointers are valid), waits for all.
     template <class Read>
     status exchange(const void* ptr, Read&& read);

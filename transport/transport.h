@@ -30,6 +30,10 @@ struct transport_config {
     std::string validate() const;
 };
 
+// The checks every backend makes at its boundary (one message per violation, naming the field).
+status check_swap_shape(const transport_config& config, const logits_view& shard, int64_t first_row, int64_t row_count);
+status check_collective_size(const transport_config& config, std::size_t bytes, const char* what);
+
 class transport {
    public:
     virtual ~transport() = default;

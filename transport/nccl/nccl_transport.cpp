@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "transport/remote_swap.h"
 #include "transport/transport_log.h"
 
 namespace ds {
@@ -18,19 +19,6 @@ namespace ds {
 namespace {
 
 using clock = std::chrono::steady_clock;
-
-// What a rank asks of swap_batch_vocab, all-gathered before the rows move.
-struct swap_request {
-    int64_t first_row;
-    int64_t row_count;
-    int64_t real_rows;
-    int64_t dtype;
-};
-
-// Real (non-phantom) rows among [first_row, first_row + row_count) of a batch of `rows`.
-int64_t real_rows_of(const swap_request& r, int64_t rows) {
-    return std::clamp<int64_t>(rows - r.first_row, 0, r.row_count);
-}
 
 }  // namespace
 
@@ -125,7 +113,7 @@ nccl_endpoint::~nccl_endpoint() {
     if (g.comm) {
         // A healthy communicator is finalised (bounded); a failed or stuck one is aborted.
         bool finalised = false;
-        if (!failed_.load()) {
+        if (!failure_.failed()) {
             ncclResult_t state = ncclCommFinalize(g.comm);
             const auto deadline = clock::now() + config_.timeout;
             while (state == ncclInProgress && clock::now() < deadline) {
@@ -147,44 +135,26 @@ nccl_endpoint::~nccl_endpoint() {
 }
 
 status nccl_endpoint::fail(status_code code, std::string reason) {
+    (void)failure_.fail(code, std::move(reason));
+    return failed();
+}
+
+status nccl_endpoint::failed() {
     resources& g = *gpu_;
-    if (g.comm && !g.comm_aborted) {  // wakes nothing else up: only this rank's thread uses the comm
+    if (g.comm && !g.comm_aborted) {  // only this rank's thread uses the communicator
         ncclCommAbort(g.comm);
         g.comm_aborted = true;
     }
-    std::lock_guard<std::mutex> lock(failure_mutex_);
-    if (!failed_.load()) {
-        failure_ = {code, std::move(reason)};
-        failed_.store(true);
-    }
-    return failure_;
-}
-
-status nccl_endpoint::usable() const {
-    if (!failed_.load(std::memory_order_acquire)) return status::success();
-    std::lock_guard<std::mutex> lock(failure_mutex_);
-    return failure_;
+    return failure_.get();
 }
 
 void nccl_endpoint::abort(const char* reason) {
     // Any thread: record the reason; the rank's own thread aborts the communicator when it sees it.
-    std::lock_guard<std::mutex> lock(failure_mutex_);
-    if (!failed_.load()) {
-        failure_ = {status_code::aborted, fmt::format("rank {}: transport aborted: {}", rank_, reason)};
-        abort_requested_.store(true);
-    }
+    (void)failure_.fail(status_code::aborted, fmt::format("rank {}: transport aborted: {}", rank_, reason));
 }
 
 status nccl_endpoint::enter(const char* what) {
-    if (abort_requested_.load()) {
-        status why;
-        {
-            std::lock_guard<std::mutex> lock(failure_mutex_);
-            why = failure_;
-        }
-        return fail(why.code, why.message);
-    }
-    if (status s = usable(); !s.is_ok()) return s;
+    if (failure_.failed()) return failed();
     return check_cuda(cudaSetDevice(gpu_->device), what);
 }
 
@@ -193,7 +163,7 @@ status nccl_endpoint::settle(int result, const char* what) {
     auto state = static_cast<ncclResult_t>(result);
     const auto deadline = clock::now() + config_.timeout;
     while (state == ncclInProgress) {
-        if (abort_requested_.load()) return enter(what);
+        if (failure_.failed()) return failed();
         if (clock::now() > deadline) {
             return fail(status_code::timeout, fmt::format("rank {} waited {} ms for NCCL to take {}", rank_, config_.timeout.count(), what));
         }
@@ -218,7 +188,7 @@ status nccl_endpoint::wait(const char* what) {
             return fail(status_code::aborted, fmt::format("rank {}: {}: {} (a peer failed?) {}", rank_, what, ncclGetErrorString(async),
                                                           ncclGetLastError(g.comm)));
         }
-        if (abort_requested_.load()) return enter(what);
+        if (failure_.failed()) return failed();
         if (clock::now() > deadline) {
             return fail(status_code::timeout, fmt::format("rank {} waited {} ms in {} (NCCL does not say which rank is missing)", rank_,
                                                           config_.timeout.count(), what));
@@ -227,14 +197,8 @@ status nccl_endpoint::wait(const char* what) {
     }
 }
 
-status nccl_endpoint::check_collective_size(std::size_t bytes, const char* what) const {
-    if (bytes <= config_.max_collective_bytes) return status::success();
-    return status::invalid(fmt::format("{}: {} bytes exceed the transport's max_collective_bytes = {}", what, bytes,
-                                       config_.max_collective_bytes));
-}
-
 status nccl_endpoint::all_gather(const void* in, std::size_t bytes, void* out) {
-    if (status s = check_collective_size(bytes, "all_gather"); !s.is_ok()) return s;
+    if (status s = check_collective_size(config_, bytes, "all_gather"); !s.is_ok()) return s;
     if (status s = enter("all_gather"); !s.is_ok()) return s;
     resources& g = *gpu_;
     unsigned char* mine = g.collective + static_cast<std::size_t>(rank_) * bytes;  // in place: this rank's slot
@@ -252,7 +216,7 @@ status nccl_endpoint::gather_verify_outputs(const int32_t* block, std::size_t bl
 template <class T>
 status nccl_endpoint::reduce_impl(T* data, std::size_t count, reduce_op op) {
     const std::size_t bytes = count * sizeof(T);
-    if (status s = check_collective_size(bytes, "all_reduce"); !s.is_ok()) return s;
+    if (status s = check_collective_size(config_, bytes, "all_reduce"); !s.is_ok()) return s;
     if (status s = enter("all_reduce"); !s.is_ok()) return s;
     resources& g = *gpu_;
     const ncclDataType_t type = std::is_signed<T>::value ? ncclInt64 : ncclUint64;
@@ -270,7 +234,7 @@ status nccl_endpoint::broadcast(void* data, std::size_t bytes, int32_t root) {
     if (root < 0 || root >= config_.world_size) {
         return status::invalid(fmt::format("broadcast root = {}: expected a rank in [0, {})", root, config_.world_size));
     }
-    if (status s = check_collective_size(bytes, "broadcast"); !s.is_ok()) return s;
+    if (status s = check_collective_size(config_, bytes, "broadcast"); !s.is_ok()) return s;
     if (status s = enter("broadcast"); !s.is_ok()) return s;
     resources& g = *gpu_;
     if (rank_ == root) {
@@ -295,31 +259,18 @@ status nccl_endpoint::swap_batch_vocab(const logits_view& shard, int64_t first_r
     const int32_t world = config_.world_size;
     const int32_t vocab = config_.vocab_size;
     const int32_t shard_vocab = vocab / world;
-    if (shard.vocab != shard_vocab) {
-        return status::invalid(fmt::format("shard.vocab = {}: expected V / TP = {}", shard.vocab, shard_vocab));
-    }
+    if (status s = check_swap_shape(config_, shard, first_row, row_count); !s.is_ok()) return s;
     if (!shard.on_device) return {status_code::unsupported, "nccl transport: the logits shard must be GPU memory (on_device)"};
-    if (first_row < 0 || row_count < 0 || row_count > config_.max_swap_rows) {
-        return status::invalid(fmt::format("swap rows [{}, +{}): expected at most max_swap_rows = {}", first_row, row_count,
-                                           config_.max_swap_rows));
-    }
     resources& g = *gpu_;
-    const swap_request mine{first_row, row_count, shard.rows, static_cast<int64_t>(shard.dtype)};
+    const swap_request mine = swap_request::of(shard, first_row, row_count);
     if (status s = all_gather(&mine, sizeof mine, g.swap_requests.data()); !s.is_ok()) return s;
-    for (int32_t peer = 0; peer < world; ++peer) {
-        const swap_request& theirs = g.swap_requests[static_cast<size_t>(peer)];
-        if (theirs.real_rows != shard.rows || theirs.dtype != mine.dtype) {
-            return status::invalid(fmt::format("swap_batch_vocab: rank {} has {} rows of {}, rank {} has {} rows of {}", peer,
-                                               theirs.real_rows, dtype_name(static_cast<logits_dtype>(theirs.dtype)), rank_,
-                                               shard.rows, dtype_name(shard.dtype)));
-        }
-    }
+    if (status s = check_swap_requests(g.swap_requests, mine, rank_); !s.is_ok()) return s;
     const std::size_t element = dtype_size(shard.dtype);
     const std::size_t slice_bytes = static_cast<std::size_t>(shard_vocab) * element;
     const std::size_t source_pitch = static_cast<std::size_t>(shard.row_stride) * element;
     const std::size_t row_bytes = static_cast<std::size_t>(vocab) * element;
     const auto* source = static_cast<const unsigned char*>(shard.data);
-    const int64_t my_real_rows = real_rows_of(mine, shard.rows);
+    const int64_t my_real_rows = mine.real_requested_rows();
     auto copy_2d = [&](void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, int64_t rows) {
         if (rows == 0) return status::success();
         return check_cuda(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, slice_bytes, static_cast<std::size_t>(rows),
@@ -331,14 +282,14 @@ status nccl_endpoint::swap_batch_vocab(const logits_view& shard, int64_t first_r
         const swap_request& theirs = g.swap_requests[static_cast<size_t>(peer)];
         if (peer == rank_) continue;
         status s = copy_2d(g.send_stage + static_cast<std::size_t>(peer) * g.stage_bytes_per_peer, slice_bytes,
-                           source + static_cast<std::size_t>(theirs.first_row) * source_pitch, source_pitch, real_rows_of(theirs, shard.rows));
+                           source + static_cast<std::size_t>(theirs.first_row) * source_pitch, source_pitch, theirs.real_requested_rows());
         if (!s.is_ok()) return s;
     }
     if (status s = settle(ncclGroupStart(), "ncclGroupStart"); !s.is_ok()) return s;
     for (int32_t peer = 0; peer < world; ++peer) {
         if (peer == rank_) continue;
         const std::size_t offset = static_cast<std::size_t>(peer) * g.stage_bytes_per_peer;
-        const std::size_t send_bytes = static_cast<std::size_t>(real_rows_of(g.swap_requests[static_cast<size_t>(peer)], shard.rows)) * slice_bytes;
+        const std::size_t send_bytes = static_cast<std::size_t>(g.swap_requests[static_cast<size_t>(peer)].real_requested_rows()) * slice_bytes;
         const std::size_t recv_bytes = static_cast<std::size_t>(my_real_rows) * slice_bytes;
         if (send_bytes > 0) {
             if (status s = settle(ncclSend(g.send_stage + offset, send_bytes, ncclUint8, peer, g.comm, g.stream), "ncclSend"); !s.is_ok()) return s;

@@ -18,13 +18,12 @@
 // (needs CUDA); it has not run on a GPU yet.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "transport/bootstrap.h"
+#include "transport/failure_latch.h"
 #include "transport/transport.h"
 
 namespace ds {
@@ -69,20 +68,17 @@ class nccl_endpoint final : public transport {
     // Waits (bounded) until the stream has run everything enqueued.
     status wait(const char* what);
     status check_cuda(int error, const char* what);
-    // Aborts the communicator, fails the endpoint for good (the first reason wins).
+    // Records a failure (the first reason wins), then failed().
     status fail(status_code code, std::string reason);
-    status usable() const;
-    status check_collective_size(std::size_t bytes, const char* what) const;
+    // Aborts the communicator (once) and returns the recorded failure: the endpoint stays failed.
+    status failed();
     template <class T>
     status reduce_impl(T* data, std::size_t count, reduce_op op);
 
     transport_config config_;
     int32_t rank_;
     std::unique_ptr<resources> gpu_;
-    std::atomic<bool> abort_requested_{false};
-    std::atomic<bool> failed_{false};
-    mutable std::mutex failure_mutex_;
-    status failure_;
+    failure_latch failure_;
 };
 
 }  // namespace ds

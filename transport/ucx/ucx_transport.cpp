@@ -11,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "transport/remote_swap.h"
 #include "transport/transport_log.h"
 
 namespace ds {
@@ -40,14 +41,6 @@ struct blob_header {
     uint64_t region_bytes;
     uint64_t rkey_bytes;
     uint64_t address_bytes;
-};
-
-// What a rank asks of swap_batch_vocab, all-gathered before the rows move.
-struct swap_request {
-    int64_t first_row;
-    int64_t row_count;
-    int64_t real_rows;
-    int64_t dtype;
 };
 
 // The transports of ucp_ep_print_info's lane lines ("lane[0]:  2:tcp/lo.0 md[1] -> ... am
@@ -258,29 +251,8 @@ std::size_t ucx_endpoint::collective_offset(uint64_t parity, int32_t source) con
     return swap_offset(parity) + swap_bytes + static_cast<std::size_t>(source) * config_.max_collective_bytes;
 }
 
-status ucx_endpoint::fail(status_code code, std::string reason) {
-    std::lock_guard<std::mutex> lock(failure_mutex_);
-    if (!failed_.load()) {
-        failure_ = {code, std::move(reason)};
-        failed_.store(true);
-    }
-    return failure_;
-}
-
-status ucx_endpoint::usable() const {
-    if (!failed_.load(std::memory_order_acquire)) return status::success();
-    std::lock_guard<std::mutex> lock(failure_mutex_);
-    return failure_;
-}
-
 void ucx_endpoint::abort(const char* reason) {
-    (void)fail(status_code::aborted, fmt::format("rank {}: transport aborted: {}", rank_, reason));
-}
-
-status ucx_endpoint::check_collective_size(std::size_t bytes, const char* what) const {
-    if (bytes <= config_.max_collective_bytes) return status::success();
-    return status::invalid(fmt::format("{}: {} bytes exceed the transport's max_collective_bytes = {}", what, bytes,
-                                       config_.max_collective_bytes));
+    (void)failure_.fail(status_code::aborted, fmt::format("rank {}: transport aborted: {}", rank_, reason));
 }
 
 status ucx_endpoint::put(int32_t peer, const void* data, std::size_t bytes, std::size_t remote_offset) {
@@ -289,8 +261,8 @@ status ucx_endpoint::put(int32_t peer, const void* data, std::size_t bytes, std:
     void* request = ucp_put_nbx(u.eps[static_cast<size_t>(peer)], data, bytes,
                                 u.remote_base[static_cast<size_t>(peer)] + remote_offset, u.rkeys[static_cast<size_t>(peer)], &param);
     if (UCS_PTR_IS_ERR(request)) {
-        return fail(status_code::aborted, fmt::format("rank {}: put to rank {} failed: {}", rank_, peer,
-                                                      ucs_status_string(UCS_PTR_STATUS(request))));
+        return failure_.fail(status_code::aborted, fmt::format("rank {}: put to rank {} failed: {}", rank_, peer,
+                                                               ucs_status_string(UCS_PTR_STATUS(request))));
     }
     // The flush that follows completes it; the request is released on completion.
     if (request != nullptr) ucp_request_free(request);
@@ -321,22 +293,23 @@ status ucx_endpoint::flush(const char* what) {
         const auto deadline = clock::now() + config_.timeout;
         for (int spin = 0; (result = ucp_request_check_status(request)) == UCS_INPROGRESS; ++spin) {
             progress(spin, false);
-            if (failed_.load(std::memory_order_relaxed)) break;
+            if (failure_.failed()) break;
             if (time_to_check(spin) && clock::now() > deadline) break;
         }
         ucp_request_free(request);  // released now, or when it completes
     }
     if (result == UCS_OK) return status::success();
-    if (status s = usable(); !s.is_ok()) return s;
+    if (status s = failure_.get(); !s.is_ok()) return s;
     std::string failed_peers;
     for (int32_t peer = 0; peer < config_.world_size; ++peer) {
         if (u.peer_status[static_cast<size_t>(peer)] != UCS_OK) failed_peers += fmt::format(", rank {} failed", peer);
     }
     if (result == UCS_INPROGRESS) {
-        return fail(status_code::timeout, fmt::format("rank {}: {}: flushing puts took over {} ms{}", rank_, what,
-                                                      config_.timeout.count(), failed_peers));
+        return failure_.fail(status_code::timeout, fmt::format("rank {}: {}: flushing puts took over {} ms{}", rank_, what,
+                                                               config_.timeout.count(), failed_peers));
     }
-    return fail(status_code::aborted, fmt::format("rank {}: {}: flush failed: {}{}", rank_, what, ucs_status_string(result), failed_peers));
+    return failure_.fail(status_code::aborted,
+                         fmt::format("rank {}: {}: flush failed: {}{}", rank_, what, ucs_status_string(result), failed_peers));
 }
 
 status ucx_endpoint::wait_for_flags(uint64_t sequence, const char* what) {
@@ -349,12 +322,12 @@ status ucx_endpoint::wait_for_flags(uint64_t sequence, const char* what) {
         bool all = true;
         for (int32_t peer = 0; peer < world && all; ++peer) all = peer == rank_ || arrived(peer);
         if (all) return status::success();
-        if (status s = usable(); !s.is_ok()) return s;
+        if (status s = failure_.get(); !s.is_ok()) return s;
         // A failed peer only matters while its flag is missing (a peer that finished may leave).
         for (int32_t peer = 0; peer < world; ++peer) {
             const ucs_status_t st = u.peer_status[static_cast<size_t>(peer)];
             if (peer != rank_ && st != UCS_OK && !arrived(peer)) {
-                return fail(status_code::aborted, fmt::format("rank {}: {}: rank {} failed ({})", rank_, what, peer, ucs_status_string(st)));
+                return failure_.fail(status_code::aborted, fmt::format("rank {}: {}: rank {} failed ({})", rank_, what, peer, ucs_status_string(st)));
             }
         }
         if (time_to_check(spin) && clock::now() > deadline) {
@@ -362,7 +335,7 @@ status ucx_endpoint::wait_for_flags(uint64_t sequence, const char* what) {
             for (int32_t peer = 0; peer < world; ++peer) {
                 if (peer != rank_ && !arrived(peer)) missing += fmt::format("{}rank {}", missing.empty() ? "" : ", ", peer);
             }
-            return fail(status_code::timeout, fmt::format("rank {} waited {} ms in {} for {}", rank_, config_.timeout.count(), what, missing));
+            return failure_.fail(status_code::timeout, fmt::format("rank {} waited {} ms in {} for {}", rank_, config_.timeout.count(), what, missing));
         }
         progress(spin, true);
     }
@@ -374,14 +347,12 @@ void ucx_endpoint::set_epoch(uint64_t epoch) {
     sequence_ = epoch << 32;
     const std::vector<ucs_status_t>& peers = ucx_->peer_status;
     if (std::any_of(peers.begin(), peers.end(), [](ucs_status_t st) { return st != UCS_OK; })) return;
-    std::lock_guard<std::mutex> lock(failure_mutex_);
-    failure_ = status::success();
-    failed_.store(false);
+    failure_.clear();
 }
 
 template <class IssuePuts>
 status ucx_endpoint::collective(const char* what, IssuePuts&& issue_puts) {
-    if (status s = usable(); !s.is_ok()) return s;
+    if (status s = failure_.get(); !s.is_ok()) return s;
     in_collective_.store(true, std::memory_order_release);
     struct leave_collective {
         std::atomic<bool>& flag;
@@ -401,7 +372,7 @@ status ucx_endpoint::collective(const char* what, IssuePuts&& issue_puts) {
 }
 
 status ucx_endpoint::all_gather(const void* in, std::size_t bytes, void* out) {
-    if (status s = check_collective_size(bytes, "all_gather"); !s.is_ok()) return s;
+    if (status s = check_collective_size(config_, bytes, "all_gather"); !s.is_ok()) return s;
     status s = collective("all_gather", [&](uint64_t parity) {
         for (int32_t peer = 0; peer < config_.world_size; ++peer) {
             if (peer == rank_) continue;
@@ -425,7 +396,7 @@ status ucx_endpoint::gather_verify_outputs(const int32_t* block, std::size_t blo
 template <class T>
 status ucx_endpoint::reduce_impl(T* data, std::size_t count, reduce_op op) {
     const std::size_t bytes = count * sizeof(T);
-    if (status s = check_collective_size(bytes, "all_reduce"); !s.is_ok()) return s;
+    if (status s = check_collective_size(config_, bytes, "all_reduce"); !s.is_ok()) return s;
     status s = collective("all_reduce", [&](uint64_t parity) {
         for (int32_t peer = 0; peer < config_.world_size; ++peer) {
             if (peer == rank_) continue;
@@ -459,7 +430,7 @@ status ucx_endpoint::broadcast(void* data, std::size_t bytes, int32_t root) {
     if (root < 0 || root >= config_.world_size) {
         return status::invalid(fmt::format("broadcast root = {}: expected a rank in [0, {})", root, config_.world_size));
     }
-    if (status s = check_collective_size(bytes, "broadcast"); !s.is_ok()) return s;
+    if (status s = check_collective_size(config_, bytes, "broadcast"); !s.is_ok()) return s;
     status s = collective("broadcast", [&](uint64_t parity) {
         for (int32_t peer = 0; rank_ == root && peer < config_.world_size; ++peer) {
             if (peer == rank_) continue;
@@ -481,25 +452,12 @@ status ucx_endpoint::swap_batch_vocab(const logits_view& shard, int64_t first_ro
     const int32_t world = config_.world_size;
     const int32_t vocab = config_.vocab_size;
     const int32_t shard_vocab = vocab / world;
-    if (shard.vocab != shard_vocab) {
-        return status::invalid(fmt::format("shard.vocab = {}: expected V / TP = {}", shard.vocab, shard_vocab));
-    }
+    if (status s = check_swap_shape(config_, shard, first_row, row_count); !s.is_ok()) return s;
     if (shard.on_device) return status{status_code::unsupported, "ucx transport: logits must be host memory (this UCX has no CUDA)"};
-    if (first_row < 0 || row_count < 0 || row_count > config_.max_swap_rows) {
-        return status::invalid(fmt::format("swap rows [{}, +{}): expected at most max_swap_rows = {}", first_row, row_count,
-                                           config_.max_swap_rows));
-    }
     std::vector<swap_request>& requests = ucx_->swap_requests;
-    const swap_request mine{first_row, row_count, shard.rows, static_cast<int64_t>(shard.dtype)};
+    const swap_request mine = swap_request::of(shard, first_row, row_count);
     if (status s = all_gather(&mine, sizeof mine, requests.data()); !s.is_ok()) return s;
-    for (int32_t peer = 0; peer < world; ++peer) {
-        const swap_request& theirs = requests[static_cast<size_t>(peer)];
-        if (theirs.real_rows != shard.rows || theirs.dtype != mine.dtype) {
-            return status::invalid(fmt::format("swap_batch_vocab: rank {} has {} rows of {}, rank {} has {} rows of {}", peer,
-                                               theirs.real_rows, dtype_name(static_cast<logits_dtype>(theirs.dtype)), rank_,
-                                               shard.rows, dtype_name(shard.dtype)));
-        }
-    }
+    if (status s = check_swap_requests(requests, mine, rank_); !s.is_ok()) return s;
     const std::size_t element = dtype_size(shard.dtype);
     const std::size_t slice_bytes = static_cast<std::size_t>(shard_vocab) * element;
     auto source_row = [&](int64_t row) {
@@ -513,7 +471,7 @@ status ucx_endpoint::swap_batch_vocab(const logits_view& shard, int64_t first_ro
             if (peer == rank_) continue;
             const swap_request& theirs = requests[static_cast<size_t>(peer)];
             // Phantom rows (past the real ones) are not sent: the receiver zeroes them.
-            for (int64_t i = 0; i < theirs.row_count && theirs.first_row + i < shard.rows; ++i) {
+            for (int64_t i = 0; i < theirs.real_requested_rows(); ++i) {
                 if (status p = put(peer, source_row(theirs.first_row + i), slice_bytes, swap_offset(parity) + slice_offset(i, rank_)); !p.is_ok()) {
                     return p;
                 }

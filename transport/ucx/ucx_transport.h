@@ -24,11 +24,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "transport/bootstrap.h"
+#include "transport/failure_latch.h"
 #include "transport/transport.h"
 
 namespace ds {
@@ -91,10 +91,6 @@ class ucx_endpoint final : public transport {
     void progress(int spins, bool sleep_when_idle);
     status flush(const char* what);
     status wait_for_flags(uint64_t sequence, const char* what);
-    // Fails the endpoint for good (the first reason wins) and returns the failure.
-    status fail(status_code code, std::string reason);
-    status usable() const;
-    status check_collective_size(std::size_t bytes, const char* what) const;
     template <class T>
     status reduce_impl(T* data, std::size_t count, reduce_op op);
 
@@ -115,9 +111,7 @@ class ucx_endpoint final : public transport {
     uint64_t flag_source_[2] = {0, 0};  // stays valid until the next call's flush completes the put
     std::string transport_summary_;
 
-    std::atomic<bool> failed_{false};
-    mutable std::mutex failure_mutex_;
-    status failure_;
+    failure_latch failure_;  // until set_epoch; a dead peer for good
 };
 
 }  // namespace ds
