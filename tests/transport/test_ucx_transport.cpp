@@ -272,6 +272,22 @@ TEST(UcxTransport, RejectsOversizedCallsNamingTheLimit) {
     EXPECT_TRUE(results[0].is_ok()) << results[0].message;
 }
 
+TEST(UcxTransport, RanksThatDisagreeOnTheBatchFailAlikeAndStayUsable) {
+    transport_config config = script_transport_config();
+    config.world_size = 2;
+    const auto results = on_ucx_threads(config, [](int32_t r, ucx_endpoint& endpoint) {
+        std::vector<float> rows(5 * 32);
+        const logits_view shard{rows.data(), logits_dtype::f32, r == 0 ? 4 : 5, 32, 32};  // rank 1 has a row more
+        logits_view out;
+        status s = endpoint.swap_batch_vocab(shard, 2 * r, 2, out);
+        if (s.code != status_code::invalid_argument || s.message.find("rank 1 has 5 rows") == std::string::npos) {
+            return status{status_code::internal, "expected the disagreement named: " + s.message};
+        }
+        return endpoint.barrier();
+    });
+    for (const status& s : results) EXPECT_TRUE(s.is_ok()) << s.message;
+}
+
 TEST(TcpBootstrap, AMissingRankIsNamed) {
     rendezvous_thread rendezvous(3, milliseconds(300));
     ASSERT_TRUE(rendezvous.listening().is_ok());
