@@ -208,6 +208,42 @@ TEST(UcxTransport, AKilledRankProcessIsNamedWithinTheTimeout) {
     std::remove(out_path(2).c_str());
 }
 
+TEST(UcxTransport, AfterAKilledRankTheSurvivorsReFormTheGroupWithARestartedRank) {
+    const auto expected = local_transcripts();
+    constexpr int32_t kWorld = 4;
+    const milliseconds timeout(3000);
+    rendezvous_thread second(kWorld, timeout * 2);  // the re-formed group meets here
+    ASSERT_TRUE(second.listening().is_ok());
+    tcp_rendezvous first;
+    ASSERT_TRUE(first.listen("127.0.0.1", 0).is_ok());
+    const std::string scenario = "kill:2:127.0.0.1:" + std::to_string(second.port());
+    const std::string restarted_out = out_path(2) + ".restarted";
+    peer_processes peers;
+    for (int32_t r = 0; r < kWorld; ++r) {
+        peers.start({UCX_PEER_BINARY, std::to_string(r), std::to_string(kWorld), "127.0.0.1:" + std::to_string(first.port()),
+                     scenario, out_path(r), std::to_string(timeout.count())});
+    }
+    // Rank 2's replacement, waiting at the second rendezvous for the survivors.
+    peers.start({UCX_PEER_BINARY, "2", std::to_string(kWorld), "127.0.0.1:" + std::to_string(second.port()), "script",
+                 restarted_out, std::to_string(timeout.count())});
+    EXPECT_TRUE(first.serve(kWorld, timeout).is_ok());
+    const auto codes = peers.wait_all(milliseconds(20000));
+    EXPECT_TRUE(second.served().is_ok()) << second.served().message;
+    EXPECT_EQ(codes[2], -SIGKILL);
+    EXPECT_EQ(codes[4], 0) << "restarted rank 2";
+    for (int32_t r = 0; r < kWorld; ++r) {
+        const std::string reformed = read_file(r == 2 ? restarted_out : out_path(r) + ".reformed");
+        EXPECT_EQ(std::vector<unsigned char>(reformed.begin(), reformed.end()), expected[static_cast<size_t>(r)]) << "rank " << r;
+        if (r != 2) {
+            EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "rank " << r;
+            EXPECT_NE(read_file(out_path(r)).find("rank 2"), std::string::npos) << "rank " << r << ": " << read_file(out_path(r));
+        }
+        std::remove(out_path(r).c_str());
+        std::remove((out_path(r) + ".reformed").c_str());
+    }
+    std::remove(restarted_out.c_str());
+}
+
 TEST(UcxTransport, ARankThatNeverArrivesTimesOutByName) {
     transport_config config = script_transport_config();
     config.world_size = 2;
