@@ -212,7 +212,7 @@ TEST(UcxTransport, AfterAKilledRankTheSurvivorsReFormTheGroupWithARestartedRank)
     const auto expected = local_transcripts();
     constexpr int32_t kWorld = 4;
     const milliseconds timeout(3000);
-    rendezvous_thread second(kWorld, timeout * 2);  // the re-formed group meets here
+    rendezvous_thread second(kWorld, timeout * 4);  // the re-formed group meets here
     ASSERT_TRUE(second.listening().is_ok());
     tcp_rendezvous first;
     ASSERT_TRUE(first.listen("127.0.0.1", 0).is_ok());
@@ -223,9 +223,10 @@ TEST(UcxTransport, AfterAKilledRankTheSurvivorsReFormTheGroupWithARestartedRank)
         peers.start({UCX_PEER_BINARY, std::to_string(r), std::to_string(kWorld), "127.0.0.1:" + std::to_string(first.port()),
                      scenario, out_path(r), std::to_string(timeout.count())});
     }
-    // Rank 2's replacement, waiting at the second rendezvous for the survivors.
+    // Rank 2's replacement, waiting at the second rendezvous for the survivors: they may only see
+    // the death when their call times out, so it waits longer than that.
     peers.start({UCX_PEER_BINARY, "2", std::to_string(kWorld), "127.0.0.1:" + std::to_string(second.port()), "script",
-                 restarted_out, std::to_string(timeout.count())});
+                 restarted_out, std::to_string(3 * timeout.count())});
     EXPECT_TRUE(first.serve(kWorld, timeout).is_ok());
     const auto codes = peers.wait_all(milliseconds(20000));
     EXPECT_TRUE(second.served().is_ok()) << second.served().message;

@@ -235,6 +235,11 @@ ucx_endpoint::~ucx_endpoint() {
         while (ucp_request_check_status(request) == UCS_INPROGRESS && clock::now() < deadline) ucp_worker_progress(u.worker);
         ucp_request_free(request);
     }
+    // Closing cancels what a failed call left behind (a flush towards a dead peer): let those
+    // requests complete, so that they go back to UCX's pool before the worker is destroyed.
+    const auto deadline = clock::now() + kCloseTimeout;
+    while (ucp_worker_progress(u.worker) != 0 && clock::now() < deadline) {
+    }
     if (u.memory) ucp_mem_unmap(u.context, u.memory);
     if (u.worker) ucp_worker_destroy(u.worker);
     if (u.context) ucp_cleanup(u.context);
@@ -293,23 +298,31 @@ status ucx_endpoint::flush(const char* what) {
         const auto deadline = clock::now() + config_.timeout;
         for (int spin = 0; (result = ucp_request_check_status(request)) == UCS_INPROGRESS; ++spin) {
             progress(spin, false);
-            if (failure_.failed()) break;
+            // A dead peer never acknowledges: its puts would hold the flush until the deadline.
+            if (failure_.failed() || failed_peer() >= 0) break;
             if (time_to_check(spin) && clock::now() > deadline) break;
         }
         ucp_request_free(request);  // released now, or when it completes
     }
     if (result == UCS_OK) return status::success();
     if (status s = failure_.get(); !s.is_ok()) return s;
-    std::string failed_peers;
-    for (int32_t peer = 0; peer < config_.world_size; ++peer) {
-        if (u.peer_status[static_cast<size_t>(peer)] != UCS_OK) failed_peers += fmt::format(", rank {} failed", peer);
-    }
+    if (const int32_t peer = failed_peer(); peer >= 0) return fail_for_peer(peer, what);
     if (result == UCS_INPROGRESS) {
-        return failure_.fail(status_code::timeout, fmt::format("rank {}: {}: flushing puts took over {} ms{}", rank_, what,
-                                                               config_.timeout.count(), failed_peers));
+        return failure_.fail(status_code::timeout,
+                             fmt::format("rank {}: {}: flushing puts took over {} ms", rank_, what, config_.timeout.count()));
     }
-    return failure_.fail(status_code::aborted,
-                         fmt::format("rank {}: {}: flush failed: {}{}", rank_, what, ucs_status_string(result), failed_peers));
+    return failure_.fail(status_code::aborted, fmt::format("rank {}: {}: flush failed: {}", rank_, what, ucs_status_string(result)));
+}
+
+int32_t ucx_endpoint::failed_peer() const {
+    const std::vector<ucs_status_t>& peers = ucx_->peer_status;
+    const auto found = std::find_if(peers.begin(), peers.end(), [](ucs_status_t st) { return st != UCS_OK; });
+    return found == peers.end() ? -1 : static_cast<int32_t>(found - peers.begin());
+}
+
+status ucx_endpoint::fail_for_peer(int32_t peer, const char* what) {
+    return failure_.fail(status_code::aborted, fmt::format("rank {}: {}: rank {} failed ({})", rank_, what, peer,
+                                                           ucs_status_string(ucx_->peer_status[static_cast<size_t>(peer)])));
 }
 
 status ucx_endpoint::wait_for_flags(uint64_t sequence, const char* what) {
@@ -325,9 +338,8 @@ status ucx_endpoint::wait_for_flags(uint64_t sequence, const char* what) {
         if (status s = failure_.get(); !s.is_ok()) return s;
         // A failed peer only matters while its flag is missing (a peer that finished may leave).
         for (int32_t peer = 0; peer < world; ++peer) {
-            const ucs_status_t st = u.peer_status[static_cast<size_t>(peer)];
-            if (peer != rank_ && st != UCS_OK && !arrived(peer)) {
-                return failure_.fail(status_code::aborted, fmt::format("rank {}: {}: rank {} failed ({})", rank_, what, peer, ucs_status_string(st)));
+            if (peer != rank_ && u.peer_status[static_cast<size_t>(peer)] != UCS_OK && !arrived(peer)) {
+                return fail_for_peer(peer, what);
             }
         }
         if (time_to_check(spin) && clock::now() > deadline) {
@@ -345,8 +357,7 @@ void ucx_endpoint::set_epoch(uint64_t epoch) {
     if (epoch == epoch_) return;
     epoch_ = epoch;
     sequence_ = epoch << 32;
-    const std::vector<ucs_status_t>& peers = ucx_->peer_status;
-    if (std::any_of(peers.begin(), peers.end(), [](ucs_status_t st) { return st != UCS_OK; })) return;
+    if (failed_peer() >= 0) return;
     failure_.clear();
 }
 

@@ -91,6 +91,10 @@ class ucx_endpoint final : public transport {
     void progress(int spins, bool sleep_when_idle);
     status flush(const char* what);
     status wait_for_flags(uint64_t sequence, const char* what);
+    // The first peer whose endpoint reported an error, or -1.
+    int32_t failed_peer() const;
+    // Fails the endpoint with "rank R: <what>: rank P failed (<UCX status>)".
+    status fail_for_peer(int32_t peer, const char* what);
     template <class T>
     status reduce_impl(T* data, std::size_t count, reduce_op op);
 
