@@ -75,8 +75,9 @@ status make_transport_group(const std::string& name, const transport_config& con
     return status::success();
 }
 
-status make_rank_transport(const std::string& name, const transport_config& config, bootstrap& boot,
-                           std::unique_ptr<transport>& out) {
+// The parameters go unused in a build without UCX and NCCL.
+status make_rank_transport(const std::string& name, [[maybe_unused]] const transport_config& config,
+                           [[maybe_unused]] bootstrap& boot, [[maybe_unused]] std::unique_ptr<transport>& out) {
     if (name == "local") {
         return unavailable(name, "it connects ranks that are threads of one process, not rank processes", set_instead("ucx or auto"));
     }
@@ -97,8 +98,6 @@ status make_rank_transport(const std::string& name, const transport_config& conf
     out = std::move(endpoint);
     return status::success();
 #else
-    (void)config;
-    (void)boot;
     return unavailable(name, kNoUcx, "rank processes have no other transport yet");
 #endif
 }
