@@ -26,7 +26,7 @@ struct job {
 struct coordinator_state {
     group_config config;
     std::vector<rank_actor_type> ranks;
-    local_group* transport = nullptr;
+    transport_group* transport = nullptr;
     std::deque<job> queue;
     bool busy = false;
     uint64_t next_step_id = 1;
@@ -235,7 +235,7 @@ void pump(coordinator* self) {
 }
 
 coordinator_actor_type::behavior_type coordinator_actor(coordinator* self, group_config config, std::vector<rank_actor_type> ranks,
-                                                       local_group* transport) {
+                                                       transport_group* transport) {
     self->state.config = config;
     self->state.ranks = std::move(ranks);
     self->state.transport = transport;
@@ -293,8 +293,8 @@ coordinator_actor_type::behavior_type coordinator_actor(coordinator* self, group
 }  // namespace
 
 coordinator_actor_type spawn_coordinator_actor(caf::actor_system& system, const group_config& config,
-                                               std::vector<rank_actor_type> ranks, local_group& transport_group) {
-    return system.spawn(coordinator_actor, config, std::move(ranks), &transport_group);
+                                               std::vector<rank_actor_type> ranks, transport_group& transport) {
+    return system.spawn(coordinator_actor, config, std::move(ranks), &transport);
 }
 
 }  // namespace ds

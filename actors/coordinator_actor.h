@@ -15,11 +15,11 @@
 
 #include "actors/messages.h"
 #include "config/group_config.h"
-#include "transport/local_transport.h"
+#include "transport/transport_group.h"
 
 namespace ds {
 
 coordinator_actor_type spawn_coordinator_actor(caf::actor_system& system, const group_config& config,
-                                               std::vector<rank_actor_type> ranks, local_group& transport_group);
+                                               std::vector<rank_actor_type> ranks, transport_group& transport);
 
 }  // namespace ds

@@ -1,5 +1,5 @@
-// The embedding API (include/distsample/group.h) over the actors: an actor system, the local
-// transport, TP rank actors and a coordinator. A small client actor turns replies into futures.
+// The embedding API (include/distsample/group.h) over the actors: an actor system, the transport
+// group the configuration names (transport_factory.h), TP rank actors and a coordinator. A small client actor turns replies into futures.
 #include <distsample/group.h>
 
 #include <fmt/format.h>
@@ -7,6 +7,7 @@
 #include "actors/coordinator_actor.h"
 #include "actors/messages.h"
 #include "actors/rank_actor.h"
+#include "transport/transport_factory.h"
 
 namespace ds {
 
@@ -56,15 +57,16 @@ client_actor_type::behavior_type client_actor(client_actor_type::pointer self, c
 
 struct group::impl {
     group_config config;
+    // Declared before the actor system, so it outlives the rank threads the system joins.
+    std::unique_ptr<transport_group> transport;
     caf::actor_system_config system_config;
     caf::actor_system system;
-    local_group transport;
     std::vector<rank_actor_type> ranks;
     coordinator_actor_type coordinator;
     client_actor_type client;
 
-    impl(const group_config& c, const local_group_config& t)
-        : config(c), system(with_types(system_config)), transport(t) {}
+    impl(const group_config& c, std::unique_ptr<transport_group> t)
+        : config(c), transport(std::move(t)), system(with_types(system_config)) {}
 
     // Sends `msg` to the coordinator and waits for its answer (bounded).
     template <class Answer, class Msg>
@@ -80,7 +82,7 @@ struct group::impl {
 
 status group::create(const group_config& config, std::unique_ptr<group>& out) {
     if (std::string e = validate_group_config(config); !e.empty()) return status::invalid(e);
-    local_group_config t;
+    transport_config t;
     t.world_size = config.tp;
     t.vocab_size = config.vocab_size;
     const int64_t max_rows = int64_t{config.limits().max_pad_bs()} * config.max_tokens_per_req;
@@ -89,9 +91,11 @@ status group::create(const group_config& config, std::unique_ptr<group>& out) {
     t.max_collective_bytes = static_cast<size_t>(max_rows) * 512 * sizeof(uint64_t);
     t.timeout = config.transport_timeout;
     if (std::string e = t.validate(); !e.empty()) return status::invalid(e);
-    auto state = std::make_unique<impl>(config, t);
-    for (int32_t r = 0; r < config.tp; ++r) state->ranks.push_back(spawn_rank_actor(state->system, config, r, state->transport));
-    state->coordinator = spawn_coordinator_actor(state->system, config, state->ranks, state->transport);
+    std::unique_ptr<transport_group> transport;
+    if (status s = make_transport_group(config.transport, t, transport); !s.is_ok()) return s;
+    auto state = std::make_unique<impl>(config, std::move(transport));
+    for (int32_t r = 0; r < config.tp; ++r) state->ranks.push_back(spawn_rank_actor(state->system, config, r, *state->transport));
+    state->coordinator = spawn_coordinator_actor(state->system, config, state->ranks, *state->transport);
     state->client = state->system.spawn(client_actor, state->coordinator, config.step_timeout + kReplyMargin);
     out.reset(new group(std::move(state)));
     // Building a rank's backend can fail (e.g. cuda not built): say so now, naming the rank.
@@ -102,7 +106,7 @@ group::group(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
 
 group::~group() {
     // Wake ranks blocked in a collective, then stop every actor; the actor system joins them.
-    impl_->transport.abort("group shut down");
+    impl_->transport->abort("group shut down");
     caf::anon_send_exit(impl_->client, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(impl_->coordinator, caf::exit_reason::user_shutdown);
     for (const rank_actor_type& rank : impl_->ranks) caf::anon_send_exit(rank, caf::exit_reason::user_shutdown);

@@ -15,7 +15,7 @@ namespace {
 
 struct rank_state {
     std::unique_ptr<rank_engine> engine;
-    local_endpoint* endpoint = nullptr;
+    transport_group* transport = nullptr;
     rank_fault fault = rank_fault::none;
     std::shared_ptr<const step_outputs> last_outputs;  // committed when the coordinator says "your own"
     std::vector<caf::response_promise> unanswered;      // the stall hook's swallowed steps
@@ -23,9 +23,9 @@ struct rank_state {
 };
 
 rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank_state> self, group_config config, int32_t rank,
-                                         local_group* transport_group) {
-    self->state.endpoint = &transport_group->endpoint(rank);
-    self->state.engine = std::make_unique<rank_engine>(config, rank, *self->state.endpoint);
+                                         transport_group* transport) {
+    self->state.transport = transport;
+    self->state.engine = std::make_unique<rank_engine>(config, rank, transport->endpoint(rank));
     auto ack = [self, rank](const status& s) -> caf::result<op_ack> {
         if (!s.is_ok()) return make_caf_error(status{s.code, fmt::format("rank {}: {}", rank, s.message)});
         return op_ack{rank};
@@ -47,7 +47,7 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
                 st.unanswered.push_back(self->make_response_promise());
                 return caf::delegated<rank_result>{};
             }
-            st.endpoint->set_epoch(m.step->id);
+            st.transport->enter_epoch(rank, m.step->id);
             auto outputs = std::make_shared<step_outputs>();
             status s = st.engine->run(*m.step, *outputs);
             if (s.is_ok() && st.fault == rank_fault::alter_token && outputs->batch_size() > 0) {
@@ -79,8 +79,8 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
 
 }  // namespace
 
-rank_actor_type spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank, local_group& transport_group) {
-    return system.spawn<caf::detached>(rank_actor, config, rank, &transport_group);
+rank_actor_type spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank, transport_group& transport) {
+    return system.spawn<caf::detached>(rank_actor, config, rank, &transport);
 }
 
 }  // namespace ds

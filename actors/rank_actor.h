@@ -9,10 +9,10 @@
 
 #include "actors/messages.h"
 #include "config/group_config.h"
-#include "transport/local_transport.h"
+#include "transport/transport_group.h"
 
 namespace ds {
 
-rank_actor_type spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank, local_group& transport_group);
+rank_actor_type spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank, transport_group& transport);
 
 }  // namespace ds

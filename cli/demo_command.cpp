@@ -1,7 +1,7 @@
 // `distsample demo`: speculative decoding through the coordinator with synthetic target and draft
-// models: TP rank actors (threads), the local transport, the CPU backend. Each step the draft
-// proposes N-1 tokens greedily, the target scores every prefix, and the ranks verify the chains;
-// the demo prints what each request emitted, the acceptance and the step latency.
+// models: TP rank actors (threads), the configured transport (local by default), the CPU backend.
+// Each step the draft proposes N-1 tokens greedily, the target scores every prefix, and the ranks
+// verify the chains; the demo prints what each request emitted, the acceptance and the step latency.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -147,8 +147,8 @@ int run_demo_command(const demo_options& options) {
             return 1;
         }
     }
-    fmt::print("distsample demo: {} backend, TP={} rank actors ({} mode, local transport), V={}, {} requests, N={} ({} drafts per step), {} steps\n",
-               config.backend, config.tp, mode_name(config.mode), vocab, bs, n, n - 1, options.steps);
+    fmt::print("distsample demo: {} backend, TP={} rank actors ({} mode, {} transport), V={}, {} requests, N={} ({} drafts per step), {} steps\n",
+               config.backend, config.tp, mode_name(config.mode), config.transport, vocab, bs, n, n - 1, options.steps);
     for (int32_t b = 0; b < bs; ++b) fmt::print("  request {} (slot {}): {}\n", b, b + 1, requests[static_cast<size_t>(b)].label);
 
     std::vector<float> logits(static_cast<size_t>(bs) * n * vocab);

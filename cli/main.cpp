@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
         };
         flag("--tp", "tp", "Tensor-parallel ranks (config key tp, default 4; V must be a multiple)");
         flag("--mode", "mode", "Distributed mode: swap, sharded or gathered (config key mode, default swap)");
-        flag("--transport", "transport", "Transport between ranks: auto or local (config key transport)");
+        flag("--transport", "transport", "Transport between ranks: auto, local, ucx or nccl (config key transport)");
         flag("--backend", "backend", "Sampling backend: cpu or cuda (config key backend)");
         flag("--rank0-policy", "rank0_policy", "always, never or on_mismatch (config key rank0_policy)");
         flag("--threads", "threads_per_rank", "CPU worker threads per rank, 0 = all cores (config key threads_per_rank)");

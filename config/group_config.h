@@ -55,7 +55,7 @@ struct group_config {
     int32_t max_logit_bias = 1024;
     int32_t threads_per_rank = 1;       // CPU worker threads of each rank's backend
     std::string backend = "cpu";
-    std::string transport = "local";    // "auto" resolves to "local" (ranks as threads)
+    std::string transport = "local";    // auto | local | ucx | nccl (transport/transport_factory.h)
     dist_mode mode = dist_mode::swap;
     rank0_policy policy = rank0_policy::on_mismatch;
     std::chrono::milliseconds step_timeout{10000};      // coordinator: a step's whole fan-out

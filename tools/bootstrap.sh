@@ -47,6 +47,14 @@ configure_and_build() {
   cmake --build "$dir" -j"$(jobs)"
 }
 
+# The NCCL transport is compiled (it cannot run without a GPU) wherever nvcc and NCCL exist; GPU
+# bundles (tools/gpu-run.sh) leave it out, since they would carry libnccl.
+nccl_flags() {
+  if [[ -x ${CUDACXX:-/usr/local/cuda/bin/nvcc} && -f /usr/local/cuda/include/nccl.h ]]; then
+    echo -DDISTSAMPLE_WITH_NCCL=ON
+  fi
+}
+
 run_tests() {
   local dir=$1
   log "testing $dir"
@@ -62,7 +70,8 @@ case "${1:-}" in
     ;;
   test)
     install_missing
-    configure_and_build build
+    # shellcheck disable=SC2046
+    configure_and_build build $(nccl_flags)
     run_tests build
     # The sanitizer build skips CUDA: sanitizers only instrument host code, and nvcc is slow here.
     configure_and_build build-asan -DDISTSAMPLE_SANITIZE=ON -DDISTSAMPLE_WITH_CUDA=OFF

@@ -14,17 +14,7 @@ constexpr int kSpinRounds = 100;
 
 }  // namespace
 
-std::string local_group_config::validate() const {
-    if (world_size < 1) return fmt::format("world_size = {}: expected >= 1", world_size);
-    if (vocab_size < 1 || vocab_size % world_size != 0) {
-        return fmt::format("vocab_size = {}: expected a positive multiple of the TP degree {}", vocab_size, world_size);
-    }
-    if (max_swap_rows < 0) return fmt::format("max_swap_rows = {}: expected >= 0", max_swap_rows);
-    if (timeout.count() <= 0) return fmt::format("timeout = {} ms: expected > 0", timeout.count());
-    return {};
-}
-
-local_group::local_group(const local_group_config& config)
+local_group::local_group(const transport_config& config)
     : config_(config),
       published_(static_cast<size_t>(std::max(1, config.world_size)), nullptr),
       waiting_(static_cast<size_t>(std::max(1, config.world_size)), 0) {
@@ -34,6 +24,8 @@ local_group::local_group(const local_group_config& config)
 local_group::~local_group() = default;
 
 local_endpoint& local_group::endpoint(int32_t rank) { return *endpoints_.at(static_cast<size_t>(rank)); }
+
+void local_group::enter_epoch(int32_t rank, uint64_t epoch) { endpoint(rank).set_epoch(epoch); }
 
 void local_group::abort(const std::string& reason) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -109,6 +101,10 @@ local_endpoint::local_endpoint(local_group& group, int32_t rank)
       swap_buffer_(static_cast<size_t>(group.config_.max_swap_rows) * static_cast<size_t>(group.config_.vocab_size) * 4),
       collective_buffer_(group.config_.max_collective_bytes) {}
 
+int32_t local_endpoint::world_size() const { return group_.config_.world_size; }
+
+void local_endpoint::abort(const char* reason) { group_.abort(reason); }
+
 template <class Read>
 status local_endpoint::exchange(const void* ptr, Read&& read) {
     group_.published_[static_cast<size_t>(rank_)] = ptr;
@@ -118,24 +114,12 @@ status local_endpoint::exchange(const void* ptr, Read&& read) {
     return group_.arrive_and_wait(epoch_, rank_);
 }
 
-status local_endpoint::check_collective_size(std::size_t bytes, const char* what) const {
-    if (bytes <= collective_buffer_.size()) return status::success();
-    return status::invalid(fmt::format("{}: {} bytes exceed the transport's max_collective_bytes = {}", what, bytes,
-                                       collective_buffer_.size()));
-}
-
 status local_endpoint::swap_batch_vocab(const logits_view& shard, int64_t first_row, int64_t row_count,
                                         logits_view& full_rows) {
     const int32_t world = world_size();
     const int32_t vocab = group_.config_.vocab_size;
     const int32_t shard_vocab = vocab / world;
-    if (shard.vocab != shard_vocab) {
-        return status::invalid(fmt::format("shard.vocab = {}: expected V / TP = {}", shard.vocab, shard_vocab));
-    }
-    if (first_row < 0 || row_count < 0 || row_count > group_.config_.max_swap_rows) {
-        return status::invalid(fmt::format("swap rows [{}, +{}): expected at most max_swap_rows = {}", first_row,
-                                           row_count, group_.config_.max_swap_rows));
-    }
+    if (status s = check_swap_shape(group_.config_, shard, first_row, row_count); !s.is_ok()) return s;
     const size_t element = dtype_size(shard.dtype);
     const size_t slice_bytes = static_cast<size_t>(shard_vocab) * element;
     unsigned char* dst = swap_buffer_.data();
@@ -174,7 +158,7 @@ status local_endpoint::gather_verify_outputs(const int32_t* block, std::size_t b
 template <class T>
 status local_endpoint::reduce_impl(T* data, std::size_t count, reduce_op op) {
     const size_t bytes = count * sizeof(T);
-    if (status s = check_collective_size(bytes, "all_reduce"); !s.is_ok()) return s;
+    if (status s = check_collective_size(group_.config_, bytes, "all_reduce"); !s.is_ok()) return s;
     T* result = reinterpret_cast<T*>(collective_buffer_.data());
     status s = exchange(data, [&](const std::vector<const void*>& peers) {
         // Every rank reduces in rank order, so all get the same values.
@@ -200,7 +184,7 @@ status local_endpoint::broadcast(void* data, std::size_t bytes, int32_t root) {
     if (root < 0 || root >= world_size()) {
         return status::invalid(fmt::format("broadcast root = {}: expected a rank in [0, {})", root, world_size()));
     }
-    if (status s = check_collective_size(bytes, "broadcast"); !s.is_ok()) return s;
+    if (status s = check_collective_size(group_.config_, bytes, "broadcast"); !s.is_ok()) return s;
     unsigned char* staging = collective_buffer_.data();
     status s = exchange(data, [&](const std::vector<const void*>& peers) {
         std::memcpy(staging, peers[static_cast<size_t>(root)], bytes);

@@ -6,14 +6,33 @@
 // starts a new epoch.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "kernels/sampling_types.h"
 
 namespace ds {
 
 enum class reduce_op { sum, max };
+
+// What every backend sizes its buffers and waits by. Buffers are allocated once at construction;
+// a call that would need more is an invalid_argument status, never an allocation.
+struct transport_config {
+    int32_t world_size = 1;
+    int32_t vocab_size = 0;                      // V (full vocabulary)
+    int64_t max_swap_rows = 0;                   // rows one rank may receive from swap_batch_vocab
+    std::size_t max_collective_bytes = 1 << 16;  // per rank, for all_gather / all_reduce / broadcast
+    std::chrono::milliseconds timeout{5000};     // bound of every wait
+
+    // Empty when usable, else a message naming the field.
+    std::string validate() const;
+};
+
+// The checks every backend makes at its boundary (one message per violation, naming the field).
+status check_swap_shape(const transport_config& config, const logits_view& shard, int64_t first_row, int64_t row_count);
+status check_collective_size(const transport_config& config, std::size_t bytes, const char* what);
 
 class transport {
    public:

@@ -182,12 +182,15 @@ void expect_random_steps_match_cpu(group& g, int32_t tp, dist_mode mode, bool ex
     }
 }
 
-class EveryTpAndMode : public ::testing::TestWithParam<std::tuple<int32_t, dist_mode>> {};
+// (tp, mode, transport)
+class EveryTpAndMode : public ::testing::TestWithParam<std::tuple<int32_t, dist_mode, const char*>> {};
 
 TEST_P(EveryTpAndMode, RandomStepsEqualTheBackendOnFullRows) {
-    const auto [tp, mode] = GetParam();
+    const auto [tp, mode, transport] = GetParam();
+    group_config config = test_config(tp, mode);
+    config.transport = transport;
     std::unique_ptr<group> g;
-    status st = group::create(test_config(tp, mode), g);
+    status st = group::create(config, g);
     ASSERT_TRUE(st.is_ok()) << st.message;
     expect_random_steps_match_cpu(*g, tp, mode, mode != dist_mode::sharded);
 }
@@ -213,12 +216,24 @@ INSTANTIATE_TEST_SUITE_P(Group, CudaRanks,
                              return std::string(mode_name(std::get<1>(param_info.param))) + "_tp" + std::to_string(std::get<0>(param_info.param));
                          });
 
+std::string tp_mode_transport_name(const ::testing::TestParamInfo<EveryTpAndMode::ParamType>& info) {
+    return std::string(mode_name(std::get<1>(info.param))) + "_tp" + std::to_string(std::get<0>(info.param)) + "_" + std::get<2>(info.param);
+}
+
 INSTANTIATE_TEST_SUITE_P(Group, EveryTpAndMode,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 8),
-                                            ::testing::Values(dist_mode::gathered, dist_mode::swap, dist_mode::sharded)),
-                         [](const auto& param_info) {
-                             return std::string(mode_name(std::get<1>(param_info.param))) + "_tp" + std::to_string(std::get<0>(param_info.param));
-                         });
+                                            ::testing::Values(dist_mode::gathered, dist_mode::swap, dist_mode::sharded),
+                                            ::testing::Values("local")),
+                         tp_mode_transport_name);
+
+#ifdef DISTSAMPLE_HAVE_UCX
+// The same steps with every rank's collectives going over UCX (ranks as threads, one UCX worker each).
+INSTANTIATE_TEST_SUITE_P(GroupOverUcx, EveryTpAndMode,
+                         ::testing::Combine(::testing::Values(2, 4),
+                                            ::testing::Values(dist_mode::gathered, dist_mode::swap, dist_mode::sharded),
+                                            ::testing::Values("ucx")),
+                         tp_mode_transport_name);
+#endif
 
 random_step fixed_step(uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -265,9 +280,20 @@ INSTANTIATE_TEST_SUITE_P(Group, RankZeroPolicy,
                          ::testing::Values(rank0_policy::always, rank0_policy::never, rank0_policy::on_mismatch),
                          [](const auto& param_info) { return std::string(policy_name(param_info.param)); });
 
+std::vector<const char*> built_transports_for_tests() {
+#ifdef DISTSAMPLE_HAVE_UCX
+    return {"local", "ucx"};
+#else
+    return {"local"};
+#endif
+}
+
 TEST(Group, RankThatNeverAnswersFailsTheStepByNameInTime) {
-    for (dist_mode mode : {dist_mode::swap, dist_mode::sharded}) {
+    for (const char* transport : built_transports_for_tests()) {
+      for (dist_mode mode : {dist_mode::swap, dist_mode::sharded}) {
+        SCOPED_TRACE(std::string(transport) + " " + mode_name(mode));
         group_config c = test_config(4, mode);
+        c.transport = transport;
         c.step_timeout = std::chrono::milliseconds(300);
         c.transport_timeout = std::chrono::milliseconds(5000);
         std::unique_ptr<group> g;
@@ -285,6 +311,7 @@ TEST(Group, RankThatNeverAnswersFailsTheStepByNameInTime) {
         const step_reply next = g->step(s.request(4));
         ASSERT_TRUE(next.result.is_ok()) << next.result.message;
         expect_same(reference_outputs(s), next.outputs, mode != dist_mode::sharded, "after the timeout");
+      }
     }
 }
 

@@ -320,6 +320,36 @@ TEST(Cli, StepEqualsKernelForEveryTpAndMode) {
     }
 }
 
+TEST(Cli, StepOverEveryBuiltTransportEqualsKernel) {
+    const json doc = random_verify_step(80, 48, 5, 3);
+    const run_result kernel = run_cli("kernel verify", doc.dump());
+    ASSERT_EQ(kernel.exit_code, 0) << kernel.err;
+    const json expected = json::parse(kernel.out);
+#ifdef DISTSAMPLE_HAVE_UCX
+    const char* transports[] = {"auto", "local", "ucx"};
+#else
+    const char* transports[] = {"auto", "local"};
+#endif
+    for (const char* transport : transports) {
+        for (const char* mode : {"swap", "sharded"}) {
+            const std::string what = std::string(transport) + " " + mode;
+            const run_result r = run_cli(std::string("step verify --tp 4 --transport ") + transport + " --mode " + mode, doc.dump());
+            ASSERT_EQ(r.exit_code, 0) << what << ": " << r.err;
+            expect_same_outputs(expected, json::parse(r.out), std::string(mode) != "sharded", what);
+        }
+    }
+}
+
+TEST(Cli, AnUnavailableTransportFailsAtStartUpSayingWhatToSet) {
+    const json doc = random_verify_step(81, 48, 2, 2);
+    setenv("DISTSAMPLE_TRANSPORT", "nccl", 1);  // the environment override reaches the factory
+    const run_result r = run_cli("step verify --tp 2", doc.dump());
+    unsetenv("DISTSAMPLE_TRANSPORT");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("transport 'nccl' is not available"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("set transport ="), std::string::npos) << r.err;
+}
+
 TEST(Cli, StepSampleEqualsKernelSample) {
     json doc = random_verify_step(78, 48, 6, 1);
     doc.erase("candidates");
@@ -338,7 +368,7 @@ TEST(Cli, StepBadInputNamesTheField) {
     };
     for (const bad_case& c : {bad_case{"step verify --tp 5", "vocab_size = 48: expected a multiple of tp = 5"},
                               bad_case{"step verify --mode scatter", "config key 'mode' = 'scatter' (from the command line)"},
-                              bad_case{"step verify --transport ucx", "config key 'transport' = 'ucx'"},
+                              bad_case{"step verify --transport tcp", "config key 'transport' = 'tcp'"},
                               bad_case{"step verify --tp 0", "config key 'tp' = '0'"}}) {
         const run_result r = run_cli(c.args, doc.dump());
         EXPECT_EQ(r.exit_code, 2) << c.args << "\nstderr: " << r.err;

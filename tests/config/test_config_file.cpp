@@ -49,7 +49,7 @@ TEST(ConfigFile, ErrorsNameTheKeyTheValueAndTheSource) {
         {R"({"tp": 0})", {}, "expected an integer in [1, 1024]"},
         {R"({"mode": "fast"})", {}, "config key 'mode' = \"fast\""},
         {R"({"backend": "tpu"})", {}, "one of 'cpu' 'cuda'"},
-        {R"({"transport": "ucx"})", {}, "the UCX and NCCL transports are not built yet"},
+        {R"({"transport": "tcp"})", {}, "one of 'auto' 'local' 'ucx' 'nccl'"},
         {R"({"tensor_parallel": 4})", {}, "config key 'tensor_parallel'"},
         {R"([1, 2])", {}, "expected one JSON object"},
         {R"({"tp": )", {}, "not valid JSON"},

@@ -13,8 +13,8 @@
 namespace ds {
 namespace {
 
-local_group_config small_group(int32_t world, int32_t vocab = 8, std::chrono::milliseconds timeout = std::chrono::milliseconds(2000)) {
-    local_group_config c;
+transport_config small_group(int32_t world, int32_t vocab = 8, std::chrono::milliseconds timeout = std::chrono::milliseconds(2000)) {
+    transport_config c;
     c.world_size = world;
     c.vocab_size = vocab;
     c.max_swap_rows = 4;

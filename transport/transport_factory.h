@@ -1,0 +1,33 @@
+// The one place a transport is chosen (DESIGN.md §5): `auto | local | ucx | nccl`, from
+// group_config::transport, which config_file.h loads from a file, DISTSAMPLE_TRANSPORT, --set or
+// --transport. Asking for a backend this build or this layout cannot use fails at start-up with
+// a message saying why and what to set instead.
+//
+//              ranks as threads of one process     rank processes
+//   auto       local                               ucx
+//   local      local                               error: use ucx
+//   ucx        ucx_group (ucx between threads)     ucx
+//   nccl       error: not built                    error: not built
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/bootstrap.h"
+#include "transport/transport.h"
+#include "transport/transport_group.h"
+
+namespace ds {
+
+// The backends this build has, e.g. {"local", "ucx"}.
+std::vector<std::string> built_transports();
+
+// A group of config.world_size ranks as threads of this process.
+status make_transport_group(const std::string& name, const transport_config& config, std::unique_ptr<transport_group>& out);
+
+// This rank's endpoint of a group of rank processes meeting through `boot`.
+status make_rank_transport(const std::string& name, const transport_config& config, bootstrap& boot,
+                           std::unique_ptr<transport>& out);
+
+}  // namespace ds

@@ -1,0 +1,507 @@
+#include "transport/ucx/ucx_transport.h"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "transport/remote_swap.h"
+#include "transport/transport_log.h"
+
+namespace ds {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+constexpr std::size_t kAlign = 64;
+// Checking the clock costs more than a progress call that finds nothing: look every so often.
+constexpr int kProgressPerClockCheck = 64;
+// Idle progress calls before a waiter sleeps on the worker's event descriptor: ranks usually
+// answer within microseconds, but spinning ranks starve each other when they outnumber the cores.
+constexpr int kBusySpins = 2000;
+// The longest such sleep, so that abort() and the deadline are seen promptly.
+constexpr int kSleepMs = 1;
+constexpr std::chrono::seconds kCloseTimeout{2};
+
+// Every so many spins while busy-polling; every time once the waiter sleeps between polls.
+bool time_to_check(int spin) { return spin % kProgressPerClockCheck == 0 || spin > kBusySpins; }
+
+std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// What a rank publishes at start-up: header, then the packed rkey, then the worker address.
+struct blob_header {
+    uint64_t region_base;
+    uint64_t region_bytes;
+    uint64_t rkey_bytes;
+    uint64_t address_bytes;
+};
+
+// The transports of ucp_ep_print_info's lane lines ("lane[0]:  2:tcp/lo.0 md[1] -> ... am
+// keepalive wireup"): "tcp/lo.0", and whether any lane does RMA natively.
+std::string summarize_lanes(const std::string& info) {
+    std::vector<std::string> found;
+    bool native_rma = false;
+    size_t line_start = 0;
+    while (line_start < info.size()) {
+        size_t line_end = info.find('\n', line_start);
+        if (line_end == std::string::npos) line_end = info.size();
+        const std::string line = info.substr(line_start, line_end - line_start);
+        line_start = line_end + 1;
+        const size_t lane = line.find("lane[");
+        if (lane == std::string::npos) continue;
+        native_rma = native_rma || line.find(" rma", lane) != std::string::npos;
+        const size_t begin = line.find_first_not_of(" \t", line.find(':', lane) + 1);
+        if (begin == std::string::npos) continue;
+        std::string resource = line.substr(begin, line.find_first_of(" \t", begin) - begin);  // "2:tcp/lo.0"
+        resource = resource.substr(resource.find(':') + 1);
+        if (std::find(found.begin(), found.end(), resource) == found.end()) found.push_back(resource);
+    }
+    std::string summary;
+    for (const std::string& resource : found) summary += (summary.empty() ? "" : ", ") + resource;
+    if (!summary.empty() && !native_rma) summary += " (puts emulated over active messages)";
+    return summary;
+}
+
+}  // namespace
+
+struct ucx_endpoint::peer_failure_context {
+    ucx_endpoint* self;
+    int32_t peer;
+};
+
+struct ucx_endpoint::resources {
+    ucp_context_h context = nullptr;
+    ucp_worker_h worker = nullptr;
+    int event_fd = -1;  // the worker's wake-up descriptor
+    ucp_mem_h memory = nullptr;
+    bool peer_error_handling = true;
+    std::vector<ucp_ep_h> eps;                 // per rank; null for this rank
+    std::vector<ucp_rkey_h> rkeys;             // per rank; null for this rank
+    std::vector<uint64_t> remote_base;         // per rank: the peer's region address
+    std::vector<ucs_status_t> peer_status;     // per rank: set by the error handler
+    std::vector<peer_failure_context> failure_contexts;
+    std::vector<swap_request> swap_requests;   // per rank, reused by every swap
+};
+
+ucx_endpoint::ucx_endpoint(const transport_config& config, int32_t rank)
+    : config_(config), rank_(rank), ucx_(std::make_unique<resources>()) {}
+
+status ucx_endpoint::create(const transport_config& config, bootstrap& boot, const ucx_options& options,
+                            std::unique_ptr<ucx_endpoint>& out) {
+    if (std::string e = config.validate(); !e.empty()) return status::invalid(e);
+    if (boot.world_size() != config.world_size) {
+        return status::invalid(fmt::format("bootstrap world_size = {}: expected the transport's {}", boot.world_size(),
+                                           config.world_size));
+    }
+    std::unique_ptr<ucx_endpoint> endpoint(new ucx_endpoint(config, boot.rank()));
+    if (status s = endpoint->setup(boot, options); !s.is_ok()) return s;
+    out = std::move(endpoint);
+    return status::success();
+}
+
+status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
+    const int32_t world = config_.world_size;
+    resources& u = *ucx_;
+    u.peer_error_handling = options.peer_error_handling;
+    auto ucx_failure = [&](const char* call, ucs_status_t st) {
+        return status{status_code::internal, fmt::format("rank {}: {} failed: {}", rank_, call, ucs_status_string(st))};
+    };
+
+    ucp_config_t* ucp_config = nullptr;  // UCX_* environment variables (UCX_TLS, UCX_NET_DEVICES) apply
+    if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &ucp_config); st != UCS_OK) return ucx_failure("ucp_config_read", st);
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    const ucs_status_t init_status = ucp_init(&params, ucp_config, &u.context);
+    ucp_config_release(ucp_config);
+    if (init_status != UCS_OK) return ucx_failure("ucp_init", init_status);
+
+    // One thread drives the worker (the rank's); abort() only touches an atomic.
+    ucp_worker_params_t worker_params{};
+    worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
+    if (ucs_status_t st = ucp_worker_create(u.context, &worker_params, &u.worker); st != UCS_OK) return ucx_failure("ucp_worker_create", st);
+    if (ucs_status_t st = ucp_worker_get_efd(u.worker, &u.event_fd); st != UCS_OK) return ucx_failure("ucp_worker_get_efd", st);
+
+    const std::size_t swap_bytes = align_up(static_cast<std::size_t>(config_.max_swap_rows) * static_cast<std::size_t>(config_.vocab_size) * 4);
+    area_bytes_ = swap_bytes + align_up(static_cast<std::size_t>(world) * config_.max_collective_bytes);
+    region_.assign(align_up(static_cast<std::size_t>(world) * sizeof(uint64_t)) + 2 * area_bytes_, 0);
+    ucp_mem_map_params_t map{};
+    map.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    map.address = region_.data();
+    map.length = region_.size();
+    if (ucs_status_t st = ucp_mem_map(u.context, &map, &u.memory); st != UCS_OK) return ucx_failure("ucp_mem_map", st);
+
+    void* rkey = nullptr;
+    size_t rkey_bytes = 0;
+    if (ucs_status_t st = ucp_rkey_pack(u.context, u.memory, &rkey, &rkey_bytes); st != UCS_OK) return ucx_failure("ucp_rkey_pack", st);
+    ucp_address_t* address = nullptr;
+    size_t address_bytes = 0;
+    if (ucs_status_t st = ucp_worker_get_address(u.worker, &address, &address_bytes); st != UCS_OK) {
+        ucp_rkey_buffer_release(rkey);
+        return ucx_failure("ucp_worker_get_address", st);
+    }
+    const blob_header header{reinterpret_cast<uint64_t>(region_.data()), region_.size(), rkey_bytes, address_bytes};
+    std::string mine(reinterpret_cast<const char*>(&header), sizeof header);
+    mine.append(static_cast<const char*>(rkey), rkey_bytes);
+    mine.append(reinterpret_cast<const char*>(address), address_bytes);
+    ucp_rkey_buffer_release(rkey);
+    ucp_worker_release_address(u.worker, address);
+
+    std::vector<std::string> blobs;
+    if (status s = boot.exchange(mine, blobs); !s.is_ok()) return s;
+
+    u.eps.assign(static_cast<size_t>(world), nullptr);
+    u.rkeys.assign(static_cast<size_t>(world), nullptr);
+    u.remote_base.assign(static_cast<size_t>(world), 0);
+    u.peer_status.assign(static_cast<size_t>(world), UCS_OK);
+    u.swap_requests.assign(static_cast<size_t>(world), swap_request{});
+    u.failure_contexts.reserve(static_cast<size_t>(world));  // stable addresses for the handlers
+    for (int32_t peer = 0; peer < world; ++peer) u.failure_contexts.push_back({this, peer});
+    for (int32_t peer = 0; peer < world; ++peer) {
+        if (peer == rank_) continue;
+        const std::string& blob = blobs[static_cast<size_t>(peer)];
+        blob_header theirs{};
+        if (blob.size() >= sizeof theirs) std::memcpy(&theirs, blob.data(), sizeof theirs);
+        if (blob.size() < sizeof theirs || blob.size() != sizeof theirs + theirs.rkey_bytes + theirs.address_bytes) {
+            return status::invalid(fmt::format("rank {}: malformed bootstrap blob from rank {}", rank_, peer));
+        }
+        if (theirs.region_bytes != region_.size()) {
+            return status::invalid(fmt::format("rank {}: rank {} registered {} bytes, this rank {}: the ranks' transport "
+                                               "configurations differ", rank_, peer, theirs.region_bytes, region_.size()));
+        }
+        ucp_ep_params_t ep_params{};
+        ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+        ep_params.address = reinterpret_cast<const ucp_address_t*>(blob.data() + sizeof theirs + theirs.rkey_bytes);
+        if (options.peer_error_handling) {
+            ep_params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+            ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+            ep_params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t st) {
+                const auto* context = static_cast<peer_failure_context*>(arg);
+                context->self->ucx_->peer_status[static_cast<size_t>(context->peer)] = st;
+            };
+            ep_params.err_handler.arg = &u.failure_contexts[static_cast<size_t>(peer)];
+        }
+        if (ucs_status_t st = ucp_ep_create(u.worker, &ep_params, &u.eps[static_cast<size_t>(peer)]); st != UCS_OK) {
+            return ucx_failure("ucp_ep_create", st);
+        }
+        if (ucs_status_t st = ucp_ep_rkey_unpack(u.eps[static_cast<size_t>(peer)], blob.data() + sizeof theirs,
+                                                 &u.rkeys[static_cast<size_t>(peer)]);
+            st != UCS_OK) {
+            return ucx_failure("ucp_ep_rkey_unpack", st);
+        }
+        u.remote_base[static_cast<size_t>(peer)] = theirs.region_base;
+    }
+    // Meet every peer once: wires the endpoints up and proves each peer is there.
+    if (status s = barrier(); !s.is_ok()) return s;
+
+    if (world > 1) {
+        char* text = nullptr;
+        size_t text_bytes = 0;
+        if (FILE* stream = open_memstream(&text, &text_bytes)) {
+            ucp_ep_print_info(u.eps[static_cast<size_t>((rank_ + 1) % world)], stream);
+            std::fclose(stream);
+            transport_summary_ = summarize_lanes(std::string(text, text_bytes));
+            std::free(text);
+        }
+    }
+    transport_log().info("rank {}: ucx transport ready, {} ranks, {} KiB registered, peer error handling {}, to rank {} over {}",
+                         rank_, world, region_.size() >> 10, options.peer_error_handling ? "on" : "off",
+                         (rank_ + 1) % world, transport_summary_.empty() ? "(none)" : transport_summary_);
+    return status::success();
+}
+
+ucx_endpoint::~ucx_endpoint() {
+    resources& u = *ucx_;
+    for (ucp_rkey_h rkey : u.rkeys) {
+        if (rkey) ucp_rkey_destroy(rkey);
+    }
+    for (ucp_ep_h ep : u.eps) {
+        if (!ep) continue;
+        // Force-closing (no goodbye to the peer) needs peer error handling on both sides.
+        ucp_request_param_t close{};
+        close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        close.flags = u.peer_error_handling ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        void* request = ucp_ep_close_nbx(ep, &close);
+        if (!UCS_PTR_IS_PTR(request)) continue;
+        const auto deadline = clock::now() + kCloseTimeout;
+        while (ucp_request_check_status(request) == UCS_INPROGRESS && clock::now() < deadline) ucp_worker_progress(u.worker);
+        ucp_request_free(request);
+    }
+    // Closing cancels what a failed call left behind (a flush towards a dead peer): let those
+    // requests complete, so that they go back to UCX's pool before the worker is destroyed.
+    const auto deadline = clock::now() + kCloseTimeout;
+    while (ucp_worker_progress(u.worker) != 0 && clock::now() < deadline) {
+    }
+    if (u.memory) ucp_mem_unmap(u.context, u.memory);
+    if (u.worker) ucp_worker_destroy(u.worker);
+    if (u.context) ucp_cleanup(u.context);
+}
+
+std::size_t ucx_endpoint::flag_offset(int32_t source) const { return static_cast<std::size_t>(source) * sizeof(uint64_t); }
+
+std::size_t ucx_endpoint::swap_offset(uint64_t parity) const {
+    return align_up(static_cast<std::size_t>(config_.world_size) * sizeof(uint64_t)) + parity * area_bytes_;
+}
+
+std::size_t ucx_endpoint::collective_offset(uint64_t parity, int32_t source) const {
+    const std::size_t swap_bytes = align_up(static_cast<std::size_t>(config_.max_swap_rows) * static_cast<std::size_t>(config_.vocab_size) * 4);
+    return swap_offset(parity) + swap_bytes + static_cast<std::size_t>(source) * config_.max_collective_bytes;
+}
+
+void ucx_endpoint::abort(const char* reason) {
+    (void)failure_.fail(status_code::aborted, fmt::format("rank {}: transport aborted: {}", rank_, reason));
+}
+
+status ucx_endpoint::put(int32_t peer, const void* data, std::size_t bytes, std::size_t remote_offset) {
+    resources& u = *ucx_;
+    ucp_request_param_t param{};
+    void* request = ucp_put_nbx(u.eps[static_cast<size_t>(peer)], data, bytes,
+                                u.remote_base[static_cast<size_t>(peer)] + remote_offset, u.rkeys[static_cast<size_t>(peer)], &param);
+    if (UCS_PTR_IS_ERR(request)) {
+        return failure_.fail(status_code::aborted, fmt::format("rank {}: put to rank {} failed: {}", rank_, peer,
+                                                               ucs_status_string(UCS_PTR_STATUS(request))));
+    }
+    // The flush that follows completes it; the request is released on completion.
+    if (request != nullptr) ucp_request_free(request);
+    return status::success();
+}
+
+void ucx_endpoint::progress(int spins, bool sleep_when_idle) {
+    resources& u = *ucx_;
+    if (ucp_worker_progress(u.worker) != 0 || spins < kBusySpins) return;
+    // Sending (flush) needs this thread as soon as the socket takes more: only yield the core.
+    if (!sleep_when_idle) {
+        std::this_thread::yield();
+        return;
+    }
+    // Arm the worker (UCS_ERR_BUSY: events are already pending) and sleep until it has work.
+    if (ucp_worker_arm(u.worker) == UCS_OK) {
+        pollfd wake{u.event_fd, POLLIN, 0};
+        ::poll(&wake, 1, kSleepMs);
+    }
+}
+
+status ucx_endpoint::flush(const char* what) {
+    resources& u = *ucx_;
+    ucp_request_param_t param{};
+    void* request = ucp_worker_flush_nbx(u.worker, &param);
+    ucs_status_t result = UCS_PTR_STATUS(request);
+    if (UCS_PTR_IS_PTR(request)) {
+        const auto deadline = clock::now() + config_.timeout;
+        for (int spin = 0; (result = ucp_request_check_status(request)) == UCS_INPROGRESS; ++spin) {
+            progress(spin, false);
+            // A dead peer never acknowledges: its puts would hold the flush until the deadline.
+            if (failure_.failed() || failed_peer() >= 0) break;
+            if (time_to_check(spin) && clock::now() > deadline) break;
+        }
+        ucp_request_free(request);  // released now, or when it completes
+    }
+    if (result == UCS_OK) return status::success();
+    if (status s = failure_.get(); !s.is_ok()) return s;
+    if (const int32_t peer = failed_peer(); peer >= 0) return fail_for_peer(peer, what);
+    if (result == UCS_INPROGRESS) {
+        return failure_.fail(status_code::timeout,
+                             fmt::format("rank {}: {}: flushing puts took over {} ms", rank_, what, config_.timeout.count()));
+    }
+    return failure_.fail(status_code::aborted, fmt::format("rank {}: {}: flush failed: {}", rank_, what, ucs_status_string(result)));
+}
+
+int32_t ucx_endpoint::failed_peer() const {
+    const std::vector<ucs_status_t>& peers = ucx_->peer_status;
+    const auto found = std::find_if(peers.begin(), peers.end(), [](ucs_status_t st) { return st != UCS_OK; });
+    return found == peers.end() ? -1 : static_cast<int32_t>(found - peers.begin());
+}
+
+status ucx_endpoint::fail_for_peer(int32_t peer, const char* what) {
+    return failure_.fail(status_code::aborted, fmt::format("rank {}: {}: rank {} failed ({})", rank_, what, peer,
+                                                           ucs_status_string(ucx_->peer_status[static_cast<size_t>(peer)])));
+}
+
+status ucx_endpoint::wait_for_flags(uint64_t sequence, const char* what) {
+    resources& u = *ucx_;
+    const int32_t world = config_.world_size;
+    const auto* flags = reinterpret_cast<const uint64_t*>(local(flag_offset(0)));
+    auto arrived = [&](int32_t peer) { return __atomic_load_n(&flags[peer], __ATOMIC_ACQUIRE) >= sequence; };
+    const auto deadline = clock::now() + config_.timeout;
+    for (int spin = 0;; ++spin) {
+        bool all = true;
+        for (int32_t peer = 0; peer < world && all; ++peer) all = peer == rank_ || arrived(peer);
+        if (all) return status::success();
+        if (status s = failure_.get(); !s.is_ok()) return s;
+        // A failed peer only matters while its flag is missing (a peer that finished may leave).
+        for (int32_t peer = 0; peer < world; ++peer) {
+            if (peer != rank_ && u.peer_status[static_cast<size_t>(peer)] != UCS_OK && !arrived(peer)) {
+                return fail_for_peer(peer, what);
+            }
+        }
+        if (time_to_check(spin) && clock::now() > deadline) {
+            std::string missing;
+            for (int32_t peer = 0; peer < world; ++peer) {
+                if (peer != rank_ && !arrived(peer)) missing += fmt::format("{}rank {}", missing.empty() ? "" : ", ", peer);
+            }
+            return failure_.fail(status_code::timeout, fmt::format("rank {} waited {} ms in {} for {}", rank_, config_.timeout.count(), what, missing));
+        }
+        progress(spin, true);
+    }
+}
+
+void ucx_endpoint::set_epoch(uint64_t epoch) {
+    if (epoch == epoch_) return;
+    epoch_ = epoch;
+    sequence_ = epoch << 32;
+    if (failed_peer() >= 0) return;
+    failure_.clear();
+}
+
+template <class IssuePuts>
+status ucx_endpoint::collective(const char* what, IssuePuts&& issue_puts) {
+    if (status s = failure_.get(); !s.is_ok()) return s;
+    in_collective_.store(true, std::memory_order_release);
+    struct leave_collective {
+        std::atomic<bool>& flag;
+        ~leave_collective() { flag.store(false, std::memory_order_release); }
+    } leave{in_collective_};
+    const uint64_t sequence = ++sequence_;
+    const uint64_t parity = sequence & 1;
+    if (status s = issue_puts(parity); !s.is_ok()) return s;
+    // Remote completion of the data (and of the previous call's flags) before this call's flag.
+    if (status s = flush(what); !s.is_ok()) return s;
+    flag_source_[parity] = sequence;
+    for (int32_t peer = 0; peer < config_.world_size; ++peer) {
+        if (peer == rank_) continue;
+        if (status s = put(peer, &flag_source_[parity], sizeof(uint64_t), flag_offset(rank_)); !s.is_ok()) return s;
+    }
+    return wait_for_flags(sequence, what);
+}
+
+status ucx_endpoint::all_gather(const void* in, std::size_t bytes, void* out) {
+    if (status s = check_collective_size(config_, bytes, "all_gather"); !s.is_ok()) return s;
+    status s = collective("all_gather", [&](uint64_t parity) {
+        for (int32_t peer = 0; peer < config_.world_size; ++peer) {
+            if (peer == rank_) continue;
+            if (status p = put(peer, in, bytes, collective_offset(parity, rank_)); !p.is_ok()) return p;
+        }
+        return status::success();
+    });
+    if (!s.is_ok()) return s;
+    const uint64_t parity = sequence_ & 1;
+    for (int32_t source = 0; source < config_.world_size; ++source) {
+        const void* from = source == rank_ ? in : local(collective_offset(parity, source));
+        std::memcpy(static_cast<unsigned char*>(out) + static_cast<std::size_t>(source) * bytes, from, bytes);
+    }
+    return status::success();
+}
+
+status ucx_endpoint::gather_verify_outputs(const int32_t* block, std::size_t block_ints, int32_t* out) {
+    return all_gather(block, block_ints * sizeof(int32_t), out);
+}
+
+template <class T>
+status ucx_endpoint::reduce_impl(T* data, std::size_t count, reduce_op op) {
+    const std::size_t bytes = count * sizeof(T);
+    if (status s = check_collective_size(config_, bytes, "all_reduce"); !s.is_ok()) return s;
+    status s = collective("all_reduce", [&](uint64_t parity) {
+        for (int32_t peer = 0; peer < config_.world_size; ++peer) {
+            if (peer == rank_) continue;
+            if (status p = put(peer, data, bytes, collective_offset(parity, rank_)); !p.is_ok()) return p;
+        }
+        return status::success();
+    });
+    if (!s.is_ok()) return s;
+    const uint64_t parity = sequence_ & 1;
+    // Every rank reduces in rank order, element by element, so all get the same values.
+    for (std::size_t i = 0; i < count; ++i) {
+        T result{};
+        for (int32_t source = 0; source < config_.world_size; ++source) {
+            T value;
+            if (source == rank_) {
+                value = data[i];
+            } else {
+                std::memcpy(&value, local(collective_offset(parity, source) + i * sizeof(T)), sizeof(T));
+            }
+            result = source == 0 ? value : op == reduce_op::sum ? static_cast<T>(result + value) : std::max(result, value);
+        }
+        data[i] = result;
+    }
+    return status::success();
+}
+
+status ucx_endpoint::all_reduce(uint64_t* data, std::size_t count, reduce_op op) { return reduce_impl(data, count, op); }
+status ucx_endpoint::all_reduce(int64_t* data, std::size_t count, reduce_op op) { return reduce_impl(data, count, op); }
+
+status ucx_endpoint::broadcast(void* data, std::size_t bytes, int32_t root) {
+    if (root < 0 || root >= config_.world_size) {
+        return status::invalid(fmt::format("broadcast root = {}: expected a rank in [0, {})", root, config_.world_size));
+    }
+    if (status s = check_collective_size(config_, bytes, "broadcast"); !s.is_ok()) return s;
+    status s = collective("broadcast", [&](uint64_t parity) {
+        for (int32_t peer = 0; rank_ == root && peer < config_.world_size; ++peer) {
+            if (peer == rank_) continue;
+            if (status p = put(peer, data, bytes, collective_offset(parity, root)); !p.is_ok()) return p;
+        }
+        return status::success();
+    });
+    if (!s.is_ok()) return s;
+    if (rank_ != root) std::memcpy(data, local(collective_offset(sequence_ & 1, root)), bytes);
+    return status::success();
+}
+
+status ucx_endpoint::barrier() {
+    return collective("barrier", [](uint64_t) { return status::success(); });
+}
+
+status ucx_endpoint::swap_batch_vocab(const logits_view& shard, int64_t first_row, int64_t row_count,
+                                      logits_view& full_rows) {
+    const int32_t world = config_.world_size;
+    const int32_t vocab = config_.vocab_size;
+    const int32_t shard_vocab = vocab / world;
+    if (status s = check_swap_shape(config_, shard, first_row, row_count); !s.is_ok()) return s;
+    if (shard.on_device) return status{status_code::unsupported, "ucx transport: logits must be host memory (this UCX has no CUDA)"};
+    std::vector<swap_request>& requests = ucx_->swap_requests;
+    const swap_request mine = swap_request::of(shard, first_row, row_count);
+    if (status s = all_gather(&mine, sizeof mine, requests.data()); !s.is_ok()) return s;
+    if (status s = check_swap_requests(requests, mine, rank_); !s.is_ok()) return s;
+    const std::size_t element = dtype_size(shard.dtype);
+    const std::size_t slice_bytes = static_cast<std::size_t>(shard_vocab) * element;
+    auto source_row = [&](int64_t row) {
+        return static_cast<const unsigned char*>(shard.data) + static_cast<std::size_t>(row * shard.row_stride) * element;
+    };
+    auto slice_offset = [&](int64_t row_in_block, int32_t slice) {
+        return (static_cast<std::size_t>(row_in_block) * static_cast<std::size_t>(vocab) + static_cast<std::size_t>(slice) * shard_vocab) * element;
+    };
+    status s = collective("swap_batch_vocab", [&](uint64_t parity) {
+        for (int32_t peer = 0; peer < world; ++peer) {
+            if (peer == rank_) continue;
+            const swap_request& theirs = requests[static_cast<size_t>(peer)];
+            // Phantom rows (past the real ones) are not sent: the receiver zeroes them.
+            for (int64_t i = 0; i < theirs.real_requested_rows(); ++i) {
+                if (status p = put(peer, source_row(theirs.first_row + i), slice_bytes, swap_offset(parity) + slice_offset(i, rank_)); !p.is_ok()) {
+                    return p;
+                }
+            }
+        }
+        return status::success();
+    });
+    if (!s.is_ok()) return s;
+    // Local writes only after the wait: a late put of an aborted call can no longer land here.
+    unsigned char* rows = local(swap_offset(sequence_ & 1));
+    for (int64_t i = 0; i < row_count; ++i) {
+        if (first_row + i < shard.rows) {
+            std::memcpy(rows + slice_offset(i, rank_), source_row(first_row + i), slice_bytes);
+        } else {
+            std::memset(rows + slice_offset(i, 0), 0, static_cast<std::size_t>(vocab) * element);  // phantom row
+        }
+    }
+    full_rows = logits_view{rows, shard.dtype, row_count, vocab, vocab};
+    return status::success();
+}
+
+}  // namespace ds

@@ -1,0 +1,121 @@
+// The `ucx` transport: one endpoint per rank process, one-sided puts into the peers' memory.
+//
+// Every buffer a peer writes into lives in one region registered once (ucp_mem_map); its rkey,
+// base address and the worker address are exchanged through a bootstrap (bootstrap.h) when the
+// endpoint is created. A collective is a push: each rank ucp_put_nbx-es its contribution straight
+// into the receivers' regions, flushes the worker (remote completion), then puts a flag word, the
+// call's sequence number, into each peer's flag slot; a rank's call returns once every peer's flag
+// has reached that number. Every rank flags every peer on every call (also in broadcast and
+// barrier), so finishing call k proves each peer has entered call k and is done with call k-1's
+// results: the data areas are double-buffered by the sequence number's parity and never
+// overwritten while a peer still reads them.
+//
+// Peer failure: endpoints use UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails the call with an
+// error naming its rank instead of a hang (with Debian's UCX 1.13 this drops the shared-memory
+// transports and traffic goes over tcp, DESIGN.md §8; `peer_error_handling = false` keeps shm for
+// benchmarks). A wait past the timeout fails naming the ranks whose flags are missing. abort() may
+// be called from any thread and wakes the waiter. After a failure the endpoint stays failed until
+// set_epoch starts a new epoch (ranks as threads of one process: ucx_group.h); a dead peer stays
+// failed for good, and a group that lost a rank process is re-formed by creating new endpoints.
+//
+// Host memory only: Debian's UCX has no CUDA transports.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/bootstrap.h"
+#include "transport/failure_latch.h"
+#include "transport/transport.h"
+
+namespace ds {
+
+struct ucx_options {
+    bool peer_error_handling = true;
+};
+
+class ucx_endpoint final : public transport {
+   public:
+    // Creates this rank's UCX context, worker and registered region, exchanges addresses and
+    // rkeys through `boot`, connects to every peer and meets them in a barrier (bounded by
+    // config.timeout). Logs the chosen transports.
+    static status create(const transport_config& config, bootstrap& boot, const ucx_options& options,
+                         std::unique_ptr<ucx_endpoint>& out);
+    ~ucx_endpoint() override;
+    ucx_endpoint(const ucx_endpoint&) = delete;
+    ucx_endpoint& operator=(const ucx_endpoint&) = delete;
+
+    int32_t rank() const override { return rank_; }
+    int32_t world_size() const override { return config_.world_size; }
+
+    // Also exchanges every rank's requested rows (first_row, row_count), dtype and real row count
+    // first (a small collective), since a sender must know which rows each receiver wants.
+    status swap_batch_vocab(const logits_view& shard, int64_t first_row, int64_t row_count,
+                            logits_view& full_rows) override;
+    status gather_verify_outputs(const int32_t* block, std::size_t block_ints, int32_t* out) override;
+    status all_gather(const void* in, std::size_t bytes, void* out) override;
+    status all_reduce(uint64_t* data, std::size_t count, reduce_op op) override;
+    status all_reduce(int64_t* data, std::size_t count, reduce_op op) override;
+    status broadcast(void* data, std::size_t bytes, int32_t root) override;
+    status barrier() override;
+    void abort(const char* reason) override;
+
+    // The UCX transports carrying traffic to the next rank, e.g. "tcp/lo" (empty for one rank).
+    const std::string& transport_summary() const { return transport_summary_; }
+
+    // On this rank's thread, before the collectives of epoch `epoch` (a step id; increasing):
+    // clears an abort or timeout of an earlier epoch (not a dead peer) and numbers this epoch's
+    // calls from epoch << 32, above every flag an older epoch may still deliver. Every rank of
+    // the group enters the same epochs.
+    void set_epoch(uint64_t epoch);
+    // Whether this rank is inside a collective now (any thread may ask).
+    bool in_collective() const { return in_collective_.load(std::memory_order_acquire); }
+
+   private:
+    struct resources;
+    struct peer_failure_context;
+
+    ucx_endpoint(const transport_config& config, int32_t rank);
+
+    status setup(bootstrap& boot, const ucx_options& options);
+    // One collective: issue_puts(parity) puts this rank's data into the peers' areas of that
+    // parity; then flush, flag every peer, and wait for every peer's flag of this call.
+    template <class IssuePuts>
+    status collective(const char* what, IssuePuts&& issue_puts);
+    status put(int32_t peer, const void* data, std::size_t bytes, std::size_t remote_offset);
+    // One progress call; once a wait has spun `spins` times and there was nothing to do, yields
+    // the core, or with `sleep_when_idle` sleeps briefly on the worker's events.
+    void progress(int spins, bool sleep_when_idle);
+    status flush(const char* what);
+    status wait_for_flags(uint64_t sequence, const char* what);
+    // The first peer whose endpoint reported an error, or -1.
+    int32_t failed_peer() const;
+    // Fails the endpoint with "rank R: <what>: rank P failed (<UCX status>)".
+    status fail_for_peer(int32_t peer, const char* what);
+    template <class T>
+    status reduce_impl(T* data, std::size_t count, reduce_op op);
+
+    // Offsets inside the registered region.
+    std::size_t flag_offset(int32_t source) const;
+    std::size_t swap_offset(uint64_t parity) const;
+    std::size_t collective_offset(uint64_t parity, int32_t source) const;
+    unsigned char* local(std::size_t offset) { return region_.data() + offset; }
+
+    transport_config config_;
+    int32_t rank_;
+    std::unique_ptr<resources> ucx_;
+    std::vector<unsigned char> region_;  // flags | parity 0: swap, collective | parity 1: ...
+    std::size_t area_bytes_ = 0;
+    uint64_t epoch_ = 0;
+    uint64_t sequence_ = 0;
+    std::atomic<bool> in_collective_{false};
+    uint64_t flag_source_[2] = {0, 0};  // stays valid until the next call's flush completes the put
+    std::string transport_summary_;
+
+    failure_latch failure_;  // until set_epoch; a dead peer for good
+};
+
+}  // namespace ds
