@@ -17,7 +17,8 @@
 // Blocks take their (row, chunk) from a ticket counter in the order they start. The blocks of a
 // row hold consecutive tickets, so when every resident block waits at a barrier, all rows but the
 // newest have all their blocks running; the barriers cannot deadlock while a row's chunks
-// (at most 64) fit on the GPU at once.
+// (at most 16) fit on the GPU at once.
+#include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -32,8 +33,14 @@ namespace dm = ds::detmath;
 
 namespace {
 
+// A chunk is read in rounds of kBlockThreads float4s: in round s thread t holds the 4 tokens
+// (s * kBlockThreads + t) * 4 .. + 3, so a warp reads 512 consecutive bytes (no bank conflicts)
+// and each round covers a contiguous range of tokens in thread order.
 constexpr int kPerThread = kChunkTokens / kBlockThreads;
-static_assert(kChunkTokens % (4 * kBlockThreads) == 0, "a thread's segment is whole float4s");
+constexpr int kSliceTokens = 4;
+constexpr int kSlices = kPerThread / kSliceTokens;  // rounds
+static_assert(kPerThread % kSliceTokens == 0 && kPerThread <= 64, "whole float4s; one 64-bit candidate mask");
+static_assert(kSlices % 4 == 0, "rounds are counted four at a time in 16-bit fields");
 constexpr int32_t kSortCapacity = 2048;  // candidates cut by sorting; more use radix selection
 constexpr int kRadixDigitBits = 10;
 constexpr int kRadixBins = 1 << kRadixDigitBits;
@@ -134,13 +141,13 @@ __device__ void load_chunk(const chain_kernel_params& p, const request_params& r
     const int64_t offset = row * p.row_stride + first;
     if (p.dtype == logits_dtype::f32) {
         const float* source = static_cast<const float*>(p.logits) + offset;
-        if ((reinterpret_cast<uintptr_t>(source) & 15) == 0 && count == kChunkTokens) {
-            constexpr int kQuads = kPerThread / 4;
-            float4 values[kQuads];
-#pragma unroll
-            for (int k = 0; k < kQuads; ++k) values[k] = reinterpret_cast<const float4*>(source)[threadIdx.x + k * kBlockThreads];
-#pragma unroll
-            for (int k = 0; k < kQuads; ++k) reinterpret_cast<float4*>(chunk)[threadIdx.x + k * kBlockThreads] = values[k];
+        if ((reinterpret_cast<uintptr_t>(source) & 15) == 0 && count % 4 == 0) {
+            // Asynchronous copies straight into shared memory: the whole chunk in flight at once.
+            for (int32_t q = threadIdx.x; q < count / 4; q += kBlockThreads) {
+                __pipeline_memcpy_async(reinterpret_cast<float4*>(chunk) + q, reinterpret_cast<const float4*>(source) + q, 16);
+            }
+            __pipeline_commit();
+            __pipeline_wait_prior(0);
         } else {
             for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) chunk[i] = source[i];
         }
@@ -182,22 +189,26 @@ __device__ void load_chunk(const chain_kernel_params& p, const request_params& r
     __syncthreads();
 }
 
-// This thread's segment of the chunk in registers: kPerThread consecutive tokens from `begin`
-// (those past `count` read as -inf, which has no mass and never wins). float4 reads: four times
-// fewer shared-memory bank conflicts than walking the segment one float at a time.
-__device__ __forceinline__ void load_segment(const float* chunk, int32_t begin, int32_t count, float (&values)[kPerThread]) {
-    if (begin + kPerThread <= count) {
+// Calls visit(round, first, values) for this thread's tokens round by round (increasing token
+// order): `first` is the index in the chunk of values[0]; tokens past `count` read as -inf,
+// which has no mass and never wins.
+template <class Visit>
+__device__ __forceinline__ void for_each_slice(const float* chunk, int32_t count, const Visit& visit) {
+#pragma unroll 4
+    for (int round = 0; round < kSlices; ++round) {
+        const int32_t first = (round * kBlockThreads + static_cast<int32_t>(threadIdx.x)) * kSliceTokens;
+        float values[kSliceTokens];
+        if (first + kSliceTokens <= count) {
+            const float4 q = *reinterpret_cast<const float4*>(chunk + first);
+            values[0] = q.x;
+            values[1] = q.y;
+            values[2] = q.z;
+            values[3] = q.w;
+        } else {
 #pragma unroll
-        for (int k = 0; k < kPerThread / 4; ++k) {
-            const float4 q = reinterpret_cast<const float4*>(chunk + begin)[k];
-            values[4 * k] = q.x;
-            values[4 * k + 1] = q.y;
-            values[4 * k + 2] = q.z;
-            values[4 * k + 3] = q.w;
+            for (int k = 0; k < kSliceTokens; ++k) values[k] = first + k < count ? chunk[first + k] : -HUGE_VALF;
         }
-    } else {
-#pragma unroll
-        for (int k = 0; k < kPerThread; ++k) values[k] = begin + k < count ? chunk[begin + k] : -HUGE_VALF;
+        visit(round, first, values);
     }
 }
 
@@ -568,8 +579,7 @@ __device__ void draw_without_cut(const row_context& ctx, kernel_shared& sh) {
 // Rows with a top-k/top-p cut, run by every block of the row after the masses barrier. Every
 // token whose mass can survive the cut is at or above a bound read off the row's histogram;
 // the blocks list those tokens in token order and the last one selects the cut and draws.
-__device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t first, int32_t seg_begin,
-                              const float (&segment)[kPerThread], kernel_shared& sh) {
+__device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t first, int32_t count, kernel_shared& sh) {
     const chain_kernel_params& p = ctx.p;
     const request_params& r = ctx.r;
     const row_totals& totals = sh.totals;
@@ -595,17 +605,29 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
     __syncthreads();
     const uint64_t bound = sh.scratch.broadcast_u64;
     __syncthreads();
-    uint32_t mine = 0;
-    uint32_t is_candidate = 0;  // bit k: segment[k]
+    const float* chunk_logits = sh.data.chunk;
+    // Candidates per round, four rounds per 64-bit word in 16-bit fields (a field sums at most
+    // kBlockThreads * 4 tokens), so four block scans give every thread its place in token order.
+    uint64_t is_candidate = 0;  // bit 4 * round + k
+    uint64_t round_counts[kSlices / 4] = {};
+    for_each_slice(chunk_logits, count, [&](int round, int32_t, const float (&values)[kSliceTokens]) {
 #pragma unroll
-    for (int k = 0; k < kPerThread; ++k) {
-        if (mass_of(segment[k], totals.max_logit, r.temperature) >= bound) {
-            is_candidate |= 1u << k;
-            ++mine;
+        for (int k = 0; k < kSliceTokens; ++k) {
+            if (mass_of(values[k], totals.max_logit, r.temperature) >= bound) {
+                is_candidate |= uint64_t{1} << (kSliceTokens * round + k);
+                round_counts[round / 4] += uint64_t{1} << (16 * (round % 4));
+            }
         }
-    }
+    });
+    uint64_t rounds_before[kSlices / 4];  // this thread's place within each round (fields)
+    uint64_t round_totals[kSlices / 4];
+#pragma unroll
+    for (int g = 0; g < kSlices / 4; ++g) rounds_before[g] = block_exclusive_scan(round_counts[g], round_totals[g], sh.scratch);
     uint64_t chunk_candidates = 0;
-    const uint64_t mine_before = block_exclusive_scan(mine, chunk_candidates, sh.scratch);
+#pragma unroll
+    for (int g = 0; g < kSlices / 4; ++g) {
+        for (int f = 0; f < 4; ++f) chunk_candidates += (round_totals[g] >> (16 * f)) & 0xFFFF;
+    }
     if (threadIdx.x == 0) partials[chunk].candidates = static_cast<int32_t>(chunk_candidates);
     arrive(&ws.sync[ctx.row].counts_arrived, static_cast<uint32_t>(ctx.chunks), p);
     if (threadIdx.x < 32) {  // candidates of earlier chunks come first: the list stays in token order
@@ -626,11 +648,16 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
     __syncthreads();
     const int32_t list_count = sh.list_count;
     cut_candidate* list = ws.candidates + ctx.row * p.vocab;
-    int32_t at = sh.list_offset + static_cast<int32_t>(mine_before);
+    int32_t round_start = sh.list_offset;  // the list position of this round's first candidate
+    for_each_slice(chunk_logits, count, [&](int round, int32_t at_token, const float (&values)[kSliceTokens]) {
+        const int field = 16 * (round % 4);
+        int32_t at = round_start + static_cast<int32_t>((rounds_before[round / 4] >> field) & 0xFFFF);
 #pragma unroll
-    for (int k = 0; k < kPerThread; ++k) {
-        if ((is_candidate >> k) & 1u) list[at++] = cut_candidate{first + seg_begin + k, segment[k]};
-    }
+        for (int k = 0; k < kSliceTokens; ++k) {
+            if ((is_candidate >> (kSliceTokens * round + k)) & 1u) list[at++] = cut_candidate{first + at_token + k, values[k]};
+        }
+        round_start += static_cast<int32_t>((round_totals[round / 4] >> field) & 0xFFFF);
+    });
     __threadfence();  // every thread wrote part of the list
     if (!arrive_last(&ws.sync[ctx.row].candidates_arrived, static_cast<uint32_t>(ctx.chunks), sh)) return;
 
@@ -658,9 +685,11 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
     }
 }
 
-// Four blocks per SM (64 registers): enough resident rows to keep memory busy while blocks wait.
-__global__ void __launch_bounds__(kBlockThreads, 4) chain_kernel(chain_kernel_params p) {
-    __shared__ kernel_shared sh;
+// Three blocks per SM (their chunks fill shared memory): about 50 rows of 128k fp32 logits are
+// resident at once, so the rows' barrier latencies overlap.
+__global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_params p) {
+    extern __shared__ __align__(16) unsigned char shared_bytes[];
+    kernel_shared& sh = *reinterpret_cast<kernel_shared*>(shared_bytes);
     const chain_workspace& ws = p.workspace;
     if (threadIdx.x == 0) sh.ticket = atomicAdd(&ws.control->next_ticket, 1u);
     __syncthreads();
@@ -678,31 +707,31 @@ __global__ void __launch_bounds__(kBlockThreads, 4) chain_kernel(chain_kernel_pa
     row_sync& sync = ws.sync[row];
     chunk_partial* row_partials = ws.partials + row * chunks;
     float* chunk_logits = sh.data.chunk;
-    // This thread's segment of the chunk (contiguous, so its running sums are prefixes).
-    const int32_t seg_begin = static_cast<int32_t>(threadIdx.x) * kPerThread;
-    float segment[kPerThread];
 
     // ---- 1. Load, argmax, and the chunk's softmax sum (relative to the chunk's maximum) --------
     load_chunk(p, r, row, first, count, chunk_logits);
     if (draft >= first && draft < first + count && threadIdx.x == 0) sync.draft_logit = chunk_logits[draft - first];
-    load_segment(chunk_logits, seg_begin, count, segment);
     const bool with_logprobs = p.logprobs != nullptr;
     {
         float best = -HUGE_VALF;
         int32_t best_index = -1;
+        for_each_slice(chunk_logits, count, [&](int, int32_t at_token, const float (&values)[kSliceTokens]) {
 #pragma unroll
-        for (int k = 0; k < kPerThread; ++k) {
-            if (segment[k] > best) {  // strict: the lowest index on ties; skips NaN and -inf
-                best = segment[k];
-                best_index = first + seg_begin + k;
+            for (int k = 0; k < kSliceTokens; ++k) {
+                if (values[k] > best) {  // strict: the lowest index on ties; skips NaN and -inf
+                    best = values[k];
+                    best_index = first + at_token + k;
+                }
             }
-        }
+        });
         float chunk_max = 0.0f;
         const int32_t index = block_argmax(best, best_index, chunk_max, sh.scratch);
         double softmax = 0.0;
         if (with_logprobs && index >= 0) {
+            for_each_slice(chunk_logits, count, [&](int, int32_t, const float (&values)[kSliceTokens]) {
 #pragma unroll
-            for (int k = 0; k < kPerThread; ++k) softmax += static_cast<double>(weight_of(segment[k], chunk_max, 1.0f));
+                for (int k = 0; k < kSliceTokens; ++k) softmax += static_cast<double>(weight_of(values[k], chunk_max, 1.0f));
+            });
             softmax = block_sum(softmax, sh.scratch);
         }
         if (threadIdx.x == 0) {
@@ -742,15 +771,17 @@ __global__ void __launch_bounds__(kBlockThreads, 4) chain_kernel(chain_kernel_pa
             uint64_t nonzero = 0;
             uint64_t mass_total = 0;
             uint64_t min_p_mass = 0;
+            for_each_slice(chunk_logits, count, [&](int, int32_t, const float (&values)[kSliceTokens]) {
 #pragma unroll
-            for (int k = 0; k < kPerThread; ++k) {
-                const float w = weight_of(segment[k], totals.max_logit, r.temperature);
-                const uint64_t q = dm::weight_to_mass(w);
-                nonzero += q > 0 ? 1 : 0;
-                mass_total += q;
-                min_p_mass += q >= row_ctx.min_mass ? q : 0;
-                if (maybe_cut && q > 0) atomicAdd(&sh.histogram[dm::float_as_bits(w) >> 22], 1u);
-            }
+                for (int k = 0; k < kSliceTokens; ++k) {
+                    const float w = weight_of(values[k], totals.max_logit, r.temperature);
+                    const uint64_t q = dm::weight_to_mass(w);
+                    nonzero += q > 0 ? 1 : 0;
+                    mass_total += q;
+                    min_p_mass += q >= row_ctx.min_mass ? q : 0;
+                    if (maybe_cut && q > 0) atomicAdd(&sh.histogram[dm::float_as_bits(w) >> 22], 1u);
+                }
+            });
             nonzero = block_sum(nonzero, sh.scratch);
             mass_total = block_sum(mass_total, sh.scratch);
             min_p_mass = block_sum(min_p_mass, sh.scratch);
@@ -778,7 +809,7 @@ __global__ void __launch_bounds__(kBlockThreads, 4) chain_kernel(chain_kernel_pa
                     // No cut after all (top_k reaches every token with mass).
                     if (arrive_last(&sync.counts_arrived, static_cast<uint32_t>(chunks), sh)) draw_without_cut(row_ctx, sh);
                 } else {
-                    draw_with_cut(row_ctx, top_k_active, first, seg_begin, segment, sh);
+                    draw_with_cut(row_ctx, top_k_active, first, count, sh);
                 }
             }
         }
@@ -797,6 +828,10 @@ __global__ void __launch_bounds__(kBlockThreads, 4) chain_kernel(chain_kernel_pa
 
 }  // namespace
 
+cudaError_t prepare_chain_kernel() {
+    return cudaFuncSetAttribute(chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(kernel_shared)));
+}
+
 size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t vocab) {
     chain_workspace unused;
     return chain_workspace::layout(nullptr, max_rows, max_batch, vocab, unused);
@@ -807,7 +842,7 @@ cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t 
     const dim3 grid(rows * static_cast<unsigned>(chunks_per_row(params.vocab)));
     const cudaError_t reset = cudaMemsetAsync(params.workspace.control, 0, sizeof(launch_control), stream);
     if (reset != cudaSuccess) return reset;
-    chain_kernel<<<grid, kBlockThreads, 0, stream>>>(params);
+    chain_kernel<<<grid, kBlockThreads, sizeof(kernel_shared), stream>>>(params);
     return cudaGetLastError();
 }
 

@@ -11,6 +11,9 @@ namespace ds::cuda {
 // Bytes of chain_kernel_params::workspace for steps of up to max_rows rows and max_batch requests.
 size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t vocab);
 
+// Once per process and device before the first launch: lets the kernel use its shared memory.
+cudaError_t prepare_chain_kernel();
+
 // Enqueues one step on `stream` (capturable in a CUDA graph). Call params.check() first.
 cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t stream);
 

@@ -33,7 +33,7 @@ struct request_params {
 // How the kernel lays a row out: kChunkTokens consecutive tokens per thread block, so a row of V
 // tokens is chunks_per_row(V) blocks that hold their chunk in shared memory, meet at in-row
 // barriers (row maximum, then masses) and read the row from memory once.
-constexpr int32_t kChunkTokens = 4096;
+constexpr int32_t kChunkTokens = 16384;
 constexpr int32_t kMassHistogramBins = 256;  // float exponent and first mantissa bit of a weight
 
 DS_HD int32_t chunks_per_row(int32_t vocab) { return (vocab + kChunkTokens - 1) / kChunkTokens; }

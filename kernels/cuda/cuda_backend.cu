@@ -248,6 +248,7 @@ status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_ba
         cudaGetLastError();
         return {status_code::unsupported, "backend = 'cuda': no CUDA device is available; use --backend cpu"};
     }
+    CUDA_TRY(prepare_chain_kernel());
     auto state = std::make_unique<impl>(config);
     CUDA_TRY(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
     const size_t rows = static_cast<size_t>(config.max_rows());
@@ -361,6 +362,14 @@ status measure_copy_bandwidth(size_t bytes, int iterations, double& terabytes_pe
     s = timer.stop(nullptr, ms);
     if (!s.is_ok()) return s;
     terabytes_per_second = 2.0 * static_cast<double>(bytes) * iterations / (ms * 1e-3) / 1e12;
+    return status::success();
+}
+
+status copy_rows_to_host(const logits_view& rows, void* host) {
+    if (rows.rows == 0) return status::success();
+    const size_t element = dtype_size(rows.dtype);
+    CUDA_TRY(cudaMemcpy2D(host, static_cast<size_t>(rows.vocab) * element, rows.data, static_cast<size_t>(rows.row_stride) * element,
+                          static_cast<size_t>(rows.vocab) * element, static_cast<size_t>(rows.rows), cudaMemcpyDeviceToHost));
     return status::success();
 }
 

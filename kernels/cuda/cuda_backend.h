@@ -51,6 +51,10 @@ namespace ds::cuda {
 // Freed when the last owner goes.
 status upload_to_device(const void* host, size_t bytes, std::shared_ptr<void>& device);
 
+// Copies rows.rows rows of rows.vocab elements (device memory, row_stride apart) into `host`,
+// densely packed; waits for the copy.
+status copy_rows_to_host(const logits_view& rows, void* host);
+
 // Device-to-device copy bandwidth, counting bytes read plus bytes written (TB/s), over a copy of
 // `bytes` repeated `iterations` times: the memory floor a sampling kernel is compared with.
 status measure_copy_bandwidth(size_t bytes, int iterations, double& terabytes_per_second);
