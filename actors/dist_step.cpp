@@ -11,7 +11,7 @@ std::vector<logits_view> split_vocab(const logits_view& full, int32_t tp) {
     const auto* base = static_cast<const unsigned char*>(full.data);
     for (int32_t r = 0; r < tp; ++r) {
         const size_t offset = static_cast<size_t>(r) * static_cast<size_t>(shard_vocab) * dtype_size(full.dtype);
-        shards.push_back(logits_view{base + offset, full.dtype, full.rows, shard_vocab, full.row_stride});
+        shards.push_back(logits_view{base + offset, full.dtype, full.rows, shard_vocab, full.row_stride, full.on_device});
     }
     return shards;
 }

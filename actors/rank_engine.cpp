@@ -70,11 +70,21 @@ status rank_engine::release(int32_t slot) {
     return pool().release(slot);
 }
 
-status rank_engine::run(const dist_step& step, step_outputs& out) {
+status rank_engine::run(const dist_step& planned, step_outputs& out) {
     if (!init_status_.is_ok()) return init_status_;
-    out.resize(step.plan.bs, step.plan.tokens_per_req);
+    out.resize(planned.plan.bs, planned.plan.tokens_per_req);
     const auto start = std::chrono::steady_clock::now();
     endpoint_.reset();
+    // The transports and sharded mode read logits on the host: a shard in device memory (a model
+    // runtime's output) is copied here first.
+    const logits_view& shard = planned.shards[static_cast<size_t>(rank_)];
+    dist_step staged;
+    if (shard.on_device) {
+        staged = planned;
+        status s = stage_device_logits(shard, device_staging_, staged.shards[static_cast<size_t>(rank_)]);
+        if (!s.is_ok()) return s;
+    }
+    const dist_step& step = shard.on_device ? staged : planned;
     status s;
     switch (config_.mode) {
         case dist_mode::gathered: s = run_gathered(step, out); break;

@@ -55,6 +55,7 @@ class rank_engine {
     std::vector<int32_t> gathered_blocks_;
     std::vector<int32_t> extra_block_;  // logprob bits and error flags
     std::vector<int32_t> gathered_extras_;
+    std::vector<unsigned char> device_staging_;  // this rank's shard, when it arrives in device memory
 };
 
 }  // namespace ds

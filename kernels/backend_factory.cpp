@@ -1,5 +1,7 @@
 // Builds a backend by kind. Separate from sampling_backend.cpp so the CPU core does not depend on
 // the CUDA library.
+#include <algorithm>
+
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/sampling_backend.h"
 #if defined(DISTSAMPLE_HAVE_CUDA)
@@ -24,6 +26,18 @@ status make_backend(backend_kind kind, const kernel_config& config, std::unique_
     }
     out = std::make_unique<cpu::cpu_backend>(config);
     return status::success();
+}
+
+status stage_device_logits(const logits_view& rows, std::vector<unsigned char>& host, logits_view& staged) {
+    const std::size_t row_bytes = static_cast<std::size_t>(rows.vocab) * dtype_size(rows.dtype);
+    host.resize(std::max(host.size(), row_bytes * static_cast<std::size_t>(rows.rows)));
+    staged = logits_view{host.data(), rows.dtype, rows.rows, rows.vocab, rows.vocab, false};
+#if defined(DISTSAMPLE_HAVE_CUDA)
+    return cuda::copy_rows_to_host(rows, host.data());
+#else
+    return {status_code::unsupported,
+            "logits.on_device = true: this build has no CUDA support (configure with DISTSAMPLE_WITH_CUDA=ON)"};
+#endif
 }
 
 }  // namespace ds

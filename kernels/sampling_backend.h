@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "config/kernel_config.h"
 #include "kernels/param_pool.h"
@@ -38,5 +39,11 @@ status parse_backend_kind(std::string_view name, backend_kind& kind);
 
 // Builds a backend, or returns a status saying why it cannot (bad config, CUDA not built).
 status make_backend(backend_kind kind, const kernel_config& config, std::unique_ptr<sampling_backend>& out);
+
+// Copies logits rows that live in device memory (rows.on_device) into `host`, densely packed
+// (row_stride = vocab), and describes them in `staged`: for paths that read logits on the host
+// (the local and UCX transports, sharded mode). `host` grows to fit. Unsupported in builds
+// without CUDA.
+status stage_device_logits(const logits_view& rows, std::vector<unsigned char>& host, logits_view& staged);
 
 }  // namespace ds

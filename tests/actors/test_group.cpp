@@ -9,6 +9,10 @@
 #include <random>
 
 #include "support/backend_harness.h"
+#if defined(DISTSAMPLE_HAVE_CUDA)
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/det_math_probe.h"
+#endif
 
 namespace ds {
 namespace {
@@ -169,12 +173,27 @@ void expect_same(const step_outputs& expected, const step_outputs& got, bool exa
 
 // Random steps through `g` give the CPU backend's outputs on the full rows (logprobs bit for bit
 // when `exact_logprobs`, else within 1e-5).
-void expect_random_steps_match_cpu(group& g, int32_t tp, dist_mode mode, bool exact_logprobs) {
+// With `logits_on_device` the shards are handed over in GPU memory, as a model runtime would.
+void expect_random_steps_match_cpu(group& g, int32_t tp, dist_mode mode, bool exact_logprobs, bool logits_on_device = false) {
     std::mt19937_64 rng(1000 + static_cast<uint64_t>(tp) * 10 + static_cast<uint64_t>(mode));
     for (int i = 0; i < 12; ++i) {
         const random_step s = make_random_step(rng);
         register_all(g, s);
-        const step_reply reply = g.step(s.request(tp));
+        step_request request = s.request(tp);
+        std::shared_ptr<void> device_logits;
+#if defined(DISTSAMPLE_HAVE_CUDA)
+        if (logits_on_device) {
+            const status up = cuda::upload_to_device(s.logits.data(), s.logits.size() * sizeof(float), device_logits);
+            ASSERT_TRUE(up.is_ok()) << up.message;
+            logits_view full = s.full_view();
+            full.data = device_logits.get();
+            full.on_device = true;
+            request.shards = split_vocab(full, tp);
+        }
+#else
+        ASSERT_FALSE(logits_on_device) << "device logits need a CUDA build";
+#endif
+        const step_reply reply = g.step(request);
         ASSERT_TRUE(reply.result.is_ok()) << reply.result.message;
         EXPECT_TRUE(reply.desyncs.empty());
         expect_same(reference_outputs(s), reply.outputs, exact_logprobs,
@@ -209,6 +228,40 @@ TEST_P(CudaRanks, RandomStepsEqualTheCpuBackend) {
     ASSERT_TRUE(st.is_ok()) << st.message;
     expect_random_steps_match_cpu(*g, tp, mode, false);
 }
+
+#if defined(DISTSAMPLE_HAVE_CUDA)
+// Shards in device memory (a model runtime's output) are staged by each rank and give the CPU
+// backend's outputs in every mode, on either backend.
+TEST(DeviceLogits, EveryModeEqualsTheCpuBackend) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    for (const dist_mode mode : {dist_mode::gathered, dist_mode::swap, dist_mode::sharded}) {
+        for (const char* backend : {"cpu", "cuda"}) {
+            if (mode == dist_mode::sharded && std::string(backend) == "cuda") continue;  // sharded runs on the CPU
+            group_config config = test_config(2, mode);
+            config.backend = backend;
+            std::unique_ptr<group> g;
+            status st = group::create(config, g);
+            ASSERT_TRUE(st.is_ok()) << st.message;
+            SCOPED_TRACE(std::string(mode_name(mode)) + " on " + backend);
+            const bool exact = mode != dist_mode::sharded && std::string(backend) == "cpu";
+            expect_random_steps_match_cpu(*g, 2, mode, exact, true);
+        }
+    }
+}
+#else
+TEST(DeviceLogits, AreRefusedWithoutCuda) {
+    std::unique_ptr<group> g;
+    ASSERT_TRUE(group::create(test_config(2, dist_mode::swap), g).is_ok());
+    std::mt19937_64 rng(7);
+    const random_step s = make_random_step(rng);
+    register_all(*g, s);
+    step_request request = s.request(2);
+    for (logits_view& shard : request.shards) shard.on_device = true;
+    const step_reply reply = g->step(request);
+    EXPECT_EQ(reply.result.code, status_code::unsupported);
+    EXPECT_NE(reply.result.message.find("logits.on_device"), std::string::npos) << reply.result.message;
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(Group, CudaRanks,
                          ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values(dist_mode::gathered, dist_mode::swap)),
