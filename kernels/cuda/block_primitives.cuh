@@ -80,9 +80,8 @@ __device__ __forceinline__ bool argmax_better(float value, int32_t index, float 
     return value > best_value || (value == best_value && index < best_index);
 }
 
-// Combines each thread's (best, best_index) into the block's; every thread gets the index and
-// `value` its value.
-__device__ inline int32_t block_argmax(float best, int32_t best_index, float& value, block_scratch& sh) {
+// Combines the lanes' (best, best_index) in place: every lane ends with the warp's.
+__device__ __forceinline__ void warp_argmax(float& best, int32_t& best_index) {
     for (int offset = 16; offset > 0; offset >>= 1) {
         const float other = __shfl_xor_sync(kFullMask, best, offset);
         const int32_t other_index = __shfl_xor_sync(kFullMask, best_index, offset);
@@ -91,6 +90,12 @@ __device__ inline int32_t block_argmax(float best, int32_t best_index, float& va
             best_index = other_index;
         }
     }
+}
+
+// Combines each thread's (best, best_index) into the block's; every thread gets the index and
+// `value` its value.
+__device__ inline int32_t block_argmax(float best, int32_t best_index, float& value, block_scratch& sh) {
+    warp_argmax(best, best_index);
     if ((threadIdx.x & 31) == 0) {
         sh.warp_value[threadIdx.x >> 5] = best;
         sh.warp_index[threadIdx.x >> 5] = best_index;

@@ -447,14 +447,7 @@ __device__ void combine_maxima(const chunk_partial* partials, int32_t chunks, bo
                 top = index;
             }
         }
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            const float other = __shfl_xor_sync(kFullMask, best, offset);
-            const int32_t other_index = __shfl_xor_sync(kFullMask, top, offset);
-            if (argmax_better(other, other_index, best, top)) {
-                best = other;
-                top = other_index;
-            }
-        }
+        warp_argmax(best, top);
         double softmax = 0.0;
         if (with_logprobs && top >= 0) {
             for (int32_t c = static_cast<int32_t>(threadIdx.x); c < chunks; c += 32) {
