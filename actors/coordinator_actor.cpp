@@ -141,11 +141,13 @@ void finish_step(coordinator* self) {
         self->send(rank, commit_msg{st.current_step, ship ? reference.outputs : nullptr});
     }
     step_timing slowest;
+    std::vector<step_timing> rank_timing;
     for (const rank_result& r : st.results) {
         slowest.rank_step_ns = std::max(slowest.rank_step_ns, r.timing.rank_step_ns);
         slowest.rank_transport_ns = std::max(slowest.rank_transport_ns, r.timing.rank_transport_ns);
+        rank_timing.push_back(r.timing);
     }
-    st.current_promise.deliver(step_answer{step.id, reference.outputs, std::move(found), slowest});
+    st.current_promise.deliver(step_answer{step.id, reference.outputs, std::move(found), slowest, std::move(rank_timing)});
     finish_job(self);
 }
 

@@ -42,6 +42,7 @@ client_actor_type::behavior_type client_actor(client_actor_type::pointer self, c
                         r.outputs = *answer.outputs;
                         r.desyncs = std::move(answer.desyncs);
                         r.timing = answer.timing;
+                        r.rank_timing = std::move(answer.rank_timing);
                         reply->set_value(std::move(r));
                     },
                     [reply](caf::error& e) {

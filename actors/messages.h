@@ -84,7 +84,8 @@ struct step_answer {
     uint64_t step_id = 0;
     std::shared_ptr<const step_outputs> outputs;
     std::vector<desync_event> desyncs;
-    step_timing timing;
+    step_timing timing;                   // the slowest rank's
+    std::vector<step_timing> rank_timing;  // every rank's
 };
 
 // CAF's error for a failed status (category "distsample", code = status_code, context = message).

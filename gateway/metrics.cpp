@@ -16,15 +16,29 @@ void histogram::observe(double value) {
     ++count_;
 }
 
-void histogram::render(const std::string& name, const std::string& help, std::string& out) const {
+void histogram::render(const std::string& name, const std::string& help, std::string& out, const std::string& labels) const {
     std::lock_guard<std::mutex> lock(mutex_);
-    out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+    if (!help.empty()) out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+    const std::string prefix = labels.empty() ? "" : labels + ",";
+    const std::string own = labels.empty() ? "" : "{" + labels + "}";
     uint64_t cumulative = 0;
     for (size_t i = 0; i < upper_bounds_.size(); ++i) {
         cumulative += counts_[i];
-        out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, upper_bounds_[i], cumulative);
+        out += fmt::format("{}_bucket{{{}le=\"{}\"}} {}\n", name, prefix, upper_bounds_[i], cumulative);
     }
-    out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name, sum_, name, count_);
+    out += fmt::format("{}_bucket{{{}le=\"+Inf\"}} {}\n{}_sum{} {}\n{}_count{} {}\n", name, prefix, count_, name, own, sum_, name, own,
+                       count_);
+}
+
+gateway_metrics::gateway_metrics(int32_t tp) {
+    for (int32_t r = 0; r < tp; ++r) ranks.push_back(std::make_unique<rank_histograms>());
+}
+
+void gateway_metrics::observe_ranks(const std::vector<step_timing>& timing) {
+    for (size_t r = 0; r < timing.size() && r < ranks.size(); ++r) {
+        ranks[r]->compute.observe(static_cast<double>(timing[r].rank_step_ns - timing[r].rank_transport_ns) * 1e-9);
+        ranks[r]->transport.observe(static_cast<double>(timing[r].rank_transport_ns) * 1e-9);
+    }
 }
 
 std::string gateway_metrics::render() const {
@@ -44,8 +58,15 @@ std::string gateway_metrics::render() const {
                        connections_open.load());
     step_latency.render("distsample_step_latency_seconds", "From a step's frame arriving to its reply.", out);
     accept_length.render("distsample_accept_length", "Tokens emitted per request per step (accepted drafts + 1).", out);
-    rank_compute.render("distsample_rank_compute_seconds", "The slowest rank's step time outside collectives.", out);
-    rank_transport.render("distsample_rank_transport_seconds", "The slowest rank's time inside transport collectives.", out);
+    const std::pair<const char*, const char*> families[] = {
+        {"distsample_rank_compute_seconds", "A rank's step time outside transport collectives."},
+        {"distsample_rank_transport_seconds", "A rank's time inside transport collectives."}};
+    for (const auto& [name, help] : families) {
+        for (size_t r = 0; r < ranks.size(); ++r) {
+            const histogram& h = name == families[0].first ? ranks[r]->compute : ranks[r]->transport;
+            h.render(name, r == 0 ? help : "", out, fmt::format("rank=\"{}\"", r));
+        }
+    }
     return out;
 }
 

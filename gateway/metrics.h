@@ -4,9 +4,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include <distsample/group.h>
 
 namespace ds::gateway {
 
@@ -14,8 +17,9 @@ class histogram {
    public:
     explicit histogram(std::vector<double> upper_bounds);
     void observe(double value);
-    // Appends the _bucket, _sum and _count lines of `name`.
-    void render(const std::string& name, const std::string& help, std::string& out) const;
+    // Appends the _bucket, _sum and _count lines of `name`, with `labels` (`key="value"`) on
+    // each; the # HELP / # TYPE header only when `help` is not empty.
+    void render(const std::string& name, const std::string& help, std::string& out, const std::string& labels = "") const;
 
    private:
     std::vector<double> upper_bounds_;
@@ -36,11 +40,16 @@ struct gateway_metrics {
     // Seconds from a step's frame arriving to its reply being queued.
     histogram step_latency{{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1.0}};
     histogram accept_length{{1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 32, 64}};
-    // Of each step's slowest rank (step_reply.timing): compute (its step minus its collectives)
-    // and transport (time inside collectives).
-    histogram rank_compute{{10e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3, 250e-3}};
-    histogram rank_transport{{10e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3, 250e-3}};
+    // Per rank (step_reply.rank_timing): compute (its step minus its collectives) and transport
+    // (time inside collectives).
+    struct rank_histograms {
+        histogram compute{{10e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3, 250e-3}};
+        histogram transport{{10e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3, 250e-3}};
+    };
+    std::vector<std::unique_ptr<rank_histograms>> ranks;
 
+    explicit gateway_metrics(int32_t tp);
+    void observe_ranks(const std::vector<step_timing>& timing);
     std::string render() const;
 };
 

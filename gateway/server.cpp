@@ -167,7 +167,7 @@ struct server::impl {
     bool stopped = false;
 
     impl(const gateway_config& c, group& g, const logits_source* m)
-        : config(c), ranks(g), group_limits(g.config()), model(m), slots(g.config().max_slots) {}
+        : config(c), ranks(g), group_limits(g.config()), model(m), metrics(g.config().tp), slots(g.config().max_slots) {}
 
     status start();
     void stop();
@@ -590,8 +590,7 @@ void server::impl::run_step(const std::shared_ptr<connection_base>& conn, uint64
         ++metrics.steps;
         metrics.desync_events += reply.desyncs.size();
         metrics.step_latency.observe(std::chrono::duration<double>(clock_type::now() - arrived).count());
-        metrics.rank_compute.observe(static_cast<double>(reply.timing.rank_step_ns - reply.timing.rank_transport_ns) * 1e-9);
-        metrics.rank_transport.observe(static_cast<double>(reply.timing.rank_transport_ns) * 1e-9);
+        metrics.observe_ranks(reply.rank_timing);
         conn->deliver(seq, std::move(frame), false);
     });
 }

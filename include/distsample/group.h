@@ -45,7 +45,8 @@ struct step_reply {
     uint64_t step_id = 0;     // assigned by the coordinator in submission order
     step_outputs outputs;     // valid when result.is_ok()
     std::vector<desync_event> desyncs;  // found in this step
-    step_timing timing;
+    step_timing timing;                   // the slowest rank's
+    std::vector<step_timing> rank_timing;  // every rank's, in rank order
 };
 
 // Test hooks: make one rank misbehave on its next step.

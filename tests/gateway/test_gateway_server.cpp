@@ -332,7 +332,11 @@ TEST(GatewayServer, MetricsAndHealthz) {
     EXPECT_NE(metrics.find("distsample_steps_total 1\n"), std::string::npos) << metrics;
     EXPECT_NE(metrics.find("distsample_step_latency_seconds_count 1\n"), std::string::npos);
     EXPECT_NE(metrics.find("distsample_accept_length_bucket{le=\"1\"} 1\n"), std::string::npos);
-    EXPECT_NE(metrics.find("distsample_rank_transport_seconds_count 1\n"), std::string::npos);
+    for (int rank = 0; rank < gw.ranks->config().tp; ++rank) {  // one series per rank
+        const std::string series = "{rank=\"" + std::to_string(rank) + "\"} 1\n";
+        EXPECT_NE(metrics.find("distsample_rank_transport_seconds_count" + series), std::string::npos) << metrics;
+        EXPECT_NE(metrics.find("distsample_rank_compute_seconds_count" + series), std::string::npos) << metrics;
+    }
     EXPECT_NE(metrics.find("distsample_desync_events_total 0\n"), std::string::npos);
     EXPECT_NE(http_get(gw.gateway->metrics_port(), "/healthz").find("200 OK"), std::string::npos);
     EXPECT_NE(http_get(gw.gateway->metrics_port(), "/nothing").find("404"), std::string::npos);
