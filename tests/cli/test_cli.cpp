@@ -40,7 +40,9 @@ std::string tool_path() {
 
 run_result run_cli(const std::string& args, const std::string& input) {
     // ctest runs tests of this binary in parallel: one set of files per test.
-    const std::string stem = ::testing::TempDir() + "/ds_cli_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    // The pid keeps concurrent runs of this binary (other build trees) apart.
+    const std::string stem = ::testing::TempDir() + "/ds_cli_" + std::to_string(::getpid()) + "_" +
+                             ::testing::UnitTest::GetInstance()->current_test_info()->name();
     const std::string in_path = stem + "_in.json";
     const std::string out_path = stem + "_out.json";
     const std::string err_path = stem + "_err.txt";
@@ -377,7 +379,7 @@ TEST(Cli, StepBadInputNamesTheField) {
 }
 
 TEST(Cli, ConfigCheckPrintsTheEffectiveConfigurationOrNamesTheKey) {
-    const std::string path = ::testing::TempDir() + "/ds_cli_config.json";
+    const std::string path = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_ds_cli_config.json";
     std::ofstream(path) << R"({"tp": 2, "mode": "sharded", "step_timeout_ms": 500})";
     const run_result r = run_cli("config check " + path + " --set rank0_policy=never", "");
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -409,7 +411,7 @@ TEST(Cli, ConfigCheckPrintsTheEffectiveConfigurationOrNamesTheKey) {
 }
 
 TEST(Cli, StepAndDemoReadTheConfigFile) {
-    const std::string path = ::testing::TempDir() + "/ds_cli_step_config.json";
+    const std::string path = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_ds_cli_step_config.json";
     std::ofstream(path) << R"({"tp": 3, "mode": "gathered"})";
     const run_result demo = run_cli("demo --steps 1 --batch 2 --vocab 96 --config " + path, "");
     ASSERT_EQ(demo.exit_code, 0) << demo.err;
@@ -420,7 +422,7 @@ TEST(Cli, StepAndDemoReadTheConfigFile) {
 }
 
 TEST(Cli, DemoWithTheNgramModelPrintsText) {
-    const std::string corpus = ::testing::TempDir() + "/ds_cli_corpus.txt";
+    const std::string corpus = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_ds_cli_corpus.txt";
     std::ofstream(corpus) << "the cat sat on the mat . the cat ate the rat . a dog sat on the log .";
     const run_result r = run_cli("demo --model ngram --corpus " + corpus + " --steps 2 --batch 2 --tp 2", "");
     ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -1,5 +1,6 @@
 // The configuration loader: file, DISTSAMPLE_* environment, overrides, and errors naming the key.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -11,7 +12,7 @@ using namespace ds;
 namespace {
 
 std::string write_config(const std::string& name, const std::string& text) {
-    const std::string path = ::testing::TempDir() + "/" + name;
+    const std::string path = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_" + name;  // apart from concurrent runs
     std::ofstream(path) << text;
     return path;
 }

@@ -2,6 +2,7 @@
 // reader's errors, step validation before allocation, and the gateway configuration section.
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -250,7 +251,7 @@ TEST(GatewayProtocol, UnsetParamsAreNeutral) {
 }
 
 TEST(GatewayConfig, SectionOfTheSameSources) {
-    const std::string path = ::testing::TempDir() + "/ds_gateway_config.json";
+    const std::string path = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_ds_gateway_config.json";
     std::ofstream(path) << R"({"tp": 2, "gateway": {"port": 9000, "model": "ngram", "secret": "x"}})";
     setenv("DISTSAMPLE_GATEWAY_MAX_FRAME_BYTES", "4096", 1);
     gateway_config gateway;
