@@ -10,7 +10,7 @@ readonly PACKAGES=(
   build-essential cmake ccache git
   libcaf-dev libucx-dev libboost-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
-  protobuf-compiler libprotobuf-dev python3-protobuf clang iproute2
+  protobuf-compiler libprotobuf-dev python3-protobuf clang libclang-rt-14-dev iproute2
 )
 
 log() { printf '\n== %s\n' "$*"; }
