@@ -149,4 +149,21 @@ status group::inject_fault(int32_t rank, rank_fault fault) {
     return impl_->ask(fault_msg{rank, fault}, ack);
 }
 
+status group::set_fault_plan(const fault_plan& plan) {
+    if (std::string e = validate_fault_plan(plan, impl_->config.tp); !e.empty()) return status::invalid(e);
+    const fault_plan_msg msg{std::make_shared<const fault_plan>(plan)};
+    // Straight to the ranks and waiting for all of them: a step submitted after this returns
+    // reaches every rank after its new plan.
+    caf::scoped_actor self{impl_->system};
+    status result;
+    for (const rank_actor_type& rank : impl_->ranks) {
+        self->request(rank, impl_->config.step_timeout, msg)
+            .receive([](op_ack&) {},
+                     [&](caf::error& e) {
+                         if (result.is_ok()) result = to_status(e, "a rank did not take its fault plan");
+                     });
+    }
+    return result;
+}
+
 }  // namespace ds
