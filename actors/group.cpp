@@ -99,7 +99,9 @@ status group::create(const group_config& config, std::unique_ptr<group>& out) {
     state->client = state->system.spawn(client_actor, state->coordinator, config.step_timeout + kReplyMargin);
     out.reset(new group(std::move(state)));
     // Building a rank's backend can fail (e.g. cuda not built): say so now, naming the rank.
-    return out->health();
+    status s = out->health();
+    if (s.is_ok() && !config.faults.empty()) s = out->set_fault_plan(config.faults);
+    return s;
 }
 
 group::group(std::unique_ptr<impl> state) : impl_(std::move(state)) {}

@@ -40,6 +40,13 @@ int main(int argc, char** argv) {
         flag("--backend", "backend", "Sampling backend: cpu or cuda (config key backend)");
         flag("--rank0-policy", "rank0_policy", "always, never or on_mismatch (config key rank0_policy)");
         flag("--threads", "threads_per_rank", "CPU worker threads per rank, 0 = all cores (config key threads_per_rank)");
+        cmd->add_option_function<std::vector<std::string>>(
+            "--fault",
+            [&group](const std::vector<std::string>& faults) {
+                for (const std::string& f : faults) group.overrides.push_back("faults.inject=" + f);
+            },
+            "Inject a fault: kind:rank=R[:steps=A-B][:p=P][:ms=D] (repeatable; config key faults.inject; README, Fault injection)");
+        flag("--fault-seed", "faults.seed", "Seed of the faults' per-step coins (config key faults.seed)");
     };
     for (CLI::App* cmd : {step_sample_cmd, step_verify_cmd}) add_group_options(cmd, step.group);
 

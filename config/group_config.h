@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "config/fault_plan.h"
+
 namespace ds {
 
 // How the ranks sample a step (DESIGN.md §4).
@@ -63,6 +65,8 @@ struct group_config {
     // Check the payloads of gathers and broadcasts (transport/faulty_transport.h): one extra
     // 8-byte all-gather per checked collective.
     bool payload_checksums = false;
+    // Faults to inject from the first step (config/fault_plan.h; config section "faults").
+    fault_plan faults;
 
     group_limits limits() const { return {tp, vocab_size, max_batch, max_tokens_per_req}; }
 };

@@ -1,8 +1,14 @@
 // The fault plan: its text form, its validation, and that whether a fault fires is a pure
-// function of (seed, fault, step) with the configured rate.
+// function of (seed, fault, step) with the configured rate; the config file's "faults" section.
 #include "config/fault_plan.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "config/config_file.h"
 
 namespace ds {
 namespace {
@@ -77,6 +83,34 @@ TEST(FaultPlan, FiringIsAPureFunctionOfSeedFaultAndStepAtTheRate) {
     const rank_step_faults at = faults_at(plan, 1, 3);
     EXPECT_EQ(at.alter_token, fault_fires(plan, 0, 3));
     EXPECT_FALSE(faults_at(plan, 3, 3).any());
+}
+
+TEST(FaultConfig, TheFaultsSectionTheEnvironmentAndTheCommandLineAddUp) {
+    const std::string path = ::testing::TempDir() + "fault_config.json";
+    std::ofstream(path) << R"({"tp": 4, "faults": {"seed": 9, "payload_checksums": true,
+                              "inject": ["hang:rank=1:steps=5", "alter_token:rank=2:p=0.01"]}})";
+    setenv("DISTSAMPLE_FAULTS_INJECT", "delay_kernel:rank=3:ms=20", 1);
+    group_config config;
+    const std::string e = load_group_config(path, {"faults.inject=corrupt_payload:rank=0:steps=2-3", "faults.seed=11"}, config);
+    unsetenv("DISTSAMPLE_FAULTS_INJECT");
+    ASSERT_EQ(e, "");
+    EXPECT_EQ(config.faults.seed, 11u);
+    EXPECT_TRUE(config.payload_checksums);
+    ASSERT_EQ(config.faults.faults.size(), 4u);
+    EXPECT_EQ(format_fault_spec(config.faults.faults[0]), "hang:rank=1:steps=5-5");
+    EXPECT_EQ(format_fault_spec(config.faults.faults[1]), "alter_token:rank=2:p=0.01");
+    EXPECT_EQ(format_fault_spec(config.faults.faults[2]), "delay_kernel:rank=3:ms=20");
+    EXPECT_EQ(format_fault_spec(config.faults.faults[3]), "corrupt_payload:rank=0:steps=2-3");
+    EXPECT_EQ(validate_group_config(config), "");
+    EXPECT_EQ(group_config_to_json(config)["faults"]["inject"].size(), 4u);
+
+    config = group_config{};
+    const std::string bad = load_group_config("", {"faults.inject=melt:rank=1"}, config);
+    EXPECT_NE(bad.find("config key 'faults.inject' = 'melt:rank=1' (from the command line)"), std::string::npos) << bad;
+    config = group_config{};
+    ASSERT_EQ(load_group_config("", {"tp=2", "faults.inject=hang:rank=2"}, config), "");
+    EXPECT_NE(validate_group_config(config).find("faults[0].rank = 2"), std::string::npos);
+    std::remove(path.c_str());
 }
 
 }  // namespace
