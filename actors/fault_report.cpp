@@ -92,12 +92,12 @@ void fault_ledger::record(uint64_t step_id, const step_reply& reply, int64_t lat
     records_.insert(records_.end(), injected.begin(), injected.end());
 }
 
-std::vector<fault_kind_summary> fault_ledger::summary() const {
+std::vector<fault_kind_summary> summarize_faults(const std::vector<fault_record>& records) {
     std::vector<fault_kind_summary> out;
     for (fault_kind kind : kAllFaultKinds) {
         fault_kind_summary s;
         s.kind = kind;
-        for (const fault_record& r : records_) {
+        for (const fault_record& r : records) {
             if (r.kind != kind) continue;
             ++s.injected;
             s.detected += r.detected ? 1 : 0;
@@ -111,34 +111,61 @@ std::vector<fault_kind_summary> fault_ledger::summary() const {
     return out;
 }
 
-std::string fault_ledger::table() const {
+std::string fault_table(const std::vector<fault_kind_summary>& summary) {
     std::string text = fmt::format("| {:<20} | {:>8} | {:>8} | {:>6} | {:>8} | {:>12} | {:>22} |\n", "fault kind", "injected",
                                    "detected", "masked", "repaired", "failed steps", "worst detection (ms)");
     text += fmt::format("|{:-<22}|{:->10}|{:->10}|{:->8}|{:->10}|{:->14}|{:->24}|\n", "", "", "", "", "", "", "");
-    for (const fault_kind_summary& s : summary()) {
+    for (const fault_kind_summary& s : summary) {
         text += fmt::format("| {:<20} | {:>8} | {:>8} | {:>6} | {:>8} | {:>12} | {:>22.2f} |\n", fault_kind_name(s.kind), s.injected,
                             s.detected, s.masked, s.repaired, s.failed_steps, static_cast<double>(s.worst_latency_ns) / 1e6);
     }
     return text;
 }
 
-std::string fault_ledger::json(bool with_latency) const {
+std::string fault_report_json(const std::vector<fault_record>& records, const std::vector<std::string>& unexplained, bool with_latency) {
     nlohmann::json events = nlohmann::json::array();
-    for (const fault_record& r : records_) {
-        nlohmann::json e = {{"step", r.step},         {"rank", r.rank},         {"kind", fault_kind_name(r.kind)},
-                            {"detected", r.detected}, {"masked", r.masked}, {"repaired", r.repaired}, {"failed_step", r.failed_step},
-                            {"first_row", r.first_row}, {"action", r.action}};
+    for (const fault_record& r : records) {
+        nlohmann::json e = {{"step", r.step},         {"rank", r.rank},     {"kind", fault_kind_name(r.kind)},
+                            {"detected", r.detected}, {"masked", r.masked}, {"repaired", r.repaired},
+                            {"failed_step", r.failed_step}, {"first_row", r.first_row}, {"action", r.action}};
         if (with_latency) e["latency_ns"] = r.latency_ns;
         events.push_back(std::move(e));
     }
     nlohmann::json kinds = nlohmann::json::array();
-    for (const fault_kind_summary& s : summary()) {
+    for (const fault_kind_summary& s : summarize_faults(records)) {
         nlohmann::json k = {{"kind", fault_kind_name(s.kind)}, {"injected", s.injected}, {"detected", s.detected},
                             {"masked", s.masked},               {"repaired", s.repaired}, {"failed_steps", s.failed_steps}};
         if (with_latency) k["worst_latency_ns"] = s.worst_latency_ns;
         kinds.push_back(std::move(k));
     }
-    return nlohmann::json{{"events", events}, {"summary", kinds}, {"unexplained", unexplained_}}.dump(2);
+    return nlohmann::json{{"events", events}, {"summary", kinds}, {"unexplained", unexplained}}.dump(2);
+}
+
+std::string parse_fault_report_json(const std::string& text, std::vector<fault_record>& records, std::vector<std::string>& unexplained) {
+    records.clear();
+    unexplained.clear();
+    try {
+        const nlohmann::json doc = nlohmann::json::parse(text);
+        for (const nlohmann::json& e : doc.at("events")) {
+            fault_record r;
+            r.step = e.at("step").get<uint64_t>();
+            r.rank = e.at("rank").get<int32_t>();
+            const std::string kind = e.at("kind").get<std::string>();
+            if (!parse_fault_kind(kind, r.kind)) return fmt::format("event of step {}: unknown fault kind '{}'", r.step, kind);
+            r.detected = e.at("detected").get<bool>();
+            r.masked = e.at("masked").get<bool>();
+            r.repaired = e.at("repaired").get<bool>();
+            r.failed_step = e.at("failed_step").get<bool>();
+            r.first_row = e.at("first_row").get<int32_t>();
+            r.action = e.at("action").get<std::string>();
+            r.latency_ns = e.value("latency_ns", int64_t{0});
+            records.push_back(std::move(r));
+        }
+        unexplained = doc.at("unexplained").get<std::vector<std::string>>();
+    } catch (const nlohmann::json::exception& e) {
+        return fmt::format("not a fault report ({})", e.what());
+    }
+    return {};
 }
 
 }  // namespace ds

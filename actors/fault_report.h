@@ -36,6 +36,16 @@ struct fault_kind_summary {
     int64_t worst_latency_ns = 0;
 };
 
+// Per kind, in kAllFaultKinds order.
+std::vector<fault_kind_summary> summarize_faults(const std::vector<fault_record>& records);
+// One line per kind: injected, detected, masked, repaired, failed steps, worst latency.
+std::string fault_table(const std::vector<fault_kind_summary>& summary);
+// Every record, the summary and the unexplained events; latencies left out when `with_latency`
+// is false (a replay gives the same report but not the same timings).
+std::string fault_report_json(const std::vector<fault_record>& records, const std::vector<std::string>& unexplained, bool with_latency);
+// Reads what fault_report_json wrote; empty on success, else what is wrong.
+std::string parse_fault_report_json(const std::string& text, std::vector<fault_record>& records, std::vector<std::string>& unexplained);
+
 class fault_ledger {
    public:
     fault_ledger(fault_plan plan, rank0_policy policy);
@@ -47,13 +57,9 @@ class fault_ledger {
     const std::vector<fault_record>& records() const { return records_; }
     // Desync events and failed steps that no injected fault explains.
     const std::vector<std::string>& unexplained() const { return unexplained_; }
-    std::vector<fault_kind_summary> summary() const;
-
-    // One line per kind: injected, detected, masked, repaired, failed steps, worst latency.
-    std::string table() const;
-    // Every record and the summary; latencies left out when `with_latency` is false (a replay
-    // gives the same report but not the same timings).
-    std::string json(bool with_latency) const;
+    std::vector<fault_kind_summary> summary() const { return summarize_faults(records_); }
+    std::string table() const { return fault_table(summary()); }
+    std::string json(bool with_latency) const { return fault_report_json(records_, unexplained_, with_latency); }
 
    private:
     fault_plan plan_;

@@ -85,6 +85,13 @@ int main(int argc, char** argv) {
     check_cmd->add_option("file", check.config_file, "JSON configuration file")->required();
     check_cmd->add_option("--set", check.overrides, "Override a configuration key: KEY=VALUE (repeatable)");
 
+    ds::cli::faults_report_options faults_report;
+    CLI::App* faults_cmd = app.add_subcommand("faults", "Fault injection (README, Fault injection)");
+    faults_cmd->require_subcommand(1);
+    CLI::App* faults_report_cmd = faults_cmd->add_subcommand("report", "Print a run's fault report: a table per fault kind, or --json");
+    faults_report_cmd->add_option("file", faults_report.file, "Fault report file (JSON, e.g. from DISTSAMPLE_FAULT_REPORT)")->required();
+    faults_report_cmd->add_flag("--json", faults_report.json, "Print the report as JSON");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -98,5 +105,6 @@ int main(int argc, char** argv) {
     if (demo_cmd->parsed()) return ds::cli::run_demo_command(demo);
     if (serve_cmd->parsed()) return ds::cli::run_serve_command(serve);
     if (check_cmd->parsed()) return ds::cli::run_config_check_command(check);
+    if (faults_report_cmd->parsed()) return ds::cli::run_faults_report_command(faults_report);
     return 2;
 }

@@ -48,7 +48,7 @@ status faulty_transport::check_gathered(const void* sent, std::size_t bytes, voi
     for (int32_t r = 0; r < world; ++r) {
         if (fnv1a(blocks + static_cast<std::size_t>(r) * bytes, bytes) == sent_sums_[static_cast<std::size_t>(r)]) continue;
         return {status_code::internal,
-                fmt::format("rank {}: the payload from rank {} failed its checksum in {}", inner_.rank(), r, what)};
+                fmt::format("the payload from rank {} failed its checksum in {}", r, what)};
     }
     return status::success();
 }
@@ -93,7 +93,7 @@ status faulty_transport::broadcast(void* data, std::size_t bytes, int32_t root) 
     const uint64_t mine = fnv1a(data, bytes);
     if (status s = inner_.all_gather(&mine, sizeof mine, sent_sums_.data()); !s.is_ok()) return s;
     if (mine != sent_sums_[static_cast<std::size_t>(root)]) {
-        return {status_code::internal, fmt::format("rank {}: the payload from rank {} failed its checksum in broadcast", inner_.rank(), root)};
+        return {status_code::internal, fmt::format("the payload from rank {} failed its checksum in broadcast", root)};
     }
     return status::success();
 }

@@ -7,8 +7,9 @@
 //
 // Payload checksums (when enabled, on every rank of the group alike): after all_gather,
 // gather_verify_outputs and broadcast, the ranks all-gather an FNV-1a checksum of what each sent,
-// and each rank compares it with what it received; a difference fails the call with an `internal`
-// status naming both ranks, within the step. swap_batch_vocab and all_reduce are not checked.
+// and each rank compares it with what it received; a difference fails the receiver's call with an
+// `internal` status naming the sender, within the step. swap_batch_vocab and all_reduce are not
+// checked.
 #pragma once
 
 #include <cstdint>

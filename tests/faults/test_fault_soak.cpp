@@ -3,7 +3,8 @@
 // exactly once and in time; every injected fault is detected or masked by design and listed; no
 // desync or failure is left that no fault explains; every answered step equals a fault-free
 // group's; a replay from the same seed gives the same report. Prints the closing note's table
-// (bench/RESULTS.md).
+// (bench/RESULTS.md), and writes the report to $DISTSAMPLE_FAULT_REPORT when it is set (for
+// `distsample faults report`).
 //
 // Memory: the RSS after warm-up and at the end is printed, but only a gross leak fails the test.
 // A group's heap grows by about 400 bytes a step for its first ~16,000 steps with no fault plan at
@@ -11,6 +12,7 @@
 // the cause is not found yet), so a 5 % bound here would measure that, not the faults.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -118,6 +120,9 @@ std::string run_soak(bool print_table) {
         if (r.failed_step) blamed_steps.insert(r.step);
     }
     EXPECT_EQ(failed, blamed_steps.size()) << "every failed step is blamed on a fault";
+    if (const char* path = std::getenv("DISTSAMPLE_FAULT_REPORT"); print_table && path != nullptr) {
+        std::ofstream(path) << ledger.json(true) << '\n';
+    }
     if (print_table) {
         std::cout << "soak: " << kSteps << " steps, V " << kVocab << ", bs " << kBatch << ", TP " << kTp << ", seed " << kSeed
                   << ", " << failed << " failed steps, RSS " << warm_rss << " -> " << end_rss << " KiB\n"

@@ -80,6 +80,11 @@ TEST_P(EveryFaultKind, IsDetectedInTimeByRankAndTheOtherStepsMatchAFaultFreeRun)
     EXPECT_TRUE(r.detected) << r.action;
     EXPECT_TRUE(ledger.unexplained().empty()) << ledger.unexplained().front();
     EXPECT_EQ(r.failed_step, !(param.kind == fault_kind::alter_token || param.kind == fault_kind::alter_accept_length));
+    // The report reads back as it was written (`distsample faults report`).
+    std::vector<fault_record> read;
+    std::vector<std::string> unexplained;
+    ASSERT_EQ(parse_fault_report_json(ledger.json(true), read, unexplained), "");
+    EXPECT_EQ(fault_report_json(read, unexplained, true), ledger.json(true));
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, EveryFaultKind,

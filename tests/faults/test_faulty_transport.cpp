@@ -76,8 +76,8 @@ TEST(FaultyTransport, AFlippedBitFailsTheReceiverNamingTheSender) {
         EXPECT_TRUE(results[2].is_ok()) << results[2].message;
         ASSERT_EQ(results[1].code, status_code::internal);
         // Rank 1 corrupts what it received from rank 2 (a gather) or from the root, rank 0.
-        const std::string expected = gather ? "rank 1: the payload from rank 2 failed its checksum in all_gather"
-                                            : "rank 1: the payload from rank 0 failed its checksum in broadcast";
+        const std::string expected = gather ? "the payload from rank 2 failed its checksum in all_gather"
+                                            : "the payload from rank 0 failed its checksum in broadcast";
         EXPECT_EQ(results[1].message, expected);
     }
 }
