@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 
 namespace ds {
@@ -14,10 +14,13 @@ namespace {
 // The ranks a failed step's message names ("step 7: rank 2 did not answer ..."): the coordinator's
 // errors name the rank they blame, and a reply carries no other field for it.
 std::set<int32_t> ranks_named(const std::string& message) {
-    static const std::regex rank_word("rank (\\d+)");
+    static const std::string word = "rank ";
     std::set<int32_t> ranks;
-    for (auto it = std::sregex_iterator(message.begin(), message.end(), rank_word); it != std::sregex_iterator(); ++it) {
-        ranks.insert(std::stoi((*it)[1].str()));
+    for (size_t at = message.find(word); at != std::string::npos; at = message.find(word, at + 1)) {
+        const size_t digits = at + word.size();
+        size_t end = digits;
+        while (end < message.size() && end - digits < 6 && std::isdigit(static_cast<unsigned char>(message[end]))) ++end;
+        if (end > digits) ranks.insert(std::stoi(message.substr(digits, end - digits)));
     }
     return ranks;
 }
