@@ -24,7 +24,7 @@ struct rank_state {
     rank_fault fault = rank_fault::none;
     std::shared_ptr<const fault_plan> plan;
     std::shared_ptr<const step_outputs> last_outputs;  // committed when the coordinator says "your own"
-    std::vector<caf::response_promise> unanswered;      // the stall hook's swallowed steps
+    std::vector<caf::response_promise> unanswered;      // steps swallowed by the stall hook or a hang fault
     static inline const char* name = "distsample.rank";
 };
 
