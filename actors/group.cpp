@@ -100,7 +100,9 @@ status group::create(const group_config& config, std::unique_ptr<group>& out) {
     state->client = state->system.spawn(client_actor, state->coordinator, config.step_timeout + kReplyMargin);
     out.reset(new group(std::move(state)));
     // Building a rank's backend can fail (e.g. cuda not built): say so now, naming the rank.
-    return out->health();
+    status s = out->health();
+    if (s.is_ok() && !config.faults.empty()) s = out->set_fault_plan(config.faults);
+    return s;
 }
 
 group::group(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
@@ -148,6 +150,23 @@ std::vector<desync_event> group::desync_events() {
 status group::inject_fault(int32_t rank, rank_fault fault) {
     op_ack ack;
     return impl_->ask(fault_msg{rank, fault}, ack);
+}
+
+status group::set_fault_plan(const fault_plan& plan) {
+    if (std::string e = validate_fault_plan(plan, impl_->config.tp); !e.empty()) return status::invalid(e);
+    const fault_plan_msg msg{std::make_shared<const fault_plan>(plan)};
+    // Straight to the ranks and waiting for all of them: a step submitted after this returns
+    // reaches every rank after its new plan.
+    caf::scoped_actor self{impl_->system};
+    status result;
+    for (const rank_actor_type& rank : impl_->ranks) {
+        self->request(rank, impl_->config.step_timeout, msg)
+            .receive([](op_ack&) {},
+                     [&](caf::error& e) {
+                         if (result.is_ok()) result = to_status(e, "a rank did not take its fault plan");
+                     });
+    }
+    return result;
 }
 
 }  // namespace ds

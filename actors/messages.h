@@ -33,6 +33,11 @@ struct fault_msg {
     rank_fault fault = rank_fault::none;
 };
 
+// Replaces a rank's fault plan (config/fault_plan.h); answered with op_ack.
+struct fault_plan_msg {
+    std::shared_ptr<const fault_plan> plan;
+};
+
 // Is the rank usable (its backend built)? Answered with op_ack or the rank's error.
 struct health_msg {};
 
@@ -163,6 +168,7 @@ CAF_ADD_TYPE_ID(distsample, (ds::commit_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::submit_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::step_answer))
 CAF_ADD_TYPE_ID(distsample, (ds::client_submit_msg))
+CAF_ADD_TYPE_ID(distsample, (ds::fault_plan_msg))
 CAF_END_TYPE_ID_BLOCK(distsample)
 
 // Process-local messages (they carry shared pointers): never serialized.
@@ -172,6 +178,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::commit_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::submit_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::step_answer)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::client_submit_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::fault_plan_msg)
 
 namespace ds {
 
@@ -180,6 +187,7 @@ using rank_actor_type = caf::typed_actor<caf::replies_to<register_msg>::with<op_
                                          caf::replies_to<release_msg>::with<op_ack>,
                                          caf::replies_to<health_msg>::with<op_ack>,
                                          caf::replies_to<fault_msg>::with<op_ack>,
+                                         caf::replies_to<fault_plan_msg>::with<op_ack>,
                                          caf::replies_to<run_step_msg>::with<rank_result>,
                                          caf::reacts_to<commit_msg>>;
 

@@ -2,30 +2,49 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "actors/log.h"
 #include "actors/messages.h"
 #include "actors/rank_engine.h"
+#include "config/fault_plan.h"
+#include "transport/faulty_transport.h"
 
 namespace ds {
 
 namespace {
 
 struct rank_state {
+    std::unique_ptr<faulty_transport> endpoint;  // declared first: the engine uses it
     std::unique_ptr<rank_engine> engine;
     transport_group* transport = nullptr;
     rank_fault fault = rank_fault::none;
+    std::shared_ptr<const fault_plan> plan;
     std::shared_ptr<const step_outputs> last_outputs;  // committed when the coordinator says "your own"
-    std::vector<caf::response_promise> unanswered;      // the stall hook's swallowed steps
+    std::vector<caf::response_promise> unanswered;      // steps swallowed by the stall hook or a hang fault
     static inline const char* name = "distsample.rank";
 };
+
+// The desync faults: a changed first token, a changed first accept length (DESIGN.md §4 catches
+// both by the digest).
+void alter_outputs(bool token, bool accept_length, int32_t vocab, int32_t n, step_outputs& out) {
+    const int32_t bs = out.batch_size();
+    if (bs == 0) return;
+    if (token) out.packed[0] = (out.packed[0] + 1) % vocab;
+    if (accept_length) {
+        int32_t& length = out.packed[static_cast<size_t>(bs) * static_cast<size_t>(n)];
+        length = length == 1 ? 2 : 1;
+    }
+}
 
 rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank_state> self, group_config config, int32_t rank,
                                          transport_group* transport) {
     self->state.transport = transport;
-    self->state.engine = std::make_unique<rank_engine>(config, rank, transport->endpoint(rank));
+    self->state.endpoint = std::make_unique<faulty_transport>(transport->endpoint(rank), config.payload_checksums);
+    self->state.engine = std::make_unique<rank_engine>(config, rank, *self->state.endpoint);
     auto ack = [self, rank](const status& s) -> caf::result<op_ack> {
         if (!s.is_ok()) return make_caf_error(status{s.code, fmt::format("rank {}: {}", rank, s.message)});
         return op_ack{rank};
@@ -40,19 +59,27 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
             self->state.fault = m.fault;
             return op_ack{rank};
         },
+        [self, rank](fault_plan_msg& m) -> caf::result<op_ack> {
+            self->state.plan = m.plan;
+            return op_ack{rank};
+        },
         [self, rank, vocab = config.vocab_size](run_step_msg& m) -> caf::result<rank_result> {
             rank_state& st = self->state;
-            if (st.fault == rank_fault::stall) {
-                st.fault = rank_fault::none;
+            const rank_step_faults faults = st.plan ? faults_at(*st.plan, rank, m.step->id) : rank_step_faults{};
+            const rank_fault hook = st.fault;  // the test hooks fire once
+            st.fault = rank_fault::none;
+            if (hook == rank_fault::stall || faults.hang) {
                 st.unanswered.push_back(self->make_response_promise());
                 return caf::delegated<rank_result>{};
             }
             st.transport->enter_epoch(rank, m.step->id);
+            if (faults.kernel_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms));
+            st.endpoint->arm(faults.transport_delay_ms, faults.corrupt_payload, m.step->id);
             auto outputs = std::make_shared<step_outputs>();
             status s = st.engine->run(*m.step, *outputs);
-            if (s.is_ok() && st.fault == rank_fault::alter_token && outputs->batch_size() > 0) {
-                st.fault = rank_fault::none;
-                outputs->packed[0] = (outputs->packed[0] + 1) % vocab;
+            if (s.is_ok()) {
+                alter_outputs(hook == rank_fault::alter_token || faults.alter_token, faults.alter_accept_length, vocab,
+                              m.step->plan.tokens_per_req, *outputs);
             }
             rank_result result;
             result.rank = rank;

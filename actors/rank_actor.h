@@ -2,7 +2,9 @@
 // never blocks CAF's shared scheduler. It owns a rank_engine (pool, backend, transport endpoint).
 //
 // Messages: register_msg / release_msg / health_msg -> op_ack; run_step_msg -> rank_result (failures are
-// results too, so the coordinator can name the rank); commit_msg (no reply); fault_msg -> op_ack.
+// results too, so the coordinator can name the rank); commit_msg (no reply); fault_msg, fault_plan_msg -> op_ack.
+// A fault plan (config/fault_plan.h) makes the rank hang, sleep, alter its outputs, or arm its
+// transport decorator (transport/faulty_transport.h) on the steps it names.
 #pragma once
 
 #include <caf/all.hpp>

@@ -49,4 +49,12 @@ int run_serve_command(const group_options& options);
 // Prints the effective configuration as JSON, or one error line (exit 2).
 int run_config_check_command(const group_options& options);
 
+struct faults_report_options {
+    std::string file;  // a fault report (actors/fault_report.h)
+    bool json = false;
+};
+
+// Prints a fault report as a table per fault kind (or as JSON).
+int run_faults_report_command(const faults_report_options& options);
+
 }  // namespace ds::cli

@@ -40,6 +40,13 @@ int main(int argc, char** argv) {
         flag("--backend", "backend", "Sampling backend: cpu or cuda (config key backend)");
         flag("--rank0-policy", "rank0_policy", "always, never or on_mismatch (config key rank0_policy)");
         flag("--threads", "threads_per_rank", "CPU worker threads per rank, 0 = all cores (config key threads_per_rank)");
+        cmd->add_option_function<std::vector<std::string>>(
+            "--fault",
+            [&group](const std::vector<std::string>& faults) {
+                for (const std::string& f : faults) group.overrides.push_back("faults.inject=" + f);
+            },
+            "Inject a fault: kind:rank=R[:steps=A-B][:p=P][:ms=D] (repeatable; config key faults.inject; README, Fault injection)");
+        flag("--fault-seed", "faults.seed", "Seed of the faults' per-step coins (config key faults.seed)");
     };
     for (CLI::App* cmd : {step_sample_cmd, step_verify_cmd}) add_group_options(cmd, step.group);
 
@@ -78,6 +85,13 @@ int main(int argc, char** argv) {
     check_cmd->add_option("file", check.config_file, "JSON configuration file")->required();
     check_cmd->add_option("--set", check.overrides, "Override a configuration key: KEY=VALUE (repeatable)");
 
+    ds::cli::faults_report_options faults_report;
+    CLI::App* faults_cmd = app.add_subcommand("faults", "Fault injection (README, Fault injection)");
+    faults_cmd->require_subcommand(1);
+    CLI::App* faults_report_cmd = faults_cmd->add_subcommand("report", "Print a run's fault report: a table per fault kind, or --json");
+    faults_report_cmd->add_option("file", faults_report.file, "Fault report file (JSON, e.g. from DISTSAMPLE_FAULT_REPORT)")->required();
+    faults_report_cmd->add_flag("--json", faults_report.json, "Print the report as JSON");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -91,5 +105,6 @@ int main(int argc, char** argv) {
     if (demo_cmd->parsed()) return ds::cli::run_demo_command(demo);
     if (serve_cmd->parsed()) return ds::cli::run_serve_command(serve);
     if (check_cmd->parsed()) return ds::cli::run_config_check_command(check);
+    if (faults_report_cmd->parsed()) return ds::cli::run_faults_report_command(faults_report);
     return 2;
 }

@@ -2,6 +2,9 @@
 
 #include "config/config_keys.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace ds {
 
 namespace {
@@ -57,12 +60,76 @@ const std::vector<group_key>& keys() {
     return table;
 }
 
+// The "faults" section. `inject` is a list of fault texts (fault_plan.h) in a file; a value from
+// the environment or the command line adds its faults, separated by ';', so --fault repeats.
+std::string read_fault_specs(const std::string& key, const raw_value& v, fault_plan& plan) {
+    const std::string expected = "fault texts kind:rank=R[:steps=A-B][:p=P][:ms=D]";
+    std::vector<std::string> texts;
+    if (v.text) {
+        const std::string& all = v.value.get_ref<const std::string&>();
+        for (size_t begin = 0; begin <= all.size();) {
+            const size_t end = std::min(all.find(';', begin), all.size());
+            if (end > begin) texts.push_back(all.substr(begin, end - begin));
+            begin = end + 1;
+        }
+    } else {
+        if (!v.value.is_array()) return bad(key, v, "a list of " + expected);
+        for (const json& item : v.value) {
+            if (!item.is_string()) return bad(key, v, "a list of " + expected);
+            texts.push_back(item.get<std::string>());
+        }
+        plan.faults.clear();
+    }
+    for (const std::string& text : texts) {
+        fault_spec spec;
+        if (std::string e = parse_fault_spec(text, spec); !e.empty()) return bad(key, v, expected + " (" + e + ")");
+        plan.faults.push_back(spec);
+    }
+    return {};
+}
+
+const std::vector<group_key>& fault_keys() {
+    static const std::vector<group_key> table = {
+        {"seed", [](const group_config& c) { return json(c.faults.seed); },
+         [](const std::string& k, const raw_value& v, group_config& c) {
+             int64_t value = 0;
+             std::string e = read_int(k, v, 0, INT64_MAX, value);
+             if (e.empty()) c.faults.seed = static_cast<uint64_t>(value);
+             return e;
+         }},
+        {"inject",
+         [](const group_config& c) {
+             json texts = json::array();
+             for (const fault_spec& f : c.faults.faults) texts.push_back(format_fault_spec(f));
+             return texts;
+         },
+         [](const std::string& k, const raw_value& v, group_config& c) { return read_fault_specs(k, v, c.faults); }},
+        {"payload_checksums", [](const group_config& c) { return json(c.payload_checksums); },
+         [](const std::string& k, const raw_value& v, group_config& c) {
+             if (v.value.is_boolean()) {
+                 c.payload_checksums = v.value.get<bool>();
+                 return std::string{};
+             }
+             std::string word;
+             std::string e = v.text ? read_choice(k, v, {"true", "false"}, word) : bad(k, v, "true or false");
+             if (e.empty()) c.payload_checksums = word == "true";
+             return e;
+         }},
+    };
+    return table;
+}
+
 }  // namespace
 
 std::string load_group_config(const std::string& file, const std::vector<std::string>& overrides, group_config& config) {
-    return config_keys::load("", keys(), file, overrides, config);
+    std::string e = config_keys::load("", keys(), file, overrides, config);
+    return e.empty() ? config_keys::load("faults", fault_keys(), file, overrides, config) : e;
 }
 
-json group_config_to_json(const group_config& config) { return config_keys::to_json(keys(), config); }
+json group_config_to_json(const group_config& config) {
+    json out = config_keys::to_json(keys(), config);
+    out["faults"] = config_keys::to_json(fault_keys(), config);
+    return out;
+}
 
 }  // namespace ds

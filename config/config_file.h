@@ -5,8 +5,10 @@
 //   4. `key=value` overrides from the command line.
 // Keys: tp, vocab_size, max_batch, max_tokens_per_req, max_slots, max_penalty_tokens,
 // max_logit_bias, threads_per_rank, backend, transport, mode, rank0_policy, step_timeout_ms,
-// transport_timeout_ms. Every error names the key, the value, where it came from and what was
-// expected.
+// transport_timeout_ms; and in the "faults" object (DISTSAMPLE_FAULTS_<KEY>, faults.<key>=value):
+// seed, inject (a list of fault texts, config/fault_plan.h; from the environment or the command
+// line, ';'-separated texts that add to the list), payload_checksums. Every error names the key,
+// the value, where it came from and what was expected.
 #pragma once
 
 #include <nlohmann/json.hpp>

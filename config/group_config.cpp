@@ -50,7 +50,7 @@ std::string validate_group_config(const group_config& config) {
     if (config.transport_timeout.count() <= 0) {
         return fmt::format("transport_timeout = {} ms: expected > 0", config.transport_timeout.count());
     }
-    return {};
+    return validate_fault_plan(config.faults, config.tp);
 }
 
 std::string validate_group_limits(const group_limits& limits) {

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "config/fault_plan.h"
+
 namespace ds {
 
 // How the ranks sample a step (DESIGN.md §4).
@@ -60,6 +62,11 @@ struct group_config {
     rank0_policy policy = rank0_policy::on_mismatch;
     std::chrono::milliseconds step_timeout{10000};      // coordinator: a step's whole fan-out
     std::chrono::milliseconds transport_timeout{10000};  // one collective
+    // Check the payloads of gathers and broadcasts (transport/faulty_transport.h): one extra
+    // 8-byte all-gather per checked collective.
+    bool payload_checksums = false;
+    // Faults to inject from the first step (config/fault_plan.h; config section "faults").
+    fault_plan faults;
 
     group_limits limits() const { return {tp, vocab_size, max_batch, max_tokens_per_req}; }
 };

@@ -527,6 +527,25 @@ void server::impl::handle(const std::shared_ptr<connection_base>& conn, uint64_t
         case wire::Request::kStats:
             dispatcher->push([this, conn, seq, id] { conn->deliver(seq, stats_frame(id), false); });
             return;
+        case wire::Request::kInject:
+        case wire::Request::kClear:
+            // On the dispatcher, so the plan applies from the next step this gateway submits.
+            dispatcher->push([this, conn, seq, request, id] {
+                fault_plan plan;
+                if (request->has_inject()) {
+                    plan.seed = request->inject().seed();
+                    for (int i = 0; i < request->inject().faults_size(); ++i) {
+                        fault_spec spec;
+                        if (std::string e = parse_fault_spec(request->inject().faults(i), spec); !e.empty()) {
+                            return conn->deliver(seq, error_frame(id, make_error(wire::Error::BAD_FIELD, fmt::format("faults[{}]", i), e)), false);
+                        }
+                        plan.faults.push_back(spec);
+                    }
+                }
+                if (status s = ranks.set_fault_plan(plan); !s.is_ok()) return conn->deliver(seq, error_frame(id, error_of(s)), false);
+                conn->deliver(seq, reply_frame(id, [](wire::Reply& r) { r.set_ok(true); }), false);
+            });
+            return;
         case wire::Request::BODY_NOT_SET: break;  // decode_request rejected it already
     }
 }

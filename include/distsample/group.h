@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "actors/dist_step.h"
+#include "config/fault_plan.h"
 #include "config/group_config.h"
 #include "kernels/sampling_types.h"
 
@@ -82,6 +83,9 @@ class group {
     std::vector<desync_event> desync_events();
 
     status inject_fault(int32_t rank, rank_fault fault);
+    // Replaces every rank's fault plan (config/fault_plan.h); it applies to the steps submitted
+    // after it returns. An empty plan clears the faults.
+    status set_fault_plan(const fault_plan& plan);
 
    private:
     struct impl;

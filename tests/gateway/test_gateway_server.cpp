@@ -1,6 +1,6 @@
 // The gateway end to end over real sockets: steps equal the group's own outputs; bad frames get
 // their typed error and close only their connection; authentication; 16 connections pipelining
-// 1,000 steps each; /metrics and /healthz.
+// 1,000 steps each; /metrics and /healthz; a fault plan injected and cleared.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -166,6 +166,40 @@ TEST(GatewayServer, AStalledRankIsATimeoutAndTheNextStepWorks) {
     const status next = c->step(step, false, reply);
     EXPECT_TRUE(next.is_ok()) << next.message;
     EXPECT_EQ(gw.gateway->metrics().rank_failures.load(), 1u);
+}
+
+TEST(GatewayServer, InjectAndClearAFaultPlan) {
+    running_gateway gw;
+    auto c = gw.connect();
+    int32_t slot = 0;
+    ASSERT_TRUE(c->register_request(testing::test_params(4), {1, 2}, slot).is_ok());
+    wire::Step step;
+    step.add_slots(slot);
+    step.add_positions(2);
+    wire::Request inject;
+    inject.mutable_inject()->add_faults("alter_token:rank=1");
+    wire::Reply ok;
+    ASSERT_TRUE(c->call(inject, ok).is_ok());
+    EXPECT_TRUE(ok.ok());
+    wire::StepReply reply;
+    ASSERT_TRUE(c->step(step, false, reply).is_ok());
+    EXPECT_EQ(reply.desync_events(), 1u) << "rank 1 alters every step's first token";
+    wire::Request clear;
+    clear.mutable_clear();
+    ASSERT_TRUE(c->call(clear, ok).is_ok());
+    ASSERT_TRUE(c->step(step, false, reply).is_ok());
+    EXPECT_EQ(reply.desync_events(), 0u);
+    wire::Request bad;
+    bad.mutable_inject()->add_faults("hang:rank=1");
+    bad.mutable_inject()->add_faults("melt:rank=1");
+    wire::Reply error;
+    const status unknown_kind = c->call(bad, error);
+    EXPECT_NE(unknown_kind.message.find("BAD_FIELD"), std::string::npos) << unknown_kind.message;
+    EXPECT_NE(unknown_kind.message.find("faults[1]"), std::string::npos) << unknown_kind.message;
+    bad.mutable_inject()->set_faults(1, "hang:rank=2");
+    const status no_such_rank = c->call(bad, error);
+    EXPECT_NE(no_such_rank.message.find("faults[1].rank = 2"), std::string::npos) << "tp is 2: " << no_such_rank.message;
+    EXPECT_EQ(gw.gateway->metrics().desync_events.load(), 1u);
 }
 
 TEST(GatewayServer, BadFramesGetTheirErrorAndCloseOnlyTheirConnection) {

@@ -1,0 +1,174 @@
+#include "actors/fault_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace ds {
+
+namespace {
+
+// The ranks a failed step's message names ("step 7: rank 2 did not answer ..."): the coordinator's
+// errors name the rank they blame, and a reply carries no other field for it.
+std::set<int32_t> ranks_named(const std::string& message) {
+    static const std::string word = "rank ";
+    std::set<int32_t> ranks;
+    for (size_t at = message.find(word); at != std::string::npos; at = message.find(word, at + 1)) {
+        const size_t digits = at + word.size();
+        size_t end = digits;
+        while (end < message.size() && end - digits < 6 && std::isdigit(static_cast<unsigned char>(message[end]))) ++end;
+        if (end > digits) ranks.insert(std::stoi(message.substr(digits, end - digits)));
+    }
+    return ranks;
+}
+
+bool can_fail_a_step(fault_kind kind) {
+    return kind == fault_kind::hang || kind == fault_kind::delay_kernel || kind == fault_kind::delay_transport ||
+           kind == fault_kind::corrupt_payload;
+}
+
+bool is_desync(fault_kind kind) { return kind == fault_kind::alter_token || kind == fault_kind::alter_accept_length; }
+
+}  // namespace
+
+fault_ledger::fault_ledger(fault_plan plan, rank0_policy policy) : plan_(std::move(plan)), policy_(policy) {}
+
+void fault_ledger::record(uint64_t step_id, const step_reply& reply, int64_t latency_ns) {
+    std::vector<fault_record> injected;
+    for (std::size_t i = 0; i < plan_.faults.size(); ++i) {
+        if (!fault_fires(plan_, i, step_id)) continue;
+        fault_record r;
+        r.step = step_id;
+        r.rank = plan_.faults[i].rank;
+        r.kind = plan_.faults[i].kind;
+        injected.push_back(r);
+    }
+    const bool ok = reply.result.is_ok();
+    const std::set<int32_t> blamed = ok ? std::set<int32_t>{} : ranks_named(reply.result.message);
+    std::set<int32_t> explained_events;  // ranks of desync events some fault explains
+    bool failure_explained = false;
+    for (fault_record& r : injected) {
+        // A desync of rank 0, the reference, shows as every other rank differing from it.
+        std::vector<const desync_event*> events;
+        for (const desync_event& e : reply.desyncs) {
+            if (e.rank == r.rank || r.rank == 0) events.push_back(&e);
+        }
+        const bool digest_caught = is_desync(r.kind) || r.kind == fault_kind::corrupt_payload;
+        if (ok && digest_caught && !events.empty()) {
+            r.detected = true;
+            r.first_row = events.front()->first_row;
+            for (const desync_event* e : events) explained_events.insert(e->rank);
+            if (r.rank == 0) {
+                r.action = "answered with rank 0's outputs, which are the altered ones (rank 0 is the reference)";
+            } else {
+                r.repaired = true;
+                r.action = policy_ == rank0_policy::always ? "rank 0's outputs answered and committed (policy always)"
+                                                           : "repaired with rank 0's outputs (policy on_mismatch)";
+            }
+        } else if (!ok && blamed.count(r.rank) != 0 && (can_fail_a_step(r.kind) || is_desync(r.kind))) {
+            r.detected = true;
+            r.failed_step = true;
+            failure_explained = true;
+            r.action = fmt::format("step failed: {}", reply.result.message);
+        } else if (!ok) {
+            r.masked = true;
+            r.action = "masked: the step failed for another fault";
+        } else if (r.kind == fault_kind::delay_kernel || r.kind == fault_kind::delay_transport) {
+            r.masked = true;
+            r.action = "masked: the delay stayed within the timeouts";
+        } else {
+            r.action = "NOT DETECTED";
+        }
+        if (r.detected) r.latency_ns = latency_ns;
+    }
+    for (const desync_event& e : reply.desyncs) {
+        if (explained_events.count(e.rank) == 0) {
+            unexplained_.push_back(fmt::format("step {}: desync of rank {} at request {} with no fault injected", step_id, e.rank, e.first_row));
+        }
+    }
+    if (!ok && !failure_explained && std::none_of(injected.begin(), injected.end(), [](const fault_record& r) { return r.detected; })) {
+        unexplained_.push_back(fmt::format("step {} failed with no fault to blame: {}", step_id, reply.result.message));
+    }
+    records_.insert(records_.end(), injected.begin(), injected.end());
+}
+
+std::vector<fault_kind_summary> summarize_faults(const std::vector<fault_record>& records) {
+    std::vector<fault_kind_summary> out;
+    for (fault_kind kind : kAllFaultKinds) {
+        fault_kind_summary s;
+        s.kind = kind;
+        for (const fault_record& r : records) {
+            if (r.kind != kind) continue;
+            ++s.injected;
+            s.detected += r.detected ? 1 : 0;
+            s.masked += r.masked ? 1 : 0;
+            s.repaired += r.repaired ? 1 : 0;
+            s.failed_steps += r.failed_step ? 1 : 0;
+            s.worst_latency_ns = std::max(s.worst_latency_ns, r.latency_ns);
+        }
+        out.push_back(s);
+    }
+    return out;
+}
+
+std::string fault_table(const std::vector<fault_kind_summary>& summary) {
+    std::string text = fmt::format("| {:<20} | {:>8} | {:>8} | {:>6} | {:>8} | {:>12} | {:>22} |\n", "fault kind", "injected",
+                                   "detected", "masked", "repaired", "failed steps", "worst detection (ms)");
+    text += fmt::format("|{:-<22}|{:->10}|{:->10}|{:->8}|{:->10}|{:->14}|{:->24}|\n", "", "", "", "", "", "", "");
+    for (const fault_kind_summary& s : summary) {
+        text += fmt::format("| {:<20} | {:>8} | {:>8} | {:>6} | {:>8} | {:>12} | {:>22.2f} |\n", fault_kind_name(s.kind), s.injected,
+                            s.detected, s.masked, s.repaired, s.failed_steps, static_cast<double>(s.worst_latency_ns) / 1e6);
+    }
+    return text;
+}
+
+std::string fault_report_json(const std::vector<fault_record>& records, const std::vector<std::string>& unexplained, bool with_latency) {
+    nlohmann::json events = nlohmann::json::array();
+    for (const fault_record& r : records) {
+        nlohmann::json e = {{"step", r.step},         {"rank", r.rank},     {"kind", fault_kind_name(r.kind)},
+                            {"detected", r.detected}, {"masked", r.masked}, {"repaired", r.repaired},
+                            {"failed_step", r.failed_step}, {"first_row", r.first_row}, {"action", r.action}};
+        if (with_latency) e["latency_ns"] = r.latency_ns;
+        events.push_back(std::move(e));
+    }
+    nlohmann::json kinds = nlohmann::json::array();
+    for (const fault_kind_summary& s : summarize_faults(records)) {
+        nlohmann::json k = {{"kind", fault_kind_name(s.kind)}, {"injected", s.injected}, {"detected", s.detected},
+                            {"masked", s.masked},               {"repaired", s.repaired}, {"failed_steps", s.failed_steps}};
+        if (with_latency) k["worst_latency_ns"] = s.worst_latency_ns;
+        kinds.push_back(std::move(k));
+    }
+    return nlohmann::json{{"events", events}, {"summary", kinds}, {"unexplained", unexplained}}.dump(2);
+}
+
+std::string parse_fault_report_json(const std::string& text, std::vector<fault_record>& records, std::vector<std::string>& unexplained) {
+    records.clear();
+    unexplained.clear();
+    try {
+        const nlohmann::json doc = nlohmann::json::parse(text);
+        for (const nlohmann::json& e : doc.at("events")) {
+            fault_record r;
+            r.step = e.at("step").get<uint64_t>();
+            r.rank = e.at("rank").get<int32_t>();
+            const std::string kind = e.at("kind").get<std::string>();
+            if (!parse_fault_kind(kind, r.kind)) return fmt::format("event of step {}: unknown fault kind '{}'", r.step, kind);
+            r.detected = e.at("detected").get<bool>();
+            r.masked = e.at("masked").get<bool>();
+            r.repaired = e.at("repaired").get<bool>();
+            r.failed_step = e.at("failed_step").get<bool>();
+            r.first_row = e.at("first_row").get<int32_t>();
+            r.action = e.at("action").get<std::string>();
+            r.latency_ns = e.value("latency_ns", int64_t{0});
+            records.push_back(std::move(r));
+        }
+        unexplained = doc.at("unexplained").get<std::vector<std::string>>();
+    } catch (const nlohmann::json::exception& e) {
+        return fmt::format("not a fault report ({})", e.what());
+    }
+    return {};
+}
+
+}  // namespace ds

@@ -1,0 +1,43 @@
+// `distsample faults report FILE [--json]`: the fault report a run wrote (actors/fault_report.h,
+// e.g. the soak's DISTSAMPLE_FAULT_REPORT file) as a table per fault kind, every fault that was
+// not masked, and the events no fault explains; or the same report as JSON.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "actors/fault_report.h"
+#include "cli/commands.h"
+
+namespace ds::cli {
+
+int run_faults_report_command(const faults_report_options& options) {
+    std::ifstream in(options.file);
+    if (!in) {
+        std::cerr << "error: fault report '" << options.file << "': cannot be opened\n";
+        return 2;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    std::vector<fault_record> records;
+    std::vector<std::string> unexplained;
+    if (std::string e = parse_fault_report_json(text.str(), records, unexplained); !e.empty()) {
+        std::cerr << "error: fault report '" << options.file << "': " << e << '\n';
+        return 2;
+    }
+    if (options.json) {
+        std::cout << fault_report_json(records, unexplained, true) << '\n';
+        return 0;
+    }
+    std::cout << fault_table(summarize_faults(records));
+    for (const fault_record& r : records) {
+        if (r.masked) continue;
+        fmt::print("step {} rank {} {}: {}{}\n", r.step, r.rank, fault_kind_name(r.kind), r.action,
+                   r.first_row >= 0 ? fmt::format(" (first differing request {})", r.first_row) : std::string{});
+    }
+    for (const std::string& u : unexplained) fmt::print("unexplained: {}\n", u);
+    return 0;
+}
+
+}  // namespace ds::cli

@@ -1,0 +1,154 @@
+#include "config/fault_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace ds {
+
+const char* fault_kind_name(fault_kind kind) {
+    switch (kind) {
+        case fault_kind::alter_token: return "alter_token";
+        case fault_kind::alter_accept_length: return "alter_accept_length";
+        case fault_kind::delay_kernel: return "delay_kernel";
+        case fault_kind::delay_transport: return "delay_transport";
+        case fault_kind::corrupt_payload: return "corrupt_payload";
+        case fault_kind::hang: return "hang";
+    }
+    return "unknown";
+}
+
+bool parse_fault_kind(const std::string& name, fault_kind& kind) {
+    for (fault_kind k : kAllFaultKinds) {
+        if (name == fault_kind_name(k)) {
+            kind = k;
+            return true;
+        }
+    }
+    return false;
+}
+
+std::string validate_fault_plan(const fault_plan& plan, int32_t tp) {
+    for (std::size_t i = 0; i < plan.faults.size(); ++i) {
+        const fault_spec& f = plan.faults[i];
+        if (f.rank < 0 || f.rank >= tp) return fmt::format("faults[{}].rank = {}: expected a rank in [0, {})", i, f.rank, tp);
+        if (f.first_step < 1 || f.last_step < f.first_step) {
+            return fmt::format("faults[{}].steps = {}-{}: expected 1 <= first <= last", i, f.first_step, f.last_step);
+        }
+        if (!(f.probability >= 0.0 && f.probability <= 1.0)) {
+            return fmt::format("faults[{}].p = {}: expected a probability in [0, 1]", i, f.probability);
+        }
+        const bool delays = f.kind == fault_kind::delay_kernel || f.kind == fault_kind::delay_transport;
+        if (delays ? f.delay_ms <= 0 : f.delay_ms != 0) {
+            return fmt::format("faults[{}].ms = {}: {}", i, f.delay_ms, delays ? "expected a delay > 0" : "only delays take ms");
+        }
+    }
+    return {};
+}
+
+namespace {
+
+bool parse_u64(const std::string& s, uint64_t& out) {
+    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return false;
+    out = std::strtoull(s.c_str(), nullptr, 10);
+    return true;
+}
+
+// splitmix64: a well-mixed hash of (seed, index, step) for the per-step coin.
+uint64_t mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+}  // namespace
+
+std::string parse_fault_spec(const std::string& text, fault_spec& out) {
+    fault_spec spec;
+    std::vector<std::string> parts;
+    for (std::size_t begin = 0;;) {
+        const std::size_t end = text.find(':', begin);
+        parts.push_back(text.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+        if (end == std::string::npos) break;
+        begin = end + 1;
+    }
+    if (!parse_fault_kind(parts[0], spec.kind)) {
+        std::string known;
+        for (fault_kind k : kAllFaultKinds) known += fmt::format("{}{}", known.empty() ? "" : ", ", fault_kind_name(k));
+        return fmt::format("fault '{}': unknown kind '{}' (known: {})", text, parts[0], known);
+    }
+    bool has_rank = false;
+    for (std::size_t i = 1; i < parts.size(); ++i) {
+        const std::size_t eq = parts[i].find('=');
+        const std::string key = parts[i].substr(0, eq);
+        const std::string value = eq == std::string::npos ? std::string{} : parts[i].substr(eq + 1);
+        uint64_t number = 0;
+        bool ok = true;
+        if (key == "rank") {
+            ok = parse_u64(value, number) && number < 1u << 20;
+            spec.rank = static_cast<int32_t>(number);
+            has_rank = true;
+        } else if (key == "steps") {
+            const std::size_t dash = value.find('-');
+            uint64_t last = 0;
+            ok = parse_u64(value.substr(0, dash), number) &&
+                 (dash == std::string::npos ? (last = number, true) : parse_u64(value.substr(dash + 1), last));
+            spec.first_step = number;
+            spec.last_step = last;
+        } else if (key == "p") {
+            char* end = nullptr;
+            spec.probability = std::strtod(value.c_str(), &end);
+            ok = !value.empty() && *end == '\0';
+        } else if (key == "ms") {
+            ok = parse_u64(value, number) && number <= 3600000;
+            spec.delay_ms = static_cast<int32_t>(number);
+        } else {
+            return fmt::format("fault '{}': unknown field '{}' (expected rank, steps, p, ms)", text, key);
+        }
+        if (!ok) return fmt::format("fault '{}': bad value '{}' for {}", text, value, key);
+    }
+    if (!has_rank) return fmt::format("fault '{}': rank=R is required", text);
+    out = spec;
+    return {};
+}
+
+std::string format_fault_spec(const fault_spec& spec) {
+    std::string text = fmt::format("{}:rank={}", fault_kind_name(spec.kind), spec.rank);
+    const fault_spec defaults;
+    if (spec.first_step != defaults.first_step || spec.last_step != defaults.last_step) {
+        text += fmt::format(":steps={}-{}", spec.first_step, spec.last_step);
+    }
+    if (spec.probability != defaults.probability) text += fmt::format(":p={}", spec.probability);
+    if (spec.delay_ms != 0) text += fmt::format(":ms={}", spec.delay_ms);
+    return text;
+}
+
+bool fault_fires(const fault_plan& plan, std::size_t index, uint64_t step) {
+    const fault_spec& f = plan.faults[index];
+    if (step < f.first_step || step > f.last_step) return false;
+    if (f.probability >= 1.0) return true;
+    const uint64_t coin = mix(mix(plan.seed ^ mix(index)) ^ step);
+    // The top 53 bits as a uniform double in [0, 1).
+    return static_cast<double>(coin >> 11) * 0x1.0p-53 < f.probability;
+}
+
+rank_step_faults faults_at(const fault_plan& plan, int32_t rank, uint64_t step) {
+    rank_step_faults out;
+    for (std::size_t i = 0; i < plan.faults.size(); ++i) {
+        const fault_spec& f = plan.faults[i];
+        if (f.rank != rank || !fault_fires(plan, i, step)) continue;
+        switch (f.kind) {
+            case fault_kind::alter_token: out.alter_token = true; break;
+            case fault_kind::alter_accept_length: out.alter_accept_length = true; break;
+            case fault_kind::delay_kernel: out.kernel_delay_ms = std::max(out.kernel_delay_ms, f.delay_ms); break;
+            case fault_kind::delay_transport: out.transport_delay_ms = std::max(out.transport_delay_ms, f.delay_ms); break;
+            case fault_kind::corrupt_payload: out.corrupt_payload = true; break;
+            case fault_kind::hang: out.hang = true; break;
+        }
+    }
+    return out;
+}
+
+}  // namespace ds

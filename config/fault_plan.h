@@ -1,0 +1,76 @@
+// A fault plan (issue 7): which faults to inject into which rank at which steps. Whether a fault
+// fires on a step is a pure function of (plan seed, fault index, step id), so a run with the same
+// plan and the same steps replays the same faults, whatever the timing.
+//
+// The command line and the library take one fault as text:
+//   kind:rank=R[:steps=A-B][:p=P][:ms=D]
+// e.g. "alter_token:rank=2:steps=10-20", "hang:rank=1:p=0.001", "delay_kernel:rank=3:ms=50".
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace ds {
+
+enum class fault_kind {
+    alter_token,          // desync: the rank changes its first emitted token after sampling
+    alter_accept_length,  // desync: the rank changes its first request's accept length
+    delay_kernel,         // the rank sleeps `delay_ms` before running the step
+    delay_transport,      // the rank sleeps `delay_ms` before its first collective of the step
+    corrupt_payload,      // one bit of a peer's block flips in the rank's first checked collective
+    hang,                 // the rank never answers the step
+};
+
+inline constexpr fault_kind kAllFaultKinds[] = {fault_kind::alter_token,     fault_kind::alter_accept_length,
+                                               fault_kind::delay_kernel,    fault_kind::delay_transport,
+                                               fault_kind::corrupt_payload, fault_kind::hang};
+
+const char* fault_kind_name(fault_kind kind);
+bool parse_fault_kind(const std::string& name, fault_kind& kind);
+
+struct fault_spec {
+    fault_kind kind = fault_kind::alter_token;
+    int32_t rank = 0;
+    uint64_t first_step = 1;  // step ids, inclusive
+    uint64_t last_step = std::numeric_limits<uint64_t>::max();
+    double probability = 1.0;  // per step in the range
+    int32_t delay_ms = 0;      // delay_kernel, delay_transport
+};
+
+struct fault_plan {
+    uint64_t seed = 0;
+    std::vector<fault_spec> faults;
+
+    bool empty() const { return faults.empty(); }
+};
+
+// Empty when usable, else a message naming the fault and the field.
+std::string validate_fault_plan(const fault_plan& plan, int32_t tp);
+
+// Parses "kind:rank=R[:steps=A-B][:p=P][:ms=D]"; empty on success, else what is wrong.
+std::string parse_fault_spec(const std::string& text, fault_spec& out);
+// The inverse of parse_fault_spec (defaults left out).
+std::string format_fault_spec(const fault_spec& spec);
+
+// Does fault `index` of `plan` fire on step `step`?
+bool fault_fires(const fault_plan& plan, std::size_t index, uint64_t step);
+
+// What a rank does wrong on one step: the union of the plan's faults that fire there.
+struct rank_step_faults {
+    bool alter_token = false;
+    bool alter_accept_length = false;
+    int32_t kernel_delay_ms = 0;
+    int32_t transport_delay_ms = 0;
+    bool corrupt_payload = false;
+    bool hang = false;
+
+    bool any() const {
+        return alter_token || alter_accept_length || kernel_delay_ms > 0 || transport_delay_ms > 0 || corrupt_payload || hang;
+    }
+};
+
+rank_step_faults faults_at(const fault_plan& plan, int32_t rank, uint64_t step);
+
+}  // namespace ds

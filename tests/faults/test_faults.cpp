@@ -1,0 +1,155 @@
+// Each fault kind through a group of 4 in-process ranks (swap mode, on_mismatch, payload
+// checksums on): the fault is detected within its step (desync, corruption) or within the step
+// timeout (hang, delay beyond it), the failure names the rank, every step gets exactly one reply,
+// and the steps answered equal a fault-free group's, before and after the fault, so every rank's
+// committed state stayed equal to rank 0's.
+#include <gtest/gtest.h>
+
+#include "actors/fault_report.h"
+#include "faults/fault_harness.h"
+
+namespace ds {
+namespace {
+
+using namespace faults_test;
+
+constexpr int32_t kTp = 4;
+constexpr uint64_t kSteps = 6;
+constexpr uint64_t kFaultStep = 3;
+constexpr int32_t kFaultRank = 2;
+
+struct kind_case {
+    fault_kind kind;
+    int32_t delay_ms;
+};
+
+class EveryFaultKind : public ::testing::TestWithParam<kind_case> {};
+
+TEST_P(EveryFaultKind, IsDetectedInTimeByRankAndTheOtherStepsMatchAFaultFreeRun) {
+    const kind_case param = GetParam();
+    const group_config config = tiny_config(kTp);
+    std::unique_ptr<group> faulty, clean;
+    ASSERT_TRUE(group::create(config, faulty).is_ok());
+    ASSERT_TRUE(group::create(config, clean).is_ok());
+    register_requests(*faulty);
+    register_requests(*clean);
+    fault_plan plan;
+    plan.seed = 1;
+    plan.faults.push_back(fault_spec{param.kind, kFaultRank, kFaultStep, kFaultStep, 1.0, param.delay_ms});
+    ASSERT_TRUE(faulty->set_fault_plan(plan).is_ok());
+    fault_ledger ledger(plan, config.policy);
+
+    for (uint64_t index = 0; index < kSteps; ++index) {
+        const uint64_t id = index + 1;
+        SCOPED_TRACE("step " + std::to_string(id));
+        tiny_step s;
+        make_tiny_step(index, kTp, s);
+        const auto start = std::chrono::steady_clock::now();
+        const step_reply reply = faulty->step(s.request);
+        const int64_t latency = since_ns(start);
+        ledger.record(id, reply, latency);
+        if (id != kFaultStep) {
+            ASSERT_TRUE(reply.result.is_ok()) << reply.result.message;
+            EXPECT_TRUE(reply.desyncs.empty());
+        } else if (param.kind == fault_kind::alter_token || param.kind == fault_kind::alter_accept_length) {
+            ASSERT_TRUE(reply.result.is_ok()) << reply.result.message;
+            ASSERT_EQ(reply.desyncs.size(), 1u);
+            EXPECT_EQ(reply.desyncs[0].step, id);
+            EXPECT_EQ(reply.desyncs[0].rank, kFaultRank);
+            EXPECT_EQ(reply.desyncs[0].first_row, 0);
+        } else {
+            EXPECT_FALSE(reply.result.is_ok());
+            EXPECT_NE(reply.result.message.find("rank " + std::to_string(kFaultRank)), std::string::npos) << reply.result.message;
+            if (param.kind == fault_kind::corrupt_payload) {
+                EXPECT_NE(reply.result.message.find("checksum"), std::string::npos) << reply.result.message;
+                EXPECT_LT(latency, 100'000'000) << "caught within the step, long before any timeout";
+            } else {
+                EXPECT_EQ(reply.result.code, status_code::timeout) << reply.result.message;
+                EXPECT_LT(latency, (config.step_timeout + std::chrono::milliseconds(300)).count() * 1'000'000);
+            }
+        }
+        if (reply.result.is_ok()) {
+            // The fault-free run of the steps this group answered (a failed step is not committed).
+            const step_reply expected = clean->step(s.request);
+            ASSERT_TRUE(expected.result.is_ok()) << expected.result.message;
+            EXPECT_TRUE(same_outputs(expected.outputs, reply.outputs));
+        }
+    }
+    ASSERT_EQ(ledger.records().size(), 1u);
+    const fault_record& r = ledger.records()[0];
+    EXPECT_TRUE(r.detected) << r.action;
+    EXPECT_TRUE(ledger.unexplained().empty()) << ledger.unexplained().front();
+    EXPECT_EQ(r.failed_step, !(param.kind == fault_kind::alter_token || param.kind == fault_kind::alter_accept_length));
+    // The report reads back as it was written (`distsample faults report`).
+    std::vector<fault_record> read;
+    std::vector<std::string> unexplained;
+    ASSERT_EQ(parse_fault_report_json(ledger.json(true), read, unexplained), "");
+    EXPECT_EQ(fault_report_json(read, unexplained, true), ledger.json(true));
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, EveryFaultKind,
+                         ::testing::Values(kind_case{fault_kind::alter_token, 0}, kind_case{fault_kind::alter_accept_length, 0},
+                                           kind_case{fault_kind::corrupt_payload, 0}, kind_case{fault_kind::hang, 0},
+                                           kind_case{fault_kind::delay_kernel, 300}, kind_case{fault_kind::delay_transport, 300}),
+                         [](const auto& param_info) { return std::string(fault_kind_name(param_info.param.kind)); });
+
+TEST(Faults, ADelayWithinTheTimeoutIsMaskedAndTheStepAnswered) {
+    const group_config config = tiny_config(kTp);
+    std::unique_ptr<group> g;
+    ASSERT_TRUE(group::create(config, g).is_ok());
+    register_requests(*g);
+    fault_plan plan;
+    plan.faults.push_back(fault_spec{fault_kind::delay_transport, 1, 1, 1, 1.0, 20});
+    ASSERT_TRUE(g->set_fault_plan(plan).is_ok());
+    fault_ledger ledger(plan, config.policy);
+    tiny_step s;
+    make_tiny_step(0, kTp, s);
+    const step_reply reply = g->step(s.request);
+    ASSERT_TRUE(reply.result.is_ok()) << reply.result.message;
+    ledger.record(1, reply, 0);
+    ASSERT_EQ(ledger.records().size(), 1u);
+    EXPECT_TRUE(ledger.records()[0].masked) << ledger.records()[0].action;
+}
+
+TEST(Faults, WithoutChecksumsTheDigestCatchesACorruptedGatherAndRepairsIt) {
+    group_config config = tiny_config(kTp);
+    config.payload_checksums = false;
+    std::unique_ptr<group> g, clean;
+    ASSERT_TRUE(group::create(config, g).is_ok());
+    ASSERT_TRUE(group::create(config, clean).is_ok());
+    register_requests(*g);
+    register_requests(*clean);
+    fault_plan plan;
+    // Step 1 gathers 4 ints per rank: the bit lands in rank 3's token block as rank 2 received it.
+    plan.faults.push_back(fault_spec{fault_kind::corrupt_payload, 2, 1, 1, 1.0, 0});
+    ASSERT_TRUE(g->set_fault_plan(plan).is_ok());
+    tiny_step s;
+    make_tiny_step(0, kTp, s);
+    const step_reply reply = g->step(s.request);
+    ASSERT_TRUE(reply.result.is_ok()) << reply.result.message;
+    ASSERT_EQ(reply.desyncs.size(), 1u);
+    EXPECT_EQ(reply.desyncs[0].rank, 2);
+    EXPECT_TRUE(same_outputs(clean->step(s.request).outputs, reply.outputs));
+}
+
+TEST(Faults, APlanIsValidatedAndAnEmptyPlanClearsIt) {
+    std::unique_ptr<group> g;
+    ASSERT_TRUE(group::create(tiny_config(kTp), g).is_ok());
+    register_requests(*g);
+    fault_plan plan;
+    plan.faults.push_back(fault_spec{fault_kind::hang, kTp, 1, 1, 1.0, 0});
+    const status bad = g->set_fault_plan(plan);
+    EXPECT_EQ(bad.code, status_code::invalid_argument);
+    EXPECT_NE(bad.message.find("faults[0].rank = 4"), std::string::npos) << bad.message;
+    plan.faults[0].rank = 1;
+    plan.faults[0].last_step = 1000;
+    ASSERT_TRUE(g->set_fault_plan(plan).is_ok());
+    ASSERT_TRUE(g->set_fault_plan(fault_plan{}).is_ok());
+    tiny_step s;
+    make_tiny_step(0, kTp, s);
+    const step_reply reply = g->step(s.request);
+    EXPECT_TRUE(reply.result.is_ok()) << reply.result.message;
+}
+
+}  // namespace
+}  // namespace ds
