@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <utility>
 #include <stdexcept>
@@ -17,11 +18,11 @@ namespace {
 
 using reform_atom = caf::atom_constant<caf::atom("reform")>;
 
-// A step sent to a rank process, answered once: by its reply, its timeout or the rank's down_msg.
-struct pending_step {
+// A call to a rank process (a step, a registration, ...), answered once: by its reply or timeout,
+// or by `fail` when the rank's down_msg comes first.
+struct pending_call {
     int32_t rank = 0;
-    uint64_t step_id = 0;
-    caf::response_promise promise;
+    std::function<void(const status&)> fail;
 };
 
 struct membership_state {
@@ -33,7 +34,7 @@ struct membership_state {
     bool forming = false;
     bool reform_requested = false;                     // while forming: form again when done
     uint64_t epoch = 0;
-    std::map<uint64_t, pending_step> in_flight;
+    std::map<uint64_t, pending_call> in_flight;
     uint64_t next_key = 0;
     static inline const char* name = "distsample.membership";
 };
@@ -49,13 +50,14 @@ rank_result failed_result(int32_t rank, uint64_t step_id, status_code code, std:
     return r;
 }
 
-// Answers a step at most once (the later of a reply and a down_msg finds it gone).
-void answer(membership_actor* self, uint64_t key, rank_result result) {
-    auto it = self->state.in_flight.find(key);
-    if (it == self->state.in_flight.end()) return;
-    it->second.promise.deliver(std::move(result));
-    self->state.in_flight.erase(it);
+uint64_t track(membership_actor* self, int32_t rank, std::function<void(const status&)> fail) {
+    const uint64_t key = self->state.next_key++;
+    self->state.in_flight[key] = pending_call{rank, std::move(fail)};
+    return key;
 }
+
+// True once per call: the first of its reply and the rank's down_msg answers it.
+bool untrack(membership_actor* self, uint64_t key) { return self->state.in_flight.erase(key) == 1; }
 
 // Why the group cannot run a step now, and the rank to blame: the first one missing, else `rank`.
 std::pair<int32_t, std::string> not_formed(const membership_state& st, int32_t rank) {
@@ -155,14 +157,15 @@ void on_down(membership_actor* self, const caf::down_msg& d) {
         coordinator_log().warn("rank {}: its process is gone ({})", rank, caf::to_string(d.reason));
         st.ranks[r] = remote_rank_actor_type{};
         st.formed = false;
-        std::vector<uint64_t> keys;
-        for (const auto& [key, p] : st.in_flight) {
-            if (p.rank == rank) keys.push_back(key);
-        }
-        for (uint64_t key : keys) {
-            const uint64_t step_id = st.in_flight[key].step_id;
-            answer(self, key, failed_result(rank, step_id, status_code::aborted,
-                                            fmt::format("the rank process is gone ({})", caf::to_string(d.reason))));
+        const status gone{status_code::aborted, fmt::format("the rank process is gone ({})", caf::to_string(d.reason))};
+        for (auto it = st.in_flight.begin(); it != st.in_flight.end();) {
+            if (it->second.rank != rank) {
+                ++it;
+                continue;
+            }
+            auto fail = std::move(it->second.fail);
+            it = st.in_flight.erase(it);
+            fail(gone);
         }
     }
 }
@@ -175,7 +178,18 @@ caf::result<op_ack> forward_op(membership_actor* self, int32_t rank, const Msg& 
         const auto [culprit, reason] = not_formed(st, rank);
         return make_caf_error(status{status_code::aborted, fmt::format("rank {}: {}", culprit, reason)});
     }
-    return self->delegate(st.ranks[static_cast<size_t>(rank)], msg);
+    auto promise = self->make_response_promise();
+    auto named = [rank](const status& why) { return make_caf_error(status{why.code, fmt::format("rank {}: {}", rank, why.message)}); };
+    const uint64_t key = track(self, rank, [promise, named](const status& why) mutable { promise.deliver(named(why)); });
+    self->request(st.ranks[static_cast<size_t>(rank)], st.config.step_timeout, msg)
+        .then(
+            [self, key, promise](op_ack& a) mutable {
+                if (untrack(self, key)) promise.deliver(a);
+            },
+            [self, key, promise](caf::error& e) mutable {
+                if (untrack(self, key)) promise.deliver(e);
+            });
+    return caf::delegated<op_ack>{};
 }
 
 caf::behavior membership_behavior(membership_actor* self, group_config config, std::string host) {
@@ -219,11 +233,14 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
             remote_step_msg msg{*m.step, logits_dtype::f32, {}};
             msg.step.shards.clear();
             if (status c = copy_shard(*m.step, rank, msg); !c.is_ok()) return failed_result(rank, step_id, c.code, c.message);
-            const uint64_t key = s.next_key++;
-            s.in_flight[key] = pending_step{rank, step_id, self->make_response_promise()};
+            auto promise = self->make_response_promise();
+            const uint64_t key = track(self, rank, [promise, rank, step_id](const status& why) mutable {
+                promise.deliver(failed_result(rank, step_id, why.code, why.message));
+            });
             self->request(s.ranks[static_cast<size_t>(rank)], s.config.step_timeout, std::move(msg))
                 .then(
-                    [self, key](remote_result& r) {
+                    [self, key, promise](remote_result& r) mutable {
+                        if (!untrack(self, key)) return;
                         rank_result result;
                         result.rank = r.rank;
                         result.step_id = r.step_id;
@@ -232,11 +249,12 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
                         result.digest = r.digest;
                         result.outputs = std::make_shared<const step_outputs>(std::move(r.outputs));
                         result.timing = r.timing;
-                        answer(self, key, std::move(result));
+                        promise.deliver(std::move(result));
                     },
-                    [self, key, rank, step_id](caf::error& e) {
+                    [self, key, promise, rank, step_id](caf::error& e) mutable {
+                        if (!untrack(self, key)) return;
                         const status why = to_status(e, fmt::format("did not answer within {} ms", self->state.config.step_timeout.count()));
-                        answer(self, key, failed_result(rank, step_id, why.code, why.message));
+                        promise.deliver(failed_result(rank, step_id, why.code, why.message));
                     });
             return caf::delegated<rank_result>{};
         },
