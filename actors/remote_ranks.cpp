@@ -84,6 +84,14 @@ status copy_shard(const dist_step& step, int32_t rank, remote_step_msg& out) {
 
 void try_form(membership_actor* self);
 
+// The rendezvous blocks until every rank has arrived (bounded): a blocking actor, its own thread.
+// (Arguments passed through spawn, not captured: CAF 0.17 dereferences a null argument tuple for
+// an actor function without arguments, which UBSan rejects.)
+void serve_rendezvous(caf::blocking_actor*, std::shared_ptr<tcp_rendezvous> rendezvous, int32_t tp, std::chrono::milliseconds timeout,
+                      uint64_t epoch) {
+    if (status s = rendezvous->serve(tp, timeout); !s.is_ok()) coordinator_log().warn("rendezvous of epoch {}: {}", epoch, s.message);
+}
+
 void form_done(membership_actor* self, uint64_t epoch, const status& s) {
     membership_state& st = self->state;
     if (epoch != st.epoch) return;
@@ -96,7 +104,8 @@ void form_done(membership_actor* self, uint64_t epoch, const status& s) {
     }
     if (st.reform_requested || !s.is_ok()) {
         st.reform_requested = false;
-        // A failed attempt is retried after a pause: the ranks' bootstraps must time out first.
+        // A failed attempt is retried after a pause; a rank still inside the failed bootstrap
+        // takes the new form_msg when that one has timed out.
         if (s.is_ok()) {
             try_form(self);
         } else {
@@ -124,12 +133,7 @@ void try_form(membership_actor* self) {
         return;
     }
     const std::chrono::milliseconds timeout = st.config.transport_timeout;
-    // The rendezvous blocks until every rank has arrived (bounded): its own thread.
-    self->spawn<caf::detached>([rendezvous, tp = st.config.tp, timeout, epoch](caf::blocking_actor*) {
-        if (status s = rendezvous->serve(tp, timeout); !s.is_ok()) {
-            coordinator_log().warn("rendezvous of epoch {}: {}", epoch, s.message);
-        }
-    });
+    self->spawn(serve_rendezvous, rendezvous, st.config.tp, timeout, epoch);
     std::vector<register_msg> live;
     for (const register_msg& r : st.registrations) {
         if (r.slot != 0) live.push_back(r);
