@@ -123,6 +123,15 @@ void bench_in_process(const std::string& mode, const std::string& transport, int
     print_row(fmt::format("rank threads, one process ({})", transport), std::move(us));
 }
 
+// Sends `msg` to the coordinator and waits for its answer.
+template <class Answer, class Msg>
+ds::status ask(caf::scoped_actor& self, const ds::coordinator_actor_type& coordinator, Msg msg) {
+    ds::status result;
+    self->request(coordinator, std::chrono::seconds{20}, std::move(msg))
+        .receive([](Answer&) {}, [&](caf::error& e) { result = ds::to_status(e, "coordinator"); });
+    return result;
+}
+
 void bench_rank_processes(const std::string& mode, int steps) {
     const ds::group_config config = bench_config(mode, "ucx");
     const uint16_t port = free_port();
@@ -145,15 +154,9 @@ void bench_rank_processes(const std::string& mode, int steps) {
         }
         const auto coordinator = ds::spawn_coordinator_actor(system, config, remote.proxies, *remote.transport);
         caf::scoped_actor self{system};
-        auto ask = [&](auto msg) {
-            ds::status result;
-            self->request(coordinator, std::chrono::seconds{20}, std::move(msg))
-                .receive([](auto&) {}, [&](caf::error& e) { result = ds::to_status(e, "coordinator"); });
-            return result;
-        };
         // Wait for the group to form (registrations fail fast until then).
         const auto deadline = clock_type::now() + std::chrono::seconds{20};
-        while (!ask(ds::register_msg{1, params_of(0), {}}).is_ok()) {
+        while (!ask<ds::op_ack>(self, coordinator, ds::register_msg{1, params_of(0), {}}).is_ok()) {
             if (clock_type::now() > deadline) {
                 fmt::print(stderr, "the rank processes did not form a group\n");
                 std::exit(1);
@@ -161,14 +164,14 @@ void bench_rank_processes(const std::string& mode, int steps) {
             std::this_thread::sleep_for(std::chrono::milliseconds{50});
         }
         for (int32_t b = 1; b < kBatch; ++b) {
-            if (!ask(ds::register_msg{b + 1, params_of(b), {}}).is_ok()) std::exit(1);
+            if (!ask<ds::op_ack>(self, coordinator, ds::register_msg{b + 1, params_of(b), {}}).is_ok()) std::exit(1);
         }
         const step_data d = make_step();
         auto request = std::make_shared<const ds::step_request>(d.request);
         std::vector<double> us;
         for (int i = 0; i < steps + 20; ++i) {
             const auto t0 = clock_type::now();
-            const ds::status s = ask(ds::submit_msg{request});
+            const ds::status s = ask<ds::step_answer>(self, coordinator, ds::submit_msg{request});
             const auto t1 = clock_type::now();
             if (!s.is_ok()) {
                 fmt::print(stderr, "remote step: {}\n", s.message);
