@@ -162,6 +162,8 @@ void on_down(membership_actor* self, const caf::down_msg& d) {
         st.ranks[r] = remote_rank_actor_type{};
         st.formed = false;
         const status gone{status_code::aborted, fmt::format("the rank process is gone ({})", caf::to_string(d.reason))};
+        // An epoch being formed with it cannot complete: give it up now rather than at its timeout.
+        if (st.forming) form_done(self, st.epoch, status{gone.code, fmt::format("rank {}: {}", rank, gone.message)});
         for (auto it = st.in_flight.begin(); it != st.in_flight.end();) {
             if (it->second.rank != rank) {
                 ++it;

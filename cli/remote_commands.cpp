@@ -2,7 +2,7 @@
 // (actors/remote_ranks.h, actors/rank_process.h). The coordinator takes steps on stdin, one JSON
 // document per line: the input of `distsample kernel` plus "op": "sample" or "verify" (or just
 // {"op": "health"}); it answers each with one line on stdout, the JSON of `distsample kernel`, or
-// {"error": "..."}. Its first line is {"listening": "HOST:PORT"}. It stops at the end of stdin.
+// {"error": "..."}. Request b is registered into slot b + 1 first, unless "register": false. Its first line is {"listening": "HOST:PORT"}. It stops at the end of stdin.
 #include <caf/io/all.hpp>
 #include <fmt/format.h>
 
@@ -56,12 +56,15 @@ nlohmann::json serve_line(caf::actor_system& system, const coordinator_actor_typ
     }
     if (op != "sample" && op != "verify") throw input_error(fmt::format("op = '{}': expected sample, verify or health", op));
     const step_kind kind = op == "verify" ? step_kind::verify : step_kind::sample;
+    // "register": false reuses the slots an earlier line registered (keeping their penalty counts).
+    const bool register_requests = doc.value("register", true);
     doc.erase("op");
+    doc.erase("register");
     const json_step step = parse_step(doc, kind);
     if (step.vocab_size != config.vocab_size) {
         throw input_error(fmt::format("vocab_size = {}: the coordinator has vocab_size = {}", step.vocab_size, config.vocab_size));
     }
-    for (int32_t b = 0; b < step.batch_size(); ++b) {
+    for (int32_t b = 0; register_requests && b < step.batch_size(); ++b) {
         const json_request& r = step.requests[static_cast<size_t>(b)];
         throw_unless_ok(ask(system, coordinator, config, register_msg{b + 1, r.params, r.history}, ack));
     }
