@@ -9,7 +9,6 @@
 #include "actors/log.h"
 #include "actors/messages.h"
 #include "actors/rank_engine.h"
-#include "actors/remote_ranks.h"
 #include "transport/tcp_bootstrap.h"
 #include "transport/transport_factory.h"
 
@@ -115,9 +114,7 @@ caf::expected<caf::actor> connect(caf::actor_system& system, const std::string& 
 
 }  // namespace
 
-status run_rank_process(const group_config& config, int32_t rank, const std::string& host, uint16_t port) {
-    caf::actor_system_config cfg;
-    caf::actor_system system{configure_remote_actor_system(cfg)};
+status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host, uint16_t port) {
     auto coordinator = connect(system, host, port, config.transport_timeout);
     if (!coordinator) {
         return {status_code::aborted, fmt::format("rank {}: cannot reach the coordinator at {}:{}: {}", rank, host, port,
@@ -135,6 +132,7 @@ status run_rank_process(const group_config& config, int32_t rank, const std::str
         rank_log().info("rank {}: the coordinator is gone", rank);
     }
     self->send_exit(me, caf::exit_reason::user_shutdown);
+    self->wait_for(me);  // its endpoint is closed
     return joined;
 }
 

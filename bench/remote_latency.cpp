@@ -139,7 +139,10 @@ void bench_rank_processes(const std::string& mode, int steps) {
     for (int32_t r = 0; r < kTp; ++r) {
         const pid_t pid = ::fork();
         if (pid == 0) {
-            const ds::status s = ds::run_rank_process(config, r, "127.0.0.1", port);
+            // Never destroyed: the child ends right after (see run_rank_process).
+            auto* cfg = new caf::actor_system_config;
+            auto* system = new caf::actor_system{ds::configure_remote_actor_system(*cfg)};
+            const ds::status s = ds::run_rank_process(*system, config, r, "127.0.0.1", port);
             ::_exit(s.is_ok() ? 0 : 1);
         }
         children.push_back(pid);

@@ -6,6 +6,8 @@
 #include <caf/io/all.hpp>
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -112,7 +114,7 @@ int run_coordinator_command(const coordinator_options& options) {
 }
 
 int run_rank_command(const rank_options& options) {
-    return run_json_command([&] {
+    return run_json_command([&]() -> int {
         const group_config config = load_config(options.group);
         std::string host;
         uint16_t port = 0;
@@ -120,8 +122,13 @@ int run_rank_command(const rank_options& options) {
         if (options.rank < 0 || options.rank >= config.tp) {
             throw input_error(fmt::format("--rank {}: expected a rank in [0, {})", options.rank, config.tp));
         }
-        throw_unless_ok(run_rank_process(config, options.rank, host, port));
-        return 0;
+        // Never destroyed: the process ends right after (see run_rank_process).
+        auto* cfg = new caf::actor_system_config;
+        auto* system = new caf::actor_system{configure_remote_actor_system(*cfg)};
+        const status s = run_rank_process(*system, config, options.rank, host, port);
+        if (!s.is_ok()) std::cerr << "error: " << s.message << std::endl;
+        std::fflush(nullptr);
+        std::_Exit(s.is_ok() ? 0 : (s.code == status_code::invalid_argument ? 2 : 1));
     });
 }
 
