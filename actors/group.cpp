@@ -7,21 +7,12 @@
 #include "actors/coordinator_actor.h"
 #include "actors/messages.h"
 #include "actors/rank_actor.h"
+#include "actors/rank_engine.h"
 #include "transport/transport_factory.h"
 
 namespace ds {
 
 namespace {
-
-caf::actor_system_config& with_types(caf::actor_system_config& cfg) {
-    cfg.add_message_types<caf::id_block::distsample>();
-    // The shared scheduler only runs the coordinator and the client: one worker is plenty, and
-    // spinning workers would take the cores the rank threads compute on.
-    cfg.set("scheduler.max-threads", 1);
-    cfg.set("work-stealing.aggressive-poll-attempts", 1);
-    cfg.set("work-stealing.moderate-poll-attempts", 0);
-    return cfg;
-}
 
 // Extra time a blocking call waits beyond the coordinator's own step timeout, which always
 // answers first; this only guards against a coordinator that is gone.
@@ -67,7 +58,7 @@ struct group::impl {
     client_actor_type client;
 
     impl(const group_config& c, std::unique_ptr<transport_group> t)
-        : config(c), transport(std::move(t)), system(with_types(system_config)) {}
+        : config(c), transport(std::move(t)), system(configure_actor_system(system_config)) {}
 
     // Sends `msg` to the coordinator and waits for its answer (bounded).
     template <class Answer, class Msg>
@@ -83,14 +74,7 @@ struct group::impl {
 
 status group::create(const group_config& config, std::unique_ptr<group>& out) {
     if (std::string e = validate_group_config(config); !e.empty()) return status::invalid(e);
-    transport_config t;
-    t.world_size = config.tp;
-    t.vocab_size = config.vocab_size;
-    const int64_t max_rows = int64_t{config.limits().max_pad_bs()} * config.max_tokens_per_req;
-    t.max_swap_rows = config.mode == dist_mode::gathered ? max_rows : config.mode == dist_mode::swap ? max_rows / config.tp : 0;
-    // The sharded sampler's largest collective: two 256-bin histograms per row.
-    t.max_collective_bytes = static_cast<size_t>(max_rows) * 512 * sizeof(uint64_t);
-    t.timeout = config.transport_timeout;
+    const transport_config t = rank_transport_config(config);
     if (std::string e = t.validate(); !e.empty()) return status::invalid(e);
     std::unique_ptr<transport_group> transport;
     if (status s = make_transport_group(config.transport, t, transport); !s.is_ok()) return s;

@@ -23,4 +23,14 @@ status to_status(const caf::error& e, const std::string& what) {
     return {status_code::aborted, what + ": " + caf::to_string(e)};
 }
 
+caf::actor_system_config& configure_actor_system(caf::actor_system_config& cfg) {
+    cfg.add_message_types<caf::id_block::distsample>();
+    // The shared scheduler only runs the coordinator and the client: one worker is plenty, and
+    // spinning workers would take the cores the rank threads compute on.
+    cfg.set("scheduler.max-threads", 1);
+    cfg.set("work-stealing.aggressive-poll-attempts", 1);
+    cfg.set("work-stealing.moderate-poll-attempts", 0);
+    return cfg;
+}
+
 }  // namespace ds

@@ -2,12 +2,14 @@
 // mapping between ds::status and caf::error.
 //
 // Messages that carry a shared_ptr (a planned step, a submitted step, agreed outputs) are
-// process-local: the rank actors read the caller's logits in place. Ranks in other processes will
-// get serialized forms of these; the value messages below are already inspectable.
+// process-local: the rank actors read the caller's logits in place. Ranks in other processes
+// (actors/remote_ranks.h) get the serialized forms below (join_msg ... remote_commit_msg); every
+// value message is inspectable.
 #pragma once
 
 #include <caf/all.hpp>
 
+#include <cstring>
 #include <future>
 #include <memory>
 #include <string>
@@ -93,11 +95,61 @@ struct step_answer {
     std::vector<step_timing> rank_timing;  // every rank's
 };
 
+// Rank process -> the coordinator's membership actor: rank `rank` (actor `handle`) joins. `tp` and
+// `vocab_size` and `mode` are checked against the coordinator's; a mismatch is refused naming the
+// field.
+struct join_msg {
+    int32_t rank = 0;
+    int32_t tp = 0;
+    int32_t vocab_size = 0;
+    dist_mode mode = dist_mode::swap;
+    caf::actor handle;
+};
+
+// Coordinator -> every rank process: build a new transport endpoint through the TCP rendezvous
+// host:port (one per epoch, transport/tcp_bootstrap.h), then register `registrations`.
+struct form_msg {
+    uint64_t epoch = 0;
+    std::string host;
+    uint16_t port = 0;
+    std::vector<register_msg> registrations;
+};
+
+// Coordinator -> a rank process: a planned step (`step.shards` empty) and this rank's vocab shard
+// of the step's rows, `step.plan.shard_vocab` values of `dtype` per row. Carrying logits over CAF
+// suits tests and small V only: a deployment's rank reads them from its model runtime.
+struct remote_step_msg {
+    dist_step step;
+    logits_dtype dtype = logits_dtype::f32;
+    std::vector<uint8_t> logits;
+};
+
+// A rank process's answer: rank_result with the outputs by value.
+struct remote_result {
+    int32_t rank = 0;
+    uint64_t step_id = 0;
+    int32_t code = 0;  // status_code
+    std::string message;
+    uint64_t digest = 0;
+    step_outputs outputs;
+    step_timing timing;
+};
+
+// Coordinator -> rank processes: commit_msg for step `step_id` (the rank's last step).
+struct remote_commit_msg {
+    uint64_t step_id = 0;
+    bool own = true;  // commit the rank's own outputs, else `agreed`
+    step_outputs agreed;
+};
+
 // CAF's error for a failed status (category "distsample", code = status_code, context = message).
 caf::error make_caf_error(const status& s);
 // The status of a caf::error: ours map back exactly; a request timeout becomes timeout with
 // message `what`; CAF's other errors (actor down, ...) become aborted, `what` then CAF's words.
 status to_status(const caf::error& e, const std::string& what);
+
+// Registers the type-ID block and sizes the shared scheduler for the coordinator's few actors.
+caf::actor_system_config& configure_actor_system(caf::actor_system_config& cfg);
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, logit_bias_entry& x) {
@@ -150,6 +202,66 @@ typename Inspector::result_type inspect(Inspector& f, desync_log& x) {
     return f(caf::meta::type_name("desync_log"), x.events);
 }
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
+    return f(caf::meta::type_name("step_plan"), x.bs, x.tp, x.pad_bs, x.reqs_per_rank, x.tokens_per_req, x.shard_vocab);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, verify_thresholds& x) {
+    return f(caf::meta::type_name("verify_thresholds"), x.single, x.acc);
+}
+
+// Every field but `shards` (pointers into this process): a remote step carries its rank's rows.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dist_step& x) {
+    return f(caf::meta::type_name("dist_step"), x.id, x.kind, x.plan, x.slots, x.positions, x.candidates, x.bitmask,
+             x.coins, x.final_coins, x.thresholds);
+}
+
+// Logprobs travel as their bits: CAF 0.17 packs floats in a way that loses NaN (unused entries).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_outputs& x) {
+    std::vector<uint32_t> bits(x.logprobs.size());
+    if (!bits.empty()) std::memcpy(bits.data(), x.logprobs.data(), bits.size() * sizeof(float));
+    return f(caf::meta::type_name("step_outputs"), x.packed, x.accept_index, bits, x.row_error,
+             caf::meta::load_callback([&x, &bits]() -> caf::error {
+                 x.logprobs.resize(bits.size());
+                 if (!bits.empty()) std::memcpy(x.logprobs.data(), bits.data(), bits.size() * sizeof(float));
+                 return caf::none;
+             }));
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_timing& x) {
+    return f(caf::meta::type_name("step_timing"), x.rank_step_ns, x.rank_transport_ns);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, join_msg& x) {
+    return f(caf::meta::type_name("join_msg"), x.rank, x.tp, x.vocab_size, x.mode, x.handle);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, form_msg& x) {
+    return f(caf::meta::type_name("form_msg"), x.epoch, x.host, x.port, x.registrations);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, remote_step_msg& x) {
+    return f(caf::meta::type_name("remote_step_msg"), x.step, x.dtype, x.logits);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, remote_result& x) {
+    return f(caf::meta::type_name("remote_result"), x.rank, x.step_id, x.code, x.message, x.digest, x.outputs, x.timing);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, remote_commit_msg& x) {
+    return f(caf::meta::type_name("remote_commit_msg"), x.step_id, x.own, x.agreed);
+}
+
 }  // namespace ds
 
 // The one type-ID block of distsample.
@@ -169,6 +281,11 @@ CAF_ADD_TYPE_ID(distsample, (ds::submit_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::step_answer))
 CAF_ADD_TYPE_ID(distsample, (ds::client_submit_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::fault_plan_msg))
+CAF_ADD_TYPE_ID(distsample, (ds::join_msg))
+CAF_ADD_TYPE_ID(distsample, (ds::form_msg))
+CAF_ADD_TYPE_ID(distsample, (ds::remote_step_msg))
+CAF_ADD_TYPE_ID(distsample, (ds::remote_result))
+CAF_ADD_TYPE_ID(distsample, (ds::remote_commit_msg))
 CAF_END_TYPE_ID_BLOCK(distsample)
 
 // Process-local messages (they carry shared pointers): never serialized.
@@ -197,6 +314,14 @@ using coordinator_actor_type = caf::typed_actor<caf::replies_to<submit_msg>::wit
                                                 caf::replies_to<health_msg>::with<op_ack>,
                                                 caf::replies_to<desync_query>::with<desync_log>,
                                                 caf::replies_to<fault_msg>::with<op_ack>>;
+
+// A rank in another process (actors/rank_process.h); its coordinator side is actors/remote_ranks.h.
+using remote_rank_actor_type = caf::typed_actor<caf::replies_to<form_msg>::with<op_ack>,
+                                                caf::replies_to<register_msg>::with<op_ack>,
+                                                caf::replies_to<release_msg>::with<op_ack>,
+                                                caf::replies_to<health_msg>::with<op_ack>,
+                                                caf::replies_to<remote_step_msg>::with<remote_result>,
+                                                caf::reacts_to<remote_commit_msg>>;
 
 // Turns library calls into ordered submissions (actors/group.cpp).
 using client_actor_type = caf::typed_actor<caf::reacts_to<client_submit_msg>>;

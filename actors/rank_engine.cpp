@@ -23,6 +23,18 @@ kernel_config rank_kernel_config(const group_config& config, int32_t max_batch) 
 
 }  // namespace
 
+transport_config rank_transport_config(const group_config& config) {
+    transport_config t;
+    t.world_size = config.tp;
+    t.vocab_size = config.vocab_size;
+    const int64_t max_rows = int64_t{config.limits().max_pad_bs()} * config.max_tokens_per_req;
+    t.max_swap_rows = config.mode == dist_mode::gathered ? max_rows : config.mode == dist_mode::swap ? max_rows / config.tp : 0;
+    // The sharded sampler's largest collective: two 256-bin histograms per row.
+    t.max_collective_bytes = static_cast<size_t>(max_rows) * 512 * sizeof(uint64_t);
+    t.timeout = config.transport_timeout;
+    return t;
+}
+
 rank_engine::rank_engine(const group_config& config, int32_t rank, transport& endpoint)
     : config_(config), rank_(rank), endpoint_(endpoint) {
     const int32_t max_pad_bs = config.limits().max_pad_bs();

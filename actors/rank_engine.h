@@ -13,6 +13,9 @@
 
 namespace ds {
 
+// What the group's mode needs of each rank's transport endpoint (swap rows, collective bytes).
+transport_config rank_transport_config(const group_config& config);
+
 class rank_engine {
    public:
     // Builds the rank's backend; check status() before use.

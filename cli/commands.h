@@ -46,6 +46,24 @@ int run_demo_command(const demo_options& options);
 // Serves the gateway (config keys gateway.*) until SIGINT or SIGTERM.
 int run_serve_command(const group_options& options);
 
+// A coordinator whose ranks are processes (`distsample rank`): publishes it on `listen`
+// (HOST:PORT) and serves JSON steps on stdin, one per line (cli/remote_commands.cpp).
+struct coordinator_options {
+    std::string listen = "127.0.0.1:7710";
+    group_options group;
+};
+
+int run_coordinator_command(const coordinator_options& options);
+
+// One rank process joining the coordinator at `coordinator` (HOST:PORT); serves until it is gone.
+struct rank_options {
+    std::string coordinator = "127.0.0.1:7710";
+    int32_t rank = 0;
+    group_options group;
+};
+
+int run_rank_command(const rank_options& options);
+
 // Prints the effective configuration as JSON, or one error line (exit 2).
 int run_config_check_command(const group_options& options);
 

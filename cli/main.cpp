@@ -77,6 +77,18 @@ int main(int argc, char** argv) {
     gateway_flag("--model", "model", "Logits of steps without a payload: synthetic, ngram or none (config key gateway.model)");
     gateway_flag("--corpus", "corpus", "Text of the ngram model (config key gateway.corpus)");
 
+    ds::cli::coordinator_options coordinator;
+    CLI::App* coordinator_cmd = app.add_subcommand(
+        "coordinator", "Coordinate rank processes (`distsample rank`): JSON steps on stdin, one per line with \"op\": sample|verify|health");
+    coordinator_cmd->add_option("--listen", coordinator.listen, "HOST:PORT the rank processes join (port 0: any free port)")->capture_default_str();
+    add_group_options(coordinator_cmd, coordinator.group);
+
+    ds::cli::rank_options rank;
+    CLI::App* rank_cmd = app.add_subcommand("rank", "One rank process: join the coordinator and run its steps (transport ucx)");
+    rank_cmd->add_option("--coordinator", rank.coordinator, "HOST:PORT of `distsample coordinator --listen`")->capture_default_str();
+    rank_cmd->add_option("--rank", rank.rank, "This process's rank in [0, tp)")->required();
+    add_group_options(rank_cmd, rank.group);
+
     ds::cli::group_options check;
     CLI::App* config_cmd = app.add_subcommand("config", "Configuration files");
     config_cmd->require_subcommand(1);
@@ -104,6 +116,8 @@ int main(int argc, char** argv) {
     if (step_verify_cmd->parsed()) return ds::cli::run_step_command(true, step);
     if (demo_cmd->parsed()) return ds::cli::run_demo_command(demo);
     if (serve_cmd->parsed()) return ds::cli::run_serve_command(serve);
+    if (coordinator_cmd->parsed()) return ds::cli::run_coordinator_command(coordinator);
+    if (rank_cmd->parsed()) return ds::cli::run_rank_command(rank);
     if (check_cmd->parsed()) return ds::cli::run_config_check_command(check);
     if (faults_report_cmd->parsed()) return ds::cli::run_faults_report_command(faults_report);
     return 2;

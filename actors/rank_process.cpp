@@ -1,0 +1,139 @@
+#include "actors/rank_process.h"
+
+#include <caf/io/all.hpp>
+#include <fmt/format.h>
+
+#include <memory>
+#include <thread>
+
+#include "actors/log.h"
+#include "actors/messages.h"
+#include "actors/rank_engine.h"
+#include "transport/tcp_bootstrap.h"
+#include "transport/transport_factory.h"
+
+namespace ds {
+
+namespace {
+
+struct rank_process_state {
+    std::unique_ptr<transport> endpoint;
+    std::unique_ptr<rank_engine> engine;  // uses *endpoint: reset first
+    dist_step last_step;                  // kept for its commit
+    step_outputs last_outputs;
+    static inline const char* name = "distsample.rank_process";
+};
+
+using rank_process_actor = remote_rank_actor_type::stateful_pointer<rank_process_state>;
+
+// Drops the old endpoint and builds one through the epoch's rendezvous, then a fresh engine.
+status form(rank_process_state& st, const group_config& config, int32_t rank, const form_msg& m) {
+    st.engine.reset();
+    st.endpoint.reset();
+    tcp_bootstrap boot(m.host, m.port, rank, config.tp, config.transport_timeout);
+    if (status s = make_rank_transport(config.transport, rank_transport_config(config), boot, st.endpoint); !s.is_ok()) return s;
+    auto engine = std::make_unique<rank_engine>(config, rank, *st.endpoint);
+    if (!engine->init_status().is_ok()) return engine->init_status();
+    for (const register_msg& r : m.registrations) {
+        if (status s = engine->register_request(r.slot, r.params, r.history); !s.is_ok()) return s;
+    }
+    st.engine = std::move(engine);
+    return status::success();
+}
+
+remote_result run_step(rank_process_state& st, int32_t rank, remote_step_msg& m) {
+    remote_result result;
+    result.rank = rank;
+    result.step_id = m.step.id;
+    status s = st.engine ? status::success() : status{status_code::aborted, "no transport endpoint: the group is not formed"};
+    const size_t row_bytes = static_cast<size_t>(m.step.plan.shard_vocab) * dtype_size(m.dtype);
+    if (s.is_ok() && (row_bytes == 0 || m.logits.size() % row_bytes != 0)) {
+        s = status::invalid(fmt::format("logits: {} bytes is not a whole number of {}-byte shard rows", m.logits.size(), row_bytes));
+    }
+    if (s.is_ok()) {
+        const auto rows = static_cast<int64_t>(m.logits.size() / row_bytes);
+        m.step.shards.assign(static_cast<size_t>(m.step.plan.tp), logits_view{});
+        m.step.shards[static_cast<size_t>(rank)] = logits_view{m.logits.data(), m.dtype, rows, m.step.plan.shard_vocab, m.step.plan.shard_vocab};
+        s = st.engine->run(m.step, result.outputs);
+        result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns()};
+    }
+    result.code = static_cast<int32_t>(s.code);
+    result.message = s.message;
+    if (s.is_ok()) {
+        result.digest = result.outputs.digest();
+        m.step.shards.clear();  // they point into the message
+        st.last_step = std::move(m.step);
+        st.last_outputs = result.outputs;
+    }
+    return result;
+}
+
+remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor self, group_config config, int32_t rank) {
+    auto ack = [rank](const status& s) -> caf::result<op_ack> {
+        if (!s.is_ok()) return make_caf_error(status{s.code, fmt::format("rank {}: {}", rank, s.message)});
+        return op_ack{rank};
+    };
+    auto engine_call = [self, ack](auto call) -> caf::result<op_ack> {
+        if (!self->state.engine) return ack(status{status_code::aborted, "no transport endpoint: the group is not formed"});
+        return ack(call(*self->state.engine));
+    };
+    return {
+        [self, config, rank, ack](form_msg& m) -> caf::result<op_ack> {
+            status s = form(self->state, config, rank, m);
+            if (s.is_ok()) rank_log().info("rank {}: formed epoch {}", rank, m.epoch);
+            return ack(s.is_ok() ? s : status{s.code, fmt::format("epoch {}: {}", m.epoch, s.message)});
+        },
+        [engine_call](register_msg& m) -> caf::result<op_ack> {
+            return engine_call([&m](rank_engine& e) { return e.register_request(m.slot, m.params, m.history); });
+        },
+        [engine_call](release_msg& m) -> caf::result<op_ack> {
+            return engine_call([&m](rank_engine& e) { return e.release(m.slot); });
+        },
+        [engine_call](health_msg&) -> caf::result<op_ack> {
+            return engine_call([](rank_engine& e) { return e.init_status(); });
+        },
+        [self, rank](remote_step_msg& m) -> remote_result { return run_step(self->state, rank, m); },
+        [self, rank](remote_commit_msg& m) {
+            rank_process_state& st = self->state;
+            if (!st.engine || m.step_id != st.last_step.id) return;
+            status s = st.engine->commit(st.last_step, m.own ? st.last_outputs : m.agreed);
+            if (!s.is_ok()) rank_log().error("rank {}: commit of step {} failed: {}", rank, m.step_id, s.message);
+        },
+    };
+}
+
+// The coordinator may start after its ranks: retry until the transport timeout.
+caf::expected<caf::actor> connect(caf::actor_system& system, const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+        auto coordinator = system.middleman().remote_actor(host, port);
+        if (coordinator || std::chrono::steady_clock::now() >= deadline) return coordinator;
+        std::this_thread::sleep_for(std::chrono::milliseconds{100});
+    }
+}
+
+}  // namespace
+
+status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host, uint16_t port) {
+    auto coordinator = connect(system, host, port, config.transport_timeout);
+    if (!coordinator) {
+        return {status_code::aborted, fmt::format("rank {}: cannot reach the coordinator at {}:{}: {}", rank, host, port,
+                                                  caf::to_string(coordinator.error()))};
+    }
+    auto me = system.spawn<caf::detached>(rank_process_behavior, config, rank);
+    caf::scoped_actor self{system};
+    status joined;
+    self->request(*coordinator, config.step_timeout, join_msg{rank, config.tp, config.vocab_size, config.mode, caf::actor_cast<caf::actor>(me)})
+        .receive([](op_ack&) {}, [&](caf::error& e) { joined = to_status(e, fmt::format("rank {}: the coordinator did not answer the join", rank)); });
+    if (joined.is_ok()) {
+        rank_log().info("rank {} joined the coordinator at {}:{}", rank, host, port);
+        self->monitor(*coordinator);
+        self->receive([](caf::down_msg&) {});
+        rank_log().info("rank {}: the coordinator is gone", rank);
+    }
+    self->send_exit(me, caf::exit_reason::user_shutdown);
+    self->wait_for(me);  // its endpoint is closed
+    return joined;
+}
+
+}  // namespace ds

@@ -1,0 +1,23 @@
+// One rank in its own process (`distsample rank`): a detached actor owning the rank's engine and
+// transport endpoint joins the coordinator published at host:port (actors/remote_ranks.h), builds a
+// new endpoint through the rendezvous of every epoch the coordinator forms, and runs the steps it
+// is sent. Logits come with each step (remote_step_msg).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "config/group_config.h"
+#include "kernels/sampling_types.h"
+
+namespace ds {
+
+// Joins and serves until the coordinator is gone (ok) or joining fails (the reason). `system` is
+// configured by configure_remote_actor_system. End the process afterwards without destroying
+// `system`: CAF 0.17's teardown can wait forever for an actor the middleman sent to the (now gone)
+// coordinator, since something in the middleman keeps a strong reference to it.
+status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host, uint16_t port);
+
+}  // namespace ds

@@ -1,0 +1,358 @@
+#include "actors/remote_ranks.h"
+
+#include <caf/io/all.hpp>
+#include <fmt/format.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <utility>
+#include <stdexcept>
+
+#include "actors/log.h"
+#include "transport/tcp_bootstrap.h"
+
+namespace ds {
+
+namespace {
+
+using reform_atom = caf::atom_constant<caf::atom("reform")>;
+
+// A call to a rank process (a step, a registration, ...), answered once: by its reply or timeout,
+// or by `fail` when the rank's down_msg comes first.
+struct pending_call {
+    int32_t rank = 0;
+    std::function<void(const status&)> fail;
+};
+
+struct membership_state {
+    group_config config;
+    std::string host;                                  // where each epoch's rendezvous listens
+    std::vector<remote_rank_actor_type> ranks;         // null until the rank joins
+    std::vector<register_msg> registrations;           // by slot, replayed when the group forms
+    bool formed = false;
+    bool forming = false;
+    bool reform_requested = false;                     // while forming: form again when done
+    uint64_t epoch = 0;
+    std::map<uint64_t, pending_call> in_flight;
+    uint64_t next_key = 0;
+    static inline const char* name = "distsample.membership";
+};
+
+using membership_actor = caf::stateful_actor<membership_state>;
+
+rank_result failed_result(int32_t rank, uint64_t step_id, status_code code, std::string message) {
+    rank_result r;
+    r.rank = rank;
+    r.step_id = step_id;
+    r.code = static_cast<int32_t>(code);
+    r.message = std::move(message);
+    return r;
+}
+
+uint64_t track(membership_actor* self, int32_t rank, std::function<void(const status&)> fail) {
+    const uint64_t key = self->state.next_key++;
+    self->state.in_flight[key] = pending_call{rank, std::move(fail)};
+    return key;
+}
+
+// True once per call: the first of its reply and the rank's down_msg answers it.
+bool untrack(membership_actor* self, uint64_t key) { return self->state.in_flight.erase(key) == 1; }
+
+// Why the group cannot run a step now, and the rank to blame: the first one missing, else `rank`.
+std::pair<int32_t, std::string> not_formed(const membership_state& st, int32_t rank) {
+    for (size_t r = 0; r < st.ranks.size(); ++r) {
+        if (!st.ranks[r]) return {static_cast<int32_t>(r), "its rank process has not joined or is gone"};
+    }
+    return {rank, fmt::format("the group is being formed (epoch {})", st.epoch)};
+}
+
+// Copies rank `rank`'s shard rows (row stride = shard vocab) for a remote_step_msg.
+status copy_shard(const dist_step& step, int32_t rank, remote_step_msg& out) {
+    const logits_view& v = step.shards[static_cast<size_t>(rank)];
+    if (v.on_device) return {status_code::unsupported, "logits in device memory cannot be sent to a rank process"};
+    const size_t row_bytes = static_cast<size_t>(v.vocab) * dtype_size(v.dtype);
+    out.dtype = v.dtype;
+    out.logits.resize(row_bytes * static_cast<size_t>(v.rows));
+    const auto* base = static_cast<const uint8_t*>(v.data);
+    for (int64_t row = 0; row < v.rows; ++row) {
+        std::memcpy(out.logits.data() + static_cast<size_t>(row) * row_bytes,
+                    base + static_cast<size_t>(row * v.row_stride) * dtype_size(v.dtype), row_bytes);
+    }
+    return status::success();
+}
+
+void try_form(membership_actor* self);
+
+// The rendezvous blocks until every rank has arrived (bounded): a blocking actor, its own thread.
+// (Arguments passed through spawn, not captured: CAF 0.17 dereferences a null argument tuple for
+// an actor function without arguments, which UBSan rejects.)
+void serve_rendezvous(caf::blocking_actor*, std::shared_ptr<tcp_rendezvous> rendezvous, int32_t tp, std::chrono::milliseconds timeout,
+                      uint64_t epoch) {
+    if (status s = rendezvous->serve(tp, timeout); !s.is_ok()) coordinator_log().warn("rendezvous of epoch {}: {}", epoch, s.message);
+}
+
+void form_done(membership_actor* self, uint64_t epoch, const status& s) {
+    membership_state& st = self->state;
+    if (epoch != st.epoch) return;
+    st.forming = false;
+    st.formed = s.is_ok();
+    if (s.is_ok()) {
+        coordinator_log().info("remote group formed: {} ranks, epoch {}", st.config.tp, epoch);
+    } else {
+        coordinator_log().warn("forming the remote group (epoch {}) failed: {}", epoch, s.message);
+    }
+    if (st.reform_requested || !s.is_ok()) {
+        st.reform_requested = false;
+        // A failed attempt is retried after a pause; a rank still inside the failed bootstrap
+        // takes the new form_msg when that one has timed out.
+        if (s.is_ok()) {
+            try_form(self);
+        } else {
+            self->delayed_send(self, std::chrono::milliseconds{200}, reform_atom::value);
+        }
+    }
+}
+
+// When every rank has joined: a new rendezvous (epoch), and every rank builds a new endpoint.
+void try_form(membership_actor* self) {
+    membership_state& st = self->state;
+    if (st.forming) {
+        st.reform_requested = true;
+        return;
+    }
+    st.formed = false;
+    for (const auto& rank : st.ranks) {
+        if (!rank) return;
+    }
+    st.forming = true;
+    const uint64_t epoch = ++st.epoch;
+    auto rendezvous = std::make_shared<tcp_rendezvous>();
+    if (status s = rendezvous->listen(st.host, 0); !s.is_ok()) {
+        form_done(self, epoch, s);
+        return;
+    }
+    const std::chrono::milliseconds timeout = st.config.transport_timeout;
+    self->spawn(serve_rendezvous, rendezvous, st.config.tp, timeout, epoch);
+    std::vector<register_msg> live;
+    for (const register_msg& r : st.registrations) {
+        if (r.slot != 0) live.push_back(r);
+    }
+    const form_msg form{epoch, st.host, rendezvous->port(), std::move(live)};
+    auto remaining = std::make_shared<int32_t>(st.config.tp);
+    for (int32_t r = 0; r < st.config.tp; ++r) {
+        self->request(st.ranks[static_cast<size_t>(r)], 2 * timeout, form)
+            .then(
+                [self, epoch, remaining](op_ack&) {
+                    if (--*remaining == 0) form_done(self, epoch, status::success());
+                },
+                [self, epoch, r](caf::error& e) {
+                    if (!self->state.forming || epoch != self->state.epoch) return;
+                    form_done(self, epoch, to_status(e, fmt::format("rank {} did not form epoch {}", r, epoch)));
+                });
+    }
+}
+
+void on_down(membership_actor* self, const caf::down_msg& d) {
+    membership_state& st = self->state;
+    for (size_t r = 0; r < st.ranks.size(); ++r) {
+        if (!st.ranks[r] || st.ranks[r].address() != d.source) continue;
+        const auto rank = static_cast<int32_t>(r);
+        coordinator_log().warn("rank {}: its process is gone ({})", rank, caf::to_string(d.reason));
+        st.ranks[r] = remote_rank_actor_type{};
+        st.formed = false;
+        const status gone{status_code::aborted, fmt::format("the rank process is gone ({})", caf::to_string(d.reason))};
+        // An epoch being formed with it cannot complete: give it up now rather than at its timeout.
+        if (st.forming) form_done(self, st.epoch, status{gone.code, fmt::format("rank {}: {}", rank, gone.message)});
+        for (auto it = st.in_flight.begin(); it != st.in_flight.end();) {
+            if (it->second.rank != rank) {
+                ++it;
+                continue;
+            }
+            auto fail = std::move(it->second.fail);
+            it = st.in_flight.erase(it);
+            fail(gone);
+        }
+    }
+}
+
+// Forwards a register / release / health message to rank `rank`'s process.
+template <class Msg>
+caf::result<op_ack> forward_op(membership_actor* self, int32_t rank, const Msg& msg) {
+    membership_state& st = self->state;
+    if (!st.formed) {
+        const auto [culprit, reason] = not_formed(st, rank);
+        return make_caf_error(status{status_code::aborted, fmt::format("rank {}: {}", culprit, reason)});
+    }
+    auto promise = self->make_response_promise();
+    auto named = [rank](const status& why) { return make_caf_error(status{why.code, fmt::format("rank {}: {}", rank, why.message)}); };
+    const uint64_t key = track(self, rank, [promise, named](const status& why) mutable { promise.deliver(named(why)); });
+    self->request(st.ranks[static_cast<size_t>(rank)], st.config.step_timeout, msg)
+        .then(
+            [self, key, promise](op_ack& a) mutable {
+                if (untrack(self, key)) promise.deliver(a);
+            },
+            [self, key, promise](caf::error& e) mutable {
+                if (untrack(self, key)) promise.deliver(e);
+            });
+    return caf::delegated<op_ack>{};
+}
+
+caf::behavior membership_behavior(membership_actor* self, group_config config, std::string host) {
+    membership_state& st = self->state;
+    st.config = config;
+    st.host = std::move(host);
+    st.ranks.resize(static_cast<size_t>(config.tp));
+    st.registrations.resize(static_cast<size_t>(config.max_slots));
+    self->set_down_handler([self](caf::down_msg& d) { on_down(self, d); });
+    return {
+        [self](join_msg& m) -> caf::result<op_ack> {
+            membership_state& s = self->state;
+            if (m.rank < 0 || m.rank >= s.config.tp) {
+                return make_caf_error(status::invalid(fmt::format("rank = {}: expected a rank in [0, {})", m.rank, s.config.tp)));
+            }
+            if (m.tp != s.config.tp) return make_caf_error(status::invalid(fmt::format("tp = {}: the coordinator has tp = {}", m.tp, s.config.tp)));
+            if (m.vocab_size != s.config.vocab_size) {
+                return make_caf_error(status::invalid(fmt::format("vocab_size = {}: the coordinator has vocab_size = {}", m.vocab_size, s.config.vocab_size)));
+            }
+            if (m.mode != s.config.mode) {
+                return make_caf_error(status::invalid(fmt::format("mode = {}: the coordinator has mode = {}", mode_name(m.mode), mode_name(s.config.mode))));
+            }
+            auto handle = caf::actor_cast<remote_rank_actor_type>(m.handle);
+            if (!handle) return make_caf_error(status::invalid(fmt::format("rank {}: joined without an actor", m.rank)));
+            auto& slot = s.ranks[static_cast<size_t>(m.rank)];
+            if (slot) self->demonitor(slot.address());
+            slot = handle;
+            self->monitor(handle);
+            coordinator_log().info("rank {} joined from {}", m.rank, caf::to_string(handle.node()));
+            try_form(self);
+            return op_ack{m.rank};
+        },
+        [self](reform_atom) { try_form(self); },
+        [self](int32_t rank, run_step_msg& m) -> caf::result<rank_result> {
+            membership_state& s = self->state;
+            const uint64_t step_id = m.step->id;
+            if (!s.formed) {
+                const auto [culprit, reason] = not_formed(s, rank);
+                return failed_result(culprit, step_id, status_code::aborted, reason);
+            }
+            remote_step_msg msg{*m.step, logits_dtype::f32, {}};
+            msg.step.shards.clear();
+            if (status c = copy_shard(*m.step, rank, msg); !c.is_ok()) return failed_result(rank, step_id, c.code, c.message);
+            auto promise = self->make_response_promise();
+            const uint64_t key = track(self, rank, [promise, rank, step_id](const status& why) mutable {
+                promise.deliver(failed_result(rank, step_id, why.code, why.message));
+            });
+            self->request(s.ranks[static_cast<size_t>(rank)], s.config.step_timeout, std::move(msg))
+                .then(
+                    [self, key, promise](remote_result& r) mutable {
+                        if (!untrack(self, key)) return;
+                        rank_result result;
+                        result.rank = r.rank;
+                        result.step_id = r.step_id;
+                        result.code = r.code;
+                        result.message = std::move(r.message);
+                        result.digest = r.digest;
+                        result.outputs = std::make_shared<const step_outputs>(std::move(r.outputs));
+                        result.timing = r.timing;
+                        promise.deliver(std::move(result));
+                    },
+                    [self, key, promise, rank, step_id](caf::error& e) mutable {
+                        if (!untrack(self, key)) return;
+                        const status why = to_status(e, fmt::format("did not answer within {} ms", self->state.config.step_timeout.count()));
+                        promise.deliver(failed_result(rank, step_id, why.code, why.message));
+                    });
+            return caf::delegated<rank_result>{};
+        },
+        [self](int32_t rank, commit_msg& m) {
+            membership_state& s = self->state;
+            if (!s.formed) return;
+            remote_commit_msg msg{m.step->id, m.agreed == nullptr, m.agreed ? *m.agreed : step_outputs{}};
+            self->send(s.ranks[static_cast<size_t>(rank)], std::move(msg));
+        },
+        [self](int32_t rank, register_msg& m) -> caf::result<op_ack> {
+            if (m.slot > 0 && m.slot < self->state.config.max_slots) self->state.registrations[static_cast<size_t>(m.slot)] = m;
+            return forward_op(self, rank, m);
+        },
+        [self](int32_t rank, release_msg& m) -> caf::result<op_ack> {
+            if (m.slot > 0 && m.slot < self->state.config.max_slots) self->state.registrations[static_cast<size_t>(m.slot)] = register_msg{};
+            return forward_op(self, rank, m);
+        },
+        [self](int32_t rank, health_msg& m) -> caf::result<op_ack> { return forward_op(self, rank, m); },
+    };
+}
+
+// Rank r's stand-in for the coordinator: hands each message to the membership actor with r.
+rank_actor_type::behavior_type rank_proxy(rank_actor_type::pointer self, caf::actor members, int32_t rank) {
+    auto forward = [self, members, rank](auto& msg) { return self->delegate(members, rank, std::move(msg)); };
+    return {
+        [forward](register_msg& m) -> caf::result<op_ack> {
+            forward(m);
+            return caf::delegated<op_ack>{};
+        },
+        [forward](release_msg& m) -> caf::result<op_ack> {
+            forward(m);
+            return caf::delegated<op_ack>{};
+        },
+        [forward](health_msg& m) -> caf::result<op_ack> {
+            forward(m);
+            return caf::delegated<op_ack>{};
+        },
+        [rank](fault_msg&) -> caf::result<op_ack> {
+            return make_caf_error(status{status_code::unsupported, fmt::format("rank {}: fault hooks are not available in rank processes", rank)});
+        },
+        [forward](run_step_msg& m) -> caf::result<rank_result> {
+            forward(m);
+            return caf::delegated<rank_result>{};
+        },
+        // A typed actor may not send() to a dynamically typed one; the mailbox keeps the order anyway.
+        [members, rank](commit_msg& m) { caf::anon_send(members, rank, std::move(m)); },
+    };
+}
+
+// What the coordinator's transport_group calls mean when the ranks are processes: an abort
+// re-forms the group (new endpoints in a new epoch); the endpoints live in the rank processes.
+class remote_transport_group final : public transport_group {
+   public:
+    remote_transport_group(int32_t world, caf::actor members) : world_(world), membership_(std::move(members)) {}
+    int32_t world_size() const override { return world_; }
+    const char* backend_name() const override { return "rank processes"; }
+    transport& endpoint(int32_t) override { throw std::logic_error("the endpoints of remote ranks live in the rank processes"); }
+    void enter_epoch(int32_t, uint64_t) override {}
+    void abort(const std::string&) override { caf::anon_send(membership_, reform_atom::value); }
+    void begin_epoch(uint64_t) override {}
+    std::vector<int32_t> missing_ranks() override { return {}; }
+
+   private:
+    int32_t world_;
+    caf::actor membership_;
+};
+
+}  // namespace
+
+caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config& cfg) {
+    configure_actor_system(cfg);
+    cfg.load<caf::io::middleman>();
+    // A rank process whose host vanishes without closing its connection is noticed after
+    // connection-timeout without heartbeats; a killed process is noticed at once (connection reset).
+    cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds{250}});
+    cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds{2}});
+    return cfg;
+}
+
+status publish_remote_ranks(caf::actor_system& system, const group_config& config, const std::string& host, uint16_t port,
+                            remote_ranks& out) {
+    out.membership = system.spawn(membership_behavior, config, host);
+    auto published = system.middleman().publish(out.membership, port, host.c_str(), true);
+    if (!published) {
+        caf::anon_send_exit(out.membership, caf::exit_reason::user_shutdown);
+        return {status_code::internal, fmt::format("cannot listen on {}:{}: {}", host, port, caf::to_string(published.error()))};
+    }
+    out.port = *published;
+    out.proxies.clear();
+    for (int32_t r = 0; r < config.tp; ++r) out.proxies.push_back(system.spawn(rank_proxy, out.membership, r));
+    out.transport = std::make_unique<remote_transport_group>(config.tp, out.membership);
+    return status::success();
+}
+
+}  // namespace ds

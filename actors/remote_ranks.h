@@ -1,0 +1,45 @@
+// The coordinator's side of ranks in other processes (DESIGN.md §5). A membership actor, published
+// over CAF's middleman, takes the rank processes' join_msg, monitors each of them, and forms the
+// group: once all TP ranks are present it opens a fresh TCP rendezvous (a new epoch) and sends every
+// rank a form_msg, after which each rank builds a new transport endpoint (ucx) and re-registers the
+// requests. TP local proxy actors (rank_actor_type) stand in for the ranks, so the coordinator actor
+// is the one of the embedded group: it plans, fans out, checks digests and applies the rank-0 policy
+// unchanged.
+//
+// A rank process that dies (down_msg) fails the steps in flight on it with an error naming the
+// rank; steps fail fast while the group is incomplete; when the rank joins again the group is
+// re-formed. A failed step (the coordinator aborts the group) also re-forms it, so no endpoint left
+// inside a failed collective is used again. Penalty counts committed since a request's
+// registration are not carried over a re-form (the registration, with its history, is).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/messages.h"
+#include "config/group_config.h"
+#include "transport/transport_group.h"
+
+namespace ds {
+
+// Loads the middleman and sets its heartbeat and connection timeout (Debian's CAF has heartbeats
+// off, and a dead peer would then only be noticed when its connection resets).
+caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config& cfg);
+
+struct remote_ranks {
+    std::vector<rank_actor_type> proxies;         // rank r's stand-in, for spawn_coordinator_actor
+    std::unique_ptr<transport_group> transport;   // what the coordinator aborts: re-forms the group
+    caf::actor membership;
+    uint16_t port = 0;                            // where the membership actor is published
+};
+
+// Publishes the membership actor on host:port (port 0: any free port). The rendezvous of each
+// epoch listens on `host` too.
+status publish_remote_ranks(caf::actor_system& system, const group_config& config, const std::string& host, uint16_t port,
+                            remote_ranks& out);
+
+}  // namespace ds

@@ -1,0 +1,135 @@
+// `distsample coordinator` and `distsample rank`: a coordinator whose ranks are other processes
+// (actors/remote_ranks.h, actors/rank_process.h). The coordinator takes steps on stdin, one JSON
+// document per line: the input of `distsample kernel` plus "op": "sample" or "verify" (or just
+// {"op": "health"}); it answers each with one line on stdout, the JSON of `distsample kernel`, or
+// {"error": "..."}. Request b is registered into slot b + 1 first, unless "register": false. Its first line is {"listening": "HOST:PORT"}. It stops at the end of stdin.
+#include <caf/io/all.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "actors/coordinator_actor.h"
+#include "actors/rank_process.h"
+#include "actors/remote_ranks.h"
+#include "cli/commands.h"
+#include "cli/step_json.h"
+#include "config/config_file.h"
+#include "transport/tcp_bootstrap.h"
+
+namespace ds::cli {
+
+namespace {
+
+group_config load_config(const group_options& options) {
+    group_config config;
+    if (std::string e = load_group_config(options.config_file, options.overrides, config); !e.empty()) throw input_error(e);
+    if (std::string e = validate_group_config(config); !e.empty()) throw input_error(e);
+    return config;
+}
+
+void parse_address(const std::string& text, const char* flag, std::string& host, uint16_t& port) {
+    std::string error;
+    if (!parse_host_port(text, host, port, error)) throw input_error(fmt::format("{} {}: {}", flag, text, error));
+}
+
+// Asks the coordinator and waits (bounded by its own step timeout, plus a margin).
+template <class Answer, class Msg>
+status ask(caf::actor_system& system, const coordinator_actor_type& coordinator, const group_config& config, Msg msg, Answer& answer) {
+    caf::scoped_actor self{system};
+    status result;
+    self->request(coordinator, config.step_timeout + std::chrono::seconds{5}, std::move(msg))
+        .receive([&](Answer& a) { answer = std::move(a); }, [&](caf::error& e) { result = to_status(e, "coordinator"); });
+    return result;
+}
+
+// One input line -> one output document.
+nlohmann::json serve_line(caf::actor_system& system, const coordinator_actor_type& coordinator, const group_config& config,
+                          const std::string& line) {
+    nlohmann::json doc = nlohmann::json::parse(line, nullptr, false);
+    if (doc.is_discarded() || !doc.is_object()) throw input_error("expected one JSON object per line");
+    const std::string op = doc.value("op", "");
+    op_ack ack;
+    if (op == "health") {
+        throw_unless_ok(ask(system, coordinator, config, health_msg{}, ack));
+        return {{"health", "ok"}};
+    }
+    if (op != "sample" && op != "verify") throw input_error(fmt::format("op = '{}': expected sample, verify or health", op));
+    const step_kind kind = op == "verify" ? step_kind::verify : step_kind::sample;
+    // "register": false reuses the slots an earlier line registered (keeping their penalty counts).
+    const bool register_requests = doc.value("register", true);
+    doc.erase("op");
+    doc.erase("register");
+    const json_step step = parse_step(doc, kind);
+    if (step.vocab_size != config.vocab_size) {
+        throw input_error(fmt::format("vocab_size = {}: the coordinator has vocab_size = {}", step.vocab_size, config.vocab_size));
+    }
+    for (int32_t b = 0; register_requests && b < step.batch_size(); ++b) {
+        const json_request& r = step.requests[static_cast<size_t>(b)];
+        throw_unless_ok(ask(system, coordinator, config, register_msg{b + 1, r.params, r.history}, ack));
+    }
+    auto request = std::make_shared<step_request>(step.request);
+    request->shards = split_vocab(step.as_input().logits, config.tp);
+    step_answer answer;
+    throw_unless_ok(ask(system, coordinator, config, submit_msg{request}, answer));
+    step_result result(step.batch_size(), step.request.tokens_per_req);
+    result.packed = answer.outputs->packed;
+    result.accept_index = answer.outputs->accept_index;
+    result.logprobs = answer.outputs->logprobs;
+    result.row_error = answer.outputs->row_error;
+    return result_to_json(result, kind, step.batch_size(), step.request.tokens_per_req);
+}
+
+}  // namespace
+
+int run_coordinator_command(const coordinator_options& options) {
+    return run_json_command([&] {
+        const group_config config = load_config(options.group);
+        std::string host;
+        uint16_t port = 0;
+        parse_address(options.listen, "--listen", host, port);
+        caf::actor_system_config cfg;
+        caf::actor_system system{configure_remote_actor_system(cfg)};
+        remote_ranks remote;
+        throw_unless_ok(publish_remote_ranks(system, config, host, port, remote));
+        const coordinator_actor_type coordinator = spawn_coordinator_actor(system, config, remote.proxies, *remote.transport);
+        std::cout << nlohmann::json{{"listening", fmt::format("{}:{}", host, remote.port)}}.dump() << std::endl;
+        for (std::string line; std::getline(std::cin, line);) {
+            if (line.empty()) continue;
+            nlohmann::json out;
+            try {
+                out = serve_line(system, coordinator, config, line);
+            } catch (const std::exception& e) {
+                out = {{"error", e.what()}};
+            }
+            std::cout << out.dump() << std::endl;
+        }
+        caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+        for (const rank_actor_type& proxy : remote.proxies) caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
+        caf::anon_send_exit(remote.membership, caf::exit_reason::user_shutdown);
+        return 0;
+    });
+}
+
+int run_rank_command(const rank_options& options) {
+    return run_json_command([&]() -> int {
+        const group_config config = load_config(options.group);
+        std::string host;
+        uint16_t port = 0;
+        parse_address(options.coordinator, "--coordinator", host, port);
+        if (options.rank < 0 || options.rank >= config.tp) {
+            throw input_error(fmt::format("--rank {}: expected a rank in [0, {})", options.rank, config.tp));
+        }
+        // Never destroyed: the process ends right after (see run_rank_process).
+        auto* cfg = new caf::actor_system_config;
+        auto* system = new caf::actor_system{configure_remote_actor_system(*cfg)};
+        const status s = run_rank_process(*system, config, options.rank, host, port);
+        if (!s.is_ok()) std::cerr << "error: " << s.message << std::endl;
+        std::fflush(nullptr);
+        std::_Exit(s.is_ok() ? 0 : (s.code == status_code::invalid_argument ? 2 : 1));
+    });
+}
+
+}  // namespace ds::cli
