@@ -301,6 +301,9 @@ rank_actor_type::behavior_type rank_proxy(rank_actor_type::pointer self, caf::ac
         [rank](fault_msg&) -> caf::result<op_ack> {
             return make_caf_error(status{status_code::unsupported, fmt::format("rank {}: fault hooks are not available in rank processes", rank)});
         },
+        [rank](fault_plan_msg&) -> caf::result<op_ack> {
+            return make_caf_error(status{status_code::unsupported, fmt::format("rank {}: fault plans are not available in rank processes", rank)});
+        },
         [forward](run_step_msg& m) -> caf::result<rank_result> {
             forward(m);
             return caf::delegated<rank_result>{};
