@@ -13,6 +13,15 @@
 namespace ds::gateway {
 namespace {
 
+// Registers one request (params from `seed`, history {1, 2}) and makes `step` a one-request step
+// for it at position 2.
+void register_one_request(client::gateway_client& c, uint64_t seed, wire::Step& step) {
+    int32_t slot = 0;
+    ASSERT_TRUE(c.register_request(testing::test_params(seed), {1, 2}, slot).is_ok());
+    step.add_slots(slot);
+    step.add_positions(2);
+}
+
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using testing::kVocab;
@@ -153,11 +162,8 @@ TEST(GatewayServer, AStalledRankIsATimeoutAndTheNextStepWorks) {
     settings.step_timeout = std::chrono::milliseconds(300);
     running_gateway gw("", 1 << 20, settings);
     auto c = gw.connect();
-    int32_t slot = 0;
-    ASSERT_TRUE(c->register_request(testing::test_params(4), {1, 2}, slot).is_ok());
     wire::Step step;
-    step.add_slots(slot);
-    step.add_positions(2);
+    ASSERT_NO_FATAL_FAILURE(register_one_request(*c, 4, step));
     ASSERT_TRUE(gw.ranks->inject_fault(1, rank_fault::stall).is_ok());
     wire::StepReply reply;
     const status failed = c->step(step, false, reply);
@@ -171,11 +177,8 @@ TEST(GatewayServer, AStalledRankIsATimeoutAndTheNextStepWorks) {
 TEST(GatewayServer, InjectAndClearAFaultPlan) {
     running_gateway gw;
     auto c = gw.connect();
-    int32_t slot = 0;
-    ASSERT_TRUE(c->register_request(testing::test_params(4), {1, 2}, slot).is_ok());
     wire::Step step;
-    step.add_slots(slot);
-    step.add_positions(2);
+    ASSERT_NO_FATAL_FAILURE(register_one_request(*c, 4, step));
     wire::Request inject;
     inject.mutable_inject()->add_faults("alter_token:rank=1");
     wire::Reply ok;
@@ -354,11 +357,8 @@ std::string http_get(uint16_t port, const std::string& target) {
 TEST(GatewayServer, MetricsAndHealthz) {
     running_gateway gw;
     auto c = gw.connect();
-    int32_t slot = 0;
-    ASSERT_TRUE(c->register_request(testing::test_params(3), {1, 2}, slot).is_ok());
     wire::Step step;
-    step.add_slots(slot);
-    step.add_positions(2);
+    ASSERT_NO_FATAL_FAILURE(register_one_request(*c, 3, step));
     wire::StepReply reply;
     ASSERT_TRUE(c->step(step, false, reply).is_ok());
     const std::string metrics = http_get(gw.gateway->metrics_port(), "/metrics");
