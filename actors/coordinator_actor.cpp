@@ -145,6 +145,7 @@ void finish_step(coordinator* self) {
     for (const rank_result& r : st.results) {
         slowest.rank_step_ns = std::max(slowest.rank_step_ns, r.timing.rank_step_ns);
         slowest.rank_transport_ns = std::max(slowest.rank_transport_ns, r.timing.rank_transport_ns);
+        slowest.rank_received_bytes = std::max(slowest.rank_received_bytes, r.timing.rank_received_bytes);
         rank_timing.push_back(r.timing);
     }
     st.current_promise.deliver(step_answer{step.id, reference.outputs, std::move(found), slowest, std::move(rank_timing)});

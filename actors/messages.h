@@ -234,7 +234,7 @@ typename Inspector::result_type inspect(Inspector& f, step_outputs& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_timing& x) {
-    return f(caf::meta::type_name("step_timing"), x.rank_step_ns, x.rank_transport_ns);
+    return f(caf::meta::type_name("step_timing"), x.rank_step_ns, x.rank_transport_ns, x.rank_received_bytes);
 }
 
 template <class Inspector>

@@ -86,7 +86,7 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
             result.step_id = m.step->id;
             result.code = static_cast<int32_t>(s.code);
             result.message = s.message;
-            result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns()};
+            result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns(), st.engine->last_received_bytes()};
             if (s.is_ok()) {
                 result.digest = outputs->digest();
                 result.outputs = outputs;

@@ -105,6 +105,7 @@ status rank_engine::run(const dist_step& planned, step_outputs& out) {
     }
     last_run_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
     last_transport_ns_ = endpoint_.elapsed_ns();
+    last_received_bytes_ = endpoint_.received_bytes();
     return s;
 }
 

@@ -34,6 +34,7 @@ class rank_engine {
     // Time the last run() took in all, and the part of it spent in collectives.
     int64_t last_run_ns() const { return last_run_ns_; }
     int64_t last_transport_ns() const { return last_transport_ns_; }
+    int64_t last_received_bytes() const { return last_received_bytes_; }
 
     // Adds the outputs every rank agreed on to the slots' penalty counts.
     status commit(const dist_step& step, const step_outputs& agreed);
@@ -49,6 +50,7 @@ class rank_engine {
     status init_status_;
     int64_t last_run_ns_ = 0;
     int64_t last_transport_ns_ = 0;
+    int64_t last_received_bytes_ = 0;
     std::unique_ptr<sampling_backend> backend_;   // gathered, swap
     std::unique_ptr<param_pool> shard_pool_;      // sharded: parameters over the global vocab
     std::unique_ptr<sharded_sampler> sharded_;    // sharded

@@ -55,7 +55,7 @@ remote_result run_step(rank_process_state& st, int32_t rank, remote_step_msg& m)
         m.step.shards.assign(static_cast<size_t>(m.step.plan.tp), logits_view{});
         m.step.shards[static_cast<size_t>(rank)] = logits_view{m.logits.data(), m.dtype, rows, m.step.plan.shard_vocab, m.step.plan.shard_vocab};
         s = st.engine->run(m.step, result.outputs);
-        result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns()};
+        result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns(), st.engine->last_received_bytes()};
     }
     result.code = static_cast<int32_t>(s.code);
     result.message = s.message;

@@ -7,7 +7,9 @@
 //       transport (vocab swap copies, collectives) and the sharded algorithm's extra passes.
 // The whole batch on one backend thread is timed too, for scale. A tiny step (bs = 4, N = 1,
 // greedy), at TP = 4 and at TP = 2 (no more rank threads than cores on a 2-core machine), shows
-// the messaging cost without the rank threads competing for the cores.
+// the messaging cost without the rank threads competing for the cores. Last, the bytes each mode's
+// collectives move per step at issue 5's shape (pad_bs = 64, N = 4, V = 128256, TP = 4), from the
+// ranks' transport counters: exact sharded mode against the vocab swap.
 #include <benchmark/benchmark.h>
 #include <distsample/group.h>
 #include <fmt/format.h>
@@ -17,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "kernels/sampling_backend.h"
@@ -28,26 +31,28 @@ constexpr int32_t kTp = 4;
 constexpr int32_t kBatch = 64;
 constexpr int32_t kN = 4;
 constexpr int32_t kVocab = 32000;
+constexpr int32_t kLargeVocab = 128256;
 
 // Logits, candidates and parameters of one verify step over a synthetic target and draft model.
 struct workload {
     int32_t batch;
     int32_t n;
+    int32_t vocab;
     std::vector<float> logits;
     std::vector<int32_t> candidates;
     std::vector<int32_t> slots;
     std::vector<int64_t> positions;
     std::vector<ds::sampling_params> params;
 
-    workload(int32_t batch_size, int32_t tokens_per_req) : batch(batch_size), n(tokens_per_req) {
+    workload(int32_t batch_size, int32_t tokens_per_req, int32_t vocab_size) : batch(batch_size), n(tokens_per_req), vocab(vocab_size) {
         ds::synthetic_lm_config target_config;
-        target_config.vocab_size = kVocab;
+        target_config.vocab_size = vocab;
         ds::synthetic_lm_config draft_config = target_config;
         draft_config.draft_noise = 1.0f;
         const ds::synthetic_lm target(target_config);
         const ds::synthetic_lm draft(draft_config);
-        logits.resize(static_cast<size_t>(batch) * n * kVocab);
-        std::vector<float> draft_row(kVocab);
+        logits.resize(static_cast<size_t>(batch) * n * vocab);
+        std::vector<float> draft_row(static_cast<size_t>(vocab));
         for (int32_t b = 0; b < batch; ++b) {
             ds::sampling_params p;
             p.temperature = b % 4 == 0 || n == 1 ? 0.0f : 0.8f;
@@ -60,7 +65,7 @@ struct workload {
             uint64_t context = 77 + static_cast<uint64_t>(b);
             candidates.push_back(b);
             for (int32_t j = 0; j < n; ++j) {
-                target.logits(context, logits.data() + (static_cast<size_t>(b) * n + j) * kVocab);
+                target.logits(context, logits.data() + (static_cast<size_t>(b) * n + j) * vocab);
                 if (j + 1 < n) {
                     draft.logits(context, draft_row.data());
                     const int32_t token = static_cast<int32_t>(std::max_element(draft_row.begin(), draft_row.end()) - draft_row.begin());
@@ -72,8 +77,8 @@ struct workload {
     }
 
     ds::logits_view view(int32_t first_request, int32_t count) const {
-        return ds::logits_view{logits.data() + static_cast<size_t>(first_request) * n * kVocab, ds::logits_dtype::f32,
-                               int64_t{count} * n, kVocab, kVocab};
+        return ds::logits_view{logits.data() + static_cast<size_t>(first_request) * n * vocab, ds::logits_dtype::f32,
+                               int64_t{count} * n, vocab, vocab};
     }
 
     ds::step_request request(int32_t tp) const {
@@ -88,10 +93,10 @@ struct workload {
     }
 };
 
-const workload& shared_workload(int32_t batch = kBatch, int32_t n = kN) {
-    static std::map<std::pair<int32_t, int32_t>, std::unique_ptr<workload>> made;
-    std::unique_ptr<workload>& w = made[{batch, n}];
-    if (!w) w = std::make_unique<workload>(batch, n);
+const workload& shared_workload(int32_t batch = kBatch, int32_t n = kN, int32_t vocab = kVocab) {
+    static std::map<std::tuple<int32_t, int32_t, int32_t>, std::unique_ptr<workload>> made;
+    std::unique_ptr<workload>& w = made[{batch, n, vocab}];
+    if (!w) w = std::make_unique<workload>(batch, n, vocab);
     return *w;
 }
 
@@ -116,12 +121,12 @@ std::vector<std::string>& report() {
     return lines;
 }
 
-void BM_CoordinatorStep(benchmark::State& state) {
-    const auto mode = static_cast<ds::dist_mode>(state.range(0));
-    const workload& w = shared_workload(static_cast<int32_t>(state.range(1)), static_cast<int32_t>(state.range(2)));
+// A group of `tp` rank threads for `w`'s shape with every request registered, or null after
+// telling `state` why not.
+std::unique_ptr<ds::group> make_group(benchmark::State& state, const workload& w, ds::dist_mode mode, int32_t tp) {
     ds::group_config config;
-    config.tp = static_cast<int32_t>(state.range(3));
-    config.vocab_size = kVocab;
+    config.tp = tp;
+    config.vocab_size = w.vocab;
     config.max_batch = w.batch;
     config.max_tokens_per_req = w.n;
     config.max_slots = w.batch + 1;
@@ -129,14 +134,23 @@ void BM_CoordinatorStep(benchmark::State& state) {
     std::unique_ptr<ds::group> group;
     if (ds::status s = ds::group::create(config, group); !s.is_ok()) {
         state.SkipWithError(s.message.c_str());
-        return;
+        return nullptr;
     }
     for (int32_t b = 0; b < w.batch; ++b) {
         if (!group->register_request(b + 1, w.params[static_cast<size_t>(b)]).is_ok()) {
             state.SkipWithError("register failed");
-            return;
+            return nullptr;
         }
     }
+    return group;
+}
+
+void BM_CoordinatorStep(benchmark::State& state) {
+    const auto mode = static_cast<ds::dist_mode>(state.range(0));
+    const workload& w = shared_workload(static_cast<int32_t>(state.range(1)), static_cast<int32_t>(state.range(2)));
+    const std::unique_ptr<ds::group> group = make_group(state, w, mode, static_cast<int32_t>(state.range(3)));
+    if (!group) return;
+    const ds::group_config& config = group->config();
     std::vector<double> latency_us, overhead_us, transport_us;
     latency_us.reserve(state.max_iterations);
     for (auto _ : state) {
@@ -161,6 +175,33 @@ void BM_CoordinatorStep(benchmark::State& state) {
     if (full) latencies()[mode] = l;
     report().push_back(fmt::format("{:<9} {} step latency p50 {:9.1f} us  p99 {:9.1f} us | coordinator overhead p50 {:7.1f} us  p99 {:7.1f} us | rank time in collectives p50 {:8.1f} us",
                                    ds::mode_name(mode), fmt::format("TP={} bs={:<2} N={}", config.tp, w.batch, w.n), l.p50, l.p99, o.p50, o.p99, t.p50));
+}
+
+// Bytes the ranks' collectives receive from their peers per step (all ranks together), at issue
+// 5's shape; printed against swap mode's.
+void BM_BytesPerStep(benchmark::State& state) {
+    static std::map<ds::dist_mode, double> bytes_by_mode;
+    const auto mode = static_cast<ds::dist_mode>(state.range(0));
+    const workload& w = shared_workload(kBatch, kN, kLargeVocab);
+    const std::unique_ptr<ds::group> group = make_group(state, w, mode, kTp);
+    if (!group) return;
+    double bytes = 0;
+    for (auto _ : state) {
+        const ds::step_reply reply = group->step(w.request(kTp));
+        if (!reply.result.is_ok()) {
+            state.SkipWithError(reply.result.message.c_str());
+            return;
+        }
+        bytes = 0;
+        for (const ds::step_timing& t : reply.rank_timing) bytes += static_cast<double>(t.rank_received_bytes);
+    }
+    bytes_by_mode[mode] = bytes;
+    state.counters["received_bytes_per_step"] = bytes;
+    const auto swap = bytes_by_mode.find(ds::dist_mode::swap);
+    const std::string against_swap =
+        swap != bytes_by_mode.end() && swap->second > 0 ? fmt::format("{:.4f} of swap's", bytes / swap->second) : "";
+    report().push_back(fmt::format("{:<9} TP={} bs={} N={} V={}: the ranks receive {:.0f} bytes per step {}", ds::mode_name(mode), kTp,
+                                   kBatch, kN, kLargeVocab, bytes, against_swap));
 }
 
 // The kernels alone. `ranks` backends, each verifying `requests` requests (its share of the
@@ -246,6 +287,13 @@ BENCHMARK(BM_CoordinatorStep)
     ->Iterations(100)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_BytesPerStep)
+    ->ArgName("mode")
+    ->Arg(static_cast<int>(ds::dist_mode::swap))
+    ->Arg(static_cast<int>(ds::dist_mode::sharded))
+    ->Arg(static_cast<int>(ds::dist_mode::gathered))
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DirectKernels)->ArgName("ranks")->Arg(kTp)->Arg(1)->Iterations(100)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace

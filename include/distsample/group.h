@@ -39,6 +39,7 @@ struct desync_event {
 struct step_timing {
     int64_t rank_step_ns = 0;
     int64_t rank_transport_ns = 0;
+    int64_t rank_received_bytes = 0;  // bytes the rank's collectives brought it from its peers
 };
 
 struct step_reply {
