@@ -8,42 +8,23 @@
 #include <algorithm>
 #include <chrono>
 
-#include "kernels/det_math.h"
 #include "sources/ngram_lm.h"
 #include "support/chi_square.h"
+#include "support/reference_sampler.h"
 
 namespace ds {
 namespace {
 
-const char* kText =
-    "the cat sat on the mat . the cat ate the rat . a dog sat on the log . the dog ate the cat food . "
-    "a cat and a dog sat on a mat near the log .";
-
 constexpr int32_t kBatch = 200;
 constexpr int32_t kRequests = 4000;
-
-// The target's probabilities by the exactness contract: Q_i / sum Q at temperature 1.
-std::vector<double> target_distribution(const std::vector<float>& row) {
-    const float top = *std::max_element(row.begin(), row.end());
-    std::vector<double> probs(row.size(), 0.0);
-    double total = 0.0;
-    for (size_t i = 0; i < row.size(); ++i) {
-        const float l = row[i];
-        const uint64_t q = l == top ? detmath::kMassOne : (l > -INFINITY ? detmath::weight_to_mass(detmath::det_exp(l - top)) : 0);
-        probs[i] = static_cast<double>(q);
-        total += probs[i];
-    }
-    for (double& p : probs) p /= total;
-    return probs;
-}
 
 class SpeculativeNgram : public ::testing::TestWithParam<dist_mode> {};
 
 TEST_P(SpeculativeNgram, FirstTokenFollowsTheTargetWhateverTheDraft) {
     ngram_lm target;
     ngram_lm draft;
-    ASSERT_EQ(ngram_lm::train(kText, 3, target), "");
-    ASSERT_EQ(ngram_lm::train(kText, 2, draft), "");
+    ASSERT_EQ(ngram_lm::train(testing::kToyCorpus, 3, target), "");
+    ASSERT_EQ(ngram_lm::train(testing::kToyCorpus, 2, draft), "");
     const int32_t vocab = target.vocab_size();
     group_config config;
     config.tp = 2;
@@ -91,7 +72,7 @@ TEST_P(SpeculativeNgram, FirstTokenFollowsTheTargetWhateverTheDraft) {
         ASSERT_TRUE(reply.result.is_ok()) << reply.result.message;
         for (int32_t b = 0; b < kBatch; ++b) ++counts[static_cast<size_t>(reply.outputs.packed[static_cast<size_t>(b) * 2])];
     }
-    const testing::chi_square_result r = testing::chi_square_test(counts, target_distribution(row0));
+    const testing::chi_square_result r = testing::chi_square_test(counts, testing::reference_distribution(row0, sampling_params{}));
     EXPECT_EQ(r.unexpected, 0);
     EXPECT_GT(r.p_value, 0.001) << "chi2=" << r.statistic << " dof=" << r.dof;
 }

@@ -14,18 +14,14 @@
 namespace ds::gateway {
 namespace {
 
-const char* kText =
-    "the cat sat on the mat . the cat ate the rat . a dog sat on the log . the dog ate the cat food . "
-    "a cat and a dog sat on a mat near the log .";
-
 constexpr int32_t kBatch = 200;
 constexpr int32_t kRequests = 4000;
 
 TEST(GatewayStatistics, FirstTokenFollowsTheTargetWhateverTheDraft) {
     ngram_lm target;
     ngram_lm draft;
-    ASSERT_EQ(ngram_lm::train(kText, 3, target), "");
-    ASSERT_EQ(ngram_lm::train(kText, 2, draft), "");
+    ASSERT_EQ(ngram_lm::train(ds::testing::kToyCorpus, 3, target), "");
+    ASSERT_EQ(ngram_lm::train(ds::testing::kToyCorpus, 2, draft), "");
     group_config config = testing::small_group_config();
     config.vocab_size = target.vocab_size();
     config.max_batch = kBatch;
@@ -81,12 +77,8 @@ TEST(GatewayStatistics, FirstTokenFollowsTheTargetWhateverTheDraft) {
         ASSERT_TRUE(s.is_ok()) << s.message;
         for (int32_t b = 0; b < kBatch; ++b) ++counts[static_cast<size_t>(reply.predict(b * 2))];
     }
-    const std::vector<uint64_t> mass = ds::testing::reference_kept_mass(row0, sampling_params{});
-    double total = 0.0;
-    for (uint64_t m : mass) total += static_cast<double>(m);
-    std::vector<double> expected;
-    for (uint64_t m : mass) expected.push_back(static_cast<double>(m) / total);
-    const ds::testing::chi_square_result r = ds::testing::chi_square_test(counts, expected);
+    const ds::testing::chi_square_result r =
+        ds::testing::chi_square_test(counts, ds::testing::reference_distribution(row0, sampling_params{}));
     EXPECT_GT(counts[static_cast<size_t>(target.token_id("sat"))], 0);
     EXPECT_GT(counts[static_cast<size_t>(target.token_id("ate"))], 0);
     EXPECT_EQ(r.unexpected, 0);

@@ -63,4 +63,13 @@ long double reference_logprob(const std::vector<float>& row, int32_t token) {
     return static_cast<long double>(row[token]) - row[top] - std::log(sum);
 }
 
+std::vector<double> reference_distribution(const std::vector<float>& row, const sampling_params& params) {
+    const std::vector<uint64_t> mass = reference_kept_mass(row, params);
+    double total = 0.0;
+    for (uint64_t m : mass) total += static_cast<double>(m);
+    std::vector<double> probs;
+    for (uint64_t m : mass) probs.push_back(static_cast<double>(m) / total);
+    return probs;
+}
+
 }  // namespace ds::testing

@@ -13,6 +13,15 @@ namespace ds::testing {
 // stochastic request. Tokens filtered out (or with no mass) get 0.
 std::vector<uint64_t> reference_kept_mass(const std::vector<float>& row, const sampling_params& params);
 
+// The sampling distribution of that request: the kept masses normalised to sum to 1.
+std::vector<double> reference_distribution(const std::vector<float>& row, const sampling_params& params);
+
+// A toy corpus for the n-gram models of the speculative decoding statistics tests: small enough
+// that the chi-square tests see every continuation often.
+constexpr const char* kToyCorpus =
+    "the cat sat on the mat . the cat ate the rat . a dog sat on the log . the dog ate the cat food . "
+    "a cat and a dog sat on a mat near the log .";
+
 // Greedy reference: largest logit, NaN/-inf ignored, lowest index on ties, -1 if none.
 int32_t reference_argmax(const std::vector<float>& row);
 
