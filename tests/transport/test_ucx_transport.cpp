@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "collective_script.h"
+#include "support/child_processes.h"
 #include "transport/local_transport.h"
 #include "transport/tcp_bootstrap.h"
 #include "transport/ucx/ucx_transport.h"
@@ -89,56 +90,6 @@ std::vector<status> on_ucx_threads(const transport_config& config, const std::fu
     return results;
 }
 
-// Rank processes of the ucx_peer helper, killed and reaped on destruction whatever happened.
-class peer_processes {
-   public:
-    ~peer_processes() {
-        for (pid_t pid : running_) {
-            ::kill(pid, SIGKILL);
-            ::waitpid(pid, nullptr, 0);
-        }
-    }
-
-    void start(const std::vector<std::string>& args) {
-        std::vector<char*> argv;
-        for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-        argv.push_back(nullptr);
-        const pid_t pid = ::fork();
-        ASSERT_GE(pid, 0);
-        if (pid == 0) {
-            ::execvp(argv[0], argv.data());
-            ::_exit(127);
-        }
-        running_.push_back(pid);
-    }
-
-    // Waits (bounded) for every process; returns the exit codes in start order (-signal when
-    // killed by a signal, -1000 when still running at the deadline, which then kills it).
-    std::vector<int> wait_all(milliseconds timeout) {
-        std::vector<int> codes;
-        const auto deadline = clock::now() + timeout;
-        for (pid_t pid : running_) {
-            int wstatus = 0;
-            pid_t done = 0;
-            while ((done = ::waitpid(pid, &wstatus, WNOHANG)) == 0 && clock::now() < deadline) {
-                std::this_thread::sleep_for(milliseconds(5));
-            }
-            if (done == 0) {
-                ::kill(pid, SIGKILL);
-                ::waitpid(pid, nullptr, 0);
-                codes.push_back(-1000);
-            } else {
-                codes.push_back(WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -WTERMSIG(wstatus));
-            }
-        }
-        running_.clear();
-        return codes;
-    }
-
-   private:
-    std::vector<pid_t> running_;
-};
-
 std::string read_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -152,7 +103,7 @@ std::string out_path(int32_t rank) {
 std::vector<int> run_peer_processes(int32_t world, const std::string& scenario, milliseconds timeout, milliseconds wait) {
     tcp_rendezvous rendezvous;
     EXPECT_TRUE(rendezvous.listen("127.0.0.1", 0).is_ok());
-    peer_processes peers;
+    child_processes peers;
     for (int32_t r = 0; r < world; ++r) {
         peers.start({UCX_PEER_BINARY, std::to_string(r), std::to_string(world), "127.0.0.1:" + std::to_string(rendezvous.port()),
                      scenario, out_path(r), std::to_string(timeout.count())});
@@ -218,7 +169,7 @@ TEST(UcxTransport, AfterAKilledRankTheSurvivorsReFormTheGroupWithARestartedRank)
     ASSERT_TRUE(first.listen("127.0.0.1", 0).is_ok());
     const std::string scenario = "kill:2:127.0.0.1:" + std::to_string(second.port());
     const std::string restarted_out = out_path(2) + ".restarted";
-    peer_processes peers;
+    child_processes peers;
     for (int32_t r = 0; r < kWorld; ++r) {
         peers.start({UCX_PEER_BINARY, std::to_string(r), std::to_string(kWorld), "127.0.0.1:" + std::to_string(first.port()),
                      scenario, out_path(r), std::to_string(timeout.count())});
@@ -446,7 +397,7 @@ TEST(UcxAcrossNamespaces, OneHostPerRankMatchesTheLocalTransport) {
     const auto expected = local_transcripts();
     const std::string rendezvous = network_namespaces::hub_address() + ":4100";
     const std::string timeout_ms = "5000";
-    peer_processes processes;
+    child_processes processes;
     processes.start({"ip", "netns", "exec", hosts.hub(), UCX_PEER_BINARY, "rendezvous", rendezvous, std::to_string(kWorld), timeout_ms});
     for (int32_t r = 0; r < kWorld; ++r) {
         // UCX over tcp on the namespace's veth only: no shared memory or loopback shortcuts
