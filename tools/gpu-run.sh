@@ -17,27 +17,37 @@ bundle() {
   export CUDACXX=${CUDACXX:-/usr/local/cuda/bin/nvcc}
   local launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDISTSAMPLE_WITH_CUDA=ON -DDISTSAMPLE_CUDA_ARCH=90 "${launcher[@]}" >/dev/null
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDISTSAMPLE_WITH_CUDA=ON -DDISTSAMPLE_WITH_NCCL=ON -DDISTSAMPLE_CUDA_ARCH=90 \
+    "${launcher[@]}" >/dev/null
   cmake --build build-gpu -j"$(nproc)"
   rm -rf "$BUNDLE"
   mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
   cp build-gpu/bin/* "$BUNDLE/bin/"
   # Every shared library the binaries use except the C runtime and the CUDA driver, which the GPU
-  # machine has (and must match its kernel driver).
+  # machine has (and must match its kernel driver), and NCCL, which comes from the GPU machine's
+  # Python site-packages (use_gpu_machine_libraries): the toolkit's libnccl is 200 MB.
   local lib
   for lib in $(ldd "$BUNDLE"/bin/* 2>/dev/null | awk '/=> \//{print $3}' | sort -u); do
     case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libgcc_s.so*) ;;
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libgcc_s.so*|libnccl.so*) ;;
       *) cp -L "$lib" "$BUNDLE/lib/" ;;
     esac
   done
   du -sh "$BUNDLE"
 }
 
+# On the GPU machine: the bundle's libraries, and NCCL from the nvidia-nccl Python package.
+use_gpu_machine_libraries() {
+  local nccl
+  nccl=$(python3 -c "import nvidia.nccl,os;print(os.path.join(nvidia.nccl.__path__[0],'lib'))" 2>/dev/null || true)
+  [[ -n $nccl ]] || echo "no nvidia.nccl Python package: binaries that use NCCL will not load" >&2
+  export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib${nccl:+:$nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
 run() {
   local out=${OUT:-/tmp/gpu-run}
   mkdir -p "$out"
-  export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  use_gpu_machine_libraries
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
   local failed=0 test
   for test in "$BUNDLE"/bin/test_*; do
@@ -58,7 +68,7 @@ run() {
 bench() {
   local out=${OUT:-/tmp/gpu-run}
   mkdir -p "$out"
-  export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  use_gpu_machine_libraries
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
   "$BUNDLE/bin/bench_cuda_sampling" --json "$out/ours.json" | tee "$out/bench.txt"
   python3 bench/peers_torch.py "$out/ours.json" | tee "$out/peers.txt"
@@ -84,7 +94,6 @@ verify() {
   local out=${OUT:-/tmp/gpu-run} failed=0
   mkdir -p "$out"
   run || failed=1
-  export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   sanitize || failed=1
   bench || failed=1
   echo "== coordinator overhead ($(nproc) cores)"

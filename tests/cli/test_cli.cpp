@@ -13,6 +13,8 @@
 #include <sstream>
 #include <string>
 
+#include "support/child_processes.h"
+
 using nlohmann::json;
 
 namespace {
@@ -31,12 +33,7 @@ std::string slurp(const std::string& path) {
 }
 
 // The tool sits next to the test binary (build/bin/, or a GPU bundle's bin/).
-std::string tool_path() {
-    std::string self(4096, '\0');
-    const ssize_t size = readlink("/proc/self/exe", self.data(), self.size());
-    self.resize(size > 0 ? static_cast<size_t>(size) : 0);
-    return self.substr(0, self.rfind('/') + 1) + "distsample";
-}
+std::string tool_path() { return ds::sibling_binary("distsample"); }
 
 run_result run_cli(const std::string& args, const std::string& input) {
     // ctest runs tests of this binary in parallel: one set of files per test.

@@ -47,7 +47,7 @@ TEST_P(NcclProcessesPerGpu, MatchTheLocalTransport) {
     ASSERT_TRUE(rendezvous.listen("127.0.0.1", 0).is_ok());
     child_processes peers;
     for (int32_t r = 0; r < world; ++r) {
-        ASSERT_TRUE(peers.start({NCCL_PEER_BINARY, std::to_string(r), std::to_string(world), "127.0.0.1:" + std::to_string(rendezvous.port()),
+        ASSERT_TRUE(peers.start({sibling_binary("nccl_peer"), std::to_string(r), std::to_string(world), "127.0.0.1:" + std::to_string(rendezvous.port()),
                                  out_path(world, r), std::to_string(timeout.count())}));
     }
     const status served = rendezvous.serve(world, timeout);

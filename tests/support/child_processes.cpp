@@ -8,6 +8,13 @@
 
 namespace ds {
 
+std::string sibling_binary(const std::string& name) {
+    std::string self(4096, '\0');
+    const ssize_t size = ::readlink("/proc/self/exe", self.data(), self.size());
+    self.resize(size > 0 ? static_cast<size_t>(size) : 0);
+    return self.substr(0, self.rfind('/') + 1) + name;
+}
+
 child_processes::~child_processes() {
     for (pid_t pid : running_) {
         ::kill(pid, SIGKILL);

@@ -10,6 +10,10 @@
 
 namespace ds {
 
+// The path of the binary `name` in the directory of the running test binary: the build puts
+// helper binaries there, and a bundle carried to another machine keeps them together.
+std::string sibling_binary(const std::string& name);
+
 class child_processes {
    public:
     child_processes() = default;
