@@ -57,6 +57,7 @@ rank_engine::rank_engine(const group_config& config, int32_t rank, transport& en
     if (!init_status_.is_ok()) return;
     // swap samples reqs_per_rank requests; gathered samples the whole batch on every rank.
     const int32_t max_batch = config.mode == dist_mode::swap ? max_pad_bs / config.tp : config.max_batch;
+    backend_reads_device_ = kind == backend_kind::cuda;
     init_status_ = make_backend(kind, rank_kernel_config(config, max_batch), backend_);
     if (!init_status_.is_ok()) return;
     if (config.mode == dist_mode::swap) {
@@ -87,16 +88,19 @@ status rank_engine::run(const dist_step& planned, step_outputs& out) {
     out.resize(planned.plan.bs, planned.plan.tokens_per_req);
     const auto start = std::chrono::steady_clock::now();
     endpoint_.reset();
-    // The transports and sharded mode read logits on the host: a shard in device memory (a model
-    // runtime's output) is copied here first.
+    // The shard goes where it is read: device memory for a transport that swaps it there (nccl),
+    // else the host (the local and UCX transports, sharded mode), whichever the model produced.
     const logits_view& shard = planned.shards[static_cast<size_t>(rank_)];
+    const bool read_on_device = config_.mode != dist_mode::sharded && endpoint_.swaps_device_logits();
     dist_step staged;
-    if (shard.on_device) {
+    if (shard.on_device != read_on_device) {
         staged = planned;
-        status s = stage_device_logits(shard, device_staging_, staged.shards[static_cast<size_t>(rank_)]);
+        logits_view& moved = staged.shards[static_cast<size_t>(rank_)];
+        status s = read_on_device ? stage_host_logits(shard, device_staging_, device_staging_bytes_, moved)
+                                  : stage_device_logits(shard, host_staging_, moved);
         if (!s.is_ok()) return s;
     }
-    const dist_step& step = shard.on_device ? staged : planned;
+    const dist_step& step = shard.on_device != read_on_device ? staged : planned;
     status s;
     switch (config_.mode) {
         case dist_mode::gathered: s = run_gathered(step, out); break;
@@ -113,6 +117,7 @@ status rank_engine::run_gathered(const dist_step& step, step_outputs& out) {
     const int64_t rows = int64_t{step.plan.bs} * step.plan.tokens_per_req;
     logits_view full;
     status s = endpoint_.swap_batch_vocab(step.shards[static_cast<size_t>(rank_)], 0, rows, full);
+    if (s.is_ok()) s = readable_by_backend(full);
     if (!s.is_ok()) return s;
     const step_input in = step.slice(0, step.plan.bs, full);
     return step.kind == step_kind::sample ? backend_->sample(in, out.view()) : backend_->verify(in, out.view());
@@ -127,6 +132,7 @@ status rank_engine::run_swap(const dist_step& step, step_outputs& out) {
     const int32_t first = plan.first_request(rank_);
     logits_view mine;
     status s = endpoint_.swap_batch_vocab(step.shards[static_cast<size_t>(rank_)], int64_t{first} * n, int64_t{per_rank} * n, mine);
+    if (s.is_ok()) s = readable_by_backend(mine);
     if (!s.is_ok()) return s;
     const step_input in = step.slice(first, per_rank, mine);
     const step_output local = local_out_.view();
@@ -172,6 +178,12 @@ status rank_engine::run_swap(const dist_step& step, step_outputs& out) {
         out.row_error[static_cast<size_t>(b)] = static_cast<uint8_t>(extra[n]);
     }
     return status::success();
+}
+
+status rank_engine::readable_by_backend(logits_view& rows) {
+    if (!rows.on_device || backend_reads_device_) return status::success();
+    const logits_view device_rows = rows;
+    return stage_device_logits(device_rows, swapped_host_staging_, rows);
 }
 
 status rank_engine::commit(const dist_step& step, const step_outputs& agreed) {

@@ -43,6 +43,8 @@ class rank_engine {
     param_pool& pool();
     status run_gathered(const dist_step& step, step_outputs& out);
     status run_swap(const dist_step& step, step_outputs& out);
+    // Swapped rows in device memory (nccl) for a backend that reads the host: staged there.
+    status readable_by_backend(logits_view& rows);
 
     group_config config_;
     int32_t rank_;
@@ -60,7 +62,13 @@ class rank_engine {
     std::vector<int32_t> gathered_blocks_;
     std::vector<int32_t> extra_block_;  // logprob bits and error flags
     std::vector<int32_t> gathered_extras_;
-    std::vector<unsigned char> device_staging_;  // this rank's shard, when it arrives in device memory
+    bool backend_reads_device_ = false;          // the cuda backend takes device logits as they are
+    // Logits moved to where the transport or the backend reads them: host copies of device rows,
+    // and a device copy of a host shard for a transport that swaps device memory.
+    std::vector<unsigned char> host_staging_;
+    std::vector<unsigned char> swapped_host_staging_;
+    std::shared_ptr<void> device_staging_;
+    std::size_t device_staging_bytes_ = 0;
 };
 
 }  // namespace ds

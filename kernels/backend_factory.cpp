@@ -40,4 +40,20 @@ status stage_device_logits(const logits_view& rows, std::vector<unsigned char>& 
 #endif
 }
 
+status stage_host_logits(const logits_view& rows, std::shared_ptr<void>& device, std::size_t& capacity, logits_view& staged) {
+    const std::size_t bytes = static_cast<std::size_t>(rows.vocab) * dtype_size(rows.dtype) * static_cast<std::size_t>(rows.rows);
+#if defined(DISTSAMPLE_HAVE_CUDA)
+    if (capacity < bytes || !device) {
+        if (status s = cuda::allocate_device(bytes, device); !s.is_ok()) return s;
+        capacity = bytes;
+    }
+    staged = logits_view{device.get(), rows.dtype, rows.rows, rows.vocab, rows.vocab, true};
+    return rows.rows == 0 ? status::success() : cuda::copy_rows_to_device(rows, device.get());
+#else
+    (void)bytes, (void)device, (void)capacity, (void)staged;
+    return {status_code::unsupported,
+            "transport swaps device memory: this build has no CUDA support (configure with DISTSAMPLE_WITH_CUDA=ON)"};
+#endif
+}
+
 }  // namespace ds

@@ -29,6 +29,7 @@ class faulty_transport final : public transport {
 
     int32_t rank() const override { return inner_.rank(); }
     int32_t world_size() const override { return inner_.world_size(); }
+    bool swaps_device_logits() const override { return inner_.swaps_device_logits(); }
     status swap_batch_vocab(const logits_view& shard, int64_t first_row, int64_t row_count, logits_view& full_rows) override;
     status gather_verify_outputs(const int32_t* block, std::size_t block_ints, int32_t* out) override;
     status all_gather(const void* in, std::size_t bytes, void* out) override;

@@ -23,6 +23,7 @@ class timed_transport final : public transport {
 
     int32_t rank() const override { return inner_.rank(); }
     int32_t world_size() const override { return inner_.world_size(); }
+    bool swaps_device_logits() const override { return inner_.swaps_device_logits(); }
     status swap_batch_vocab(const logits_view& shard, int64_t first_row, int64_t row_count, logits_view& full_rows) override {
         // Every peer's vocab slice of the rows this rank takes.
         received(row_count * shard.vocab * static_cast<int64_t>(dtype_size(shard.dtype)));

@@ -40,6 +40,9 @@ class transport {
 
     virtual int32_t rank() const = 0;
     virtual int32_t world_size() const = 0;
+    // Where swap_batch_vocab reads the shard and returns the rows: device memory (nccl) or host
+    // memory (every other backend). Callers stage logits to match.
+    virtual bool swaps_device_logits() const { return false; }
 
     // Vocab swap (the seed's batch-DP all-to-all): every rank holds `shard`, its vocab slice
     // [rank * V/TP, (rank+1) * V/TP) of the step's rows. This rank receives the full-vocab rows

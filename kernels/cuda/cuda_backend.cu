@@ -373,11 +373,23 @@ status copy_rows_to_host(const logits_view& rows, void* host) {
     return status::success();
 }
 
-status upload_to_device(const void* host, size_t bytes, std::shared_ptr<void>& device) {
+status copy_rows_to_device(const logits_view& rows, void* device) {
+    const size_t row_bytes = static_cast<size_t>(rows.vocab) * dtype_size(rows.dtype);
+    const size_t stride_bytes = static_cast<size_t>(rows.row_stride) * dtype_size(rows.dtype);
+    CUDA_TRY(cudaMemcpy2D(device, row_bytes, rows.data, stride_bytes, row_bytes, static_cast<size_t>(rows.rows), cudaMemcpyHostToDevice));
+    return status::success();
+}
+
+status allocate_device(size_t bytes, std::shared_ptr<void>& device) {
     void* raw = nullptr;
     CUDA_TRY(cudaMalloc(&raw, bytes > 0 ? bytes : 1));
     device = std::shared_ptr<void>(raw, [](void* p) { cudaFree(p); });
-    CUDA_TRY(cudaMemcpy(raw, host, bytes, cudaMemcpyHostToDevice));
+    return status::success();
+}
+
+status upload_to_device(const void* host, size_t bytes, std::shared_ptr<void>& device) {
+    if (status s = allocate_device(bytes, device); !s.is_ok()) return s;
+    CUDA_TRY(cudaMemcpy(device.get(), host, bytes, cudaMemcpyHostToDevice));
     return status::success();
 }
 

@@ -50,6 +50,12 @@ namespace ds::cuda {
 // A copy of host bytes in device memory, for callers (tests, examples) that hold no CUDA types.
 // Freed when the last owner goes.
 status upload_to_device(const void* host, size_t bytes, std::shared_ptr<void>& device);
+// Uninitialised device memory of `bytes` bytes, freed when the last owner goes.
+status allocate_device(size_t bytes, std::shared_ptr<void>& device);
+
+// Copies rows.rows host rows of rows.vocab elements (row_stride apart) into `device`, densely
+// packed; waits for the copy.
+status copy_rows_to_device(const logits_view& rows, void* device);
 
 // Copies rows.rows rows of rows.vocab elements (device memory, row_stride apart) into `host`,
 // densely packed; waits for the copy.

@@ -44,6 +44,7 @@ class nccl_endpoint final : public transport {
 
     int32_t rank() const override { return rank_; }
     int32_t world_size() const override { return config_.world_size; }
+    bool swaps_device_logits() const override { return true; }
 
     status swap_batch_vocab(const logits_view& shard, int64_t first_row, int64_t row_count,
                             logits_view& full_rows) override;
