@@ -345,7 +345,7 @@ __device__ uint64_t draw_bits(const chain_kernel_params& p, const request_params
 
 // The last block of request b to finish: walk the chain from the rows' results, write the
 // outputs and reset the request's workspace for the next launch.
-__device__ void walk_chain(const chain_kernel_params& p, const request_params& r, int32_t b, kernel_shared& sh) {
+__device__ void walk_chain(const chain_kernel_params& p, const request_params& r, int32_t b) {
     const int32_t n = p.tokens_per_req;
     const int64_t base = static_cast<int64_t>(b) * n;
     const chain_workspace& ws = p.workspace;
@@ -421,21 +421,21 @@ struct row_context {
 
 // Counts this block in (after publishing thread 0's writes, as arrive); true, to every thread,
 // for the last of `total` blocks, which then sees every other block's writes.
-__device__ bool arrive_last(uint32_t* counter, uint32_t total, kernel_shared& sh) {
+__device__ bool arrive_last(uint32_t* counter, uint32_t total, bool& shared_flag) {
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();
-        sh.flag = atomicAdd(counter, 1u) == total - 1;
-        if (sh.flag) __threadfence();
+        shared_flag = atomicAdd(counter, 1u) == total - 1;
+        if (shared_flag) __threadfence();
     }
     __syncthreads();
-    return sh.flag;
+    return shared_flag;
 }
 
 // sh.totals.top / max_logit / softmax_sum from the chunks' maxima and softmax sums (rescaled
 // from each chunk's maximum to the row's: a float result, within 1e-7 of a direct sum). Warp 0
 // combines: lane c reads chunks c, c + 32, ...; fixed order for a given chunk count.
-__device__ void combine_maxima(const chunk_partial* partials, int32_t chunks, bool with_logprobs, kernel_shared& sh) {
+__device__ void combine_maxima(const chunk_partial* partials, int32_t chunks, bool with_logprobs, row_totals& totals) {
     if (threadIdx.x < 32) {
         float best = 0.0f;
         int32_t top = -1;
@@ -458,7 +458,7 @@ __device__ void combine_maxima(const chunk_partial* partials, int32_t chunks, bo
             }
             for (int offset = 16; offset > 0; offset >>= 1) softmax += __shfl_xor_sync(kFullMask, softmax, offset);
         }
-        if (threadIdx.x == 0) sh.totals = row_totals{top, top >= 0 ? best : 0.0f, 0, 0, 0, softmax};
+        if (threadIdx.x == 0) totals = row_totals{top, top >= 0 ? best : 0.0f, 0, 0, 0, softmax};
     }
     __syncthreads();
 }
@@ -482,6 +482,21 @@ __device__ void combine_masses(const chunk_partial* partials, int32_t chunks, ke
         }
     }
     __syncthreads();
+}
+
+// A greedy row's last block to arrive combines the chunks' maxima: the row's argmax is also the
+// token its request emits if the chain stops there.
+__device__ void combine_greedy_row(const chunk_partial* partials, int32_t chunks, bool with_logprobs, row_sync& sync,
+                                   row_result& result, row_totals& totals, bool& shared_flag) {
+    if (!arrive_last(&sync.maxima_arrived, static_cast<uint32_t>(chunks), shared_flag)) return;
+    combine_maxima(partials, chunks, with_logprobs, totals);
+    if (threadIdx.x == 0) {
+        result.top = totals.top;
+        result.max_logit = totals.max_logit;
+        result.softmax_sum = totals.softmax_sum;
+        result.stop_token = totals.top;
+        result.stop_logit = totals.max_logit;
+    }
 }
 
 // The kept mass and draft of a row and the draw: the token of the target mass in token order.
@@ -652,7 +667,7 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
         round_start += static_cast<int32_t>((round_totals[round / 4] >> field) & 0xFFFF);
     });
     __threadfence();  // every thread wrote part of the list
-    if (!arrive_last(&ws.sync[ctx.row].candidates_arrived, static_cast<uint32_t>(ctx.chunks), sh)) return;
+    if (!arrive_last(&ws.sync[ctx.row].candidates_arrived, static_cast<uint32_t>(ctx.chunks), sh.flag)) return;
 
     auto mass_at = [&](int32_t i) { return mass_of(__ldcg(&list[i].logit), totals.max_logit, r.temperature); };
     const selected_cut selection = select_cut(mass_at, list, list_count, r, top_k_active, totals.mass_total, ctx.min_mass, sh);
@@ -737,19 +752,10 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
     row_result& result = ws.results[row];
     if (r.greedy) {
         // Greedy rows need no barrier: the last block of the row to arrive combines the chunks.
-        if (arrive_last(&sync.maxima_arrived, static_cast<uint32_t>(chunks), sh)) {
-            combine_maxima(row_partials, chunks, with_logprobs, sh);
-            if (threadIdx.x == 0) {
-                result.top = totals.top;
-                result.max_logit = totals.max_logit;
-                result.softmax_sum = totals.softmax_sum;
-                result.stop_token = totals.top;
-                result.stop_logit = totals.max_logit;
-            }
-        }
+        combine_greedy_row(row_partials, chunks, with_logprobs, sync, result, sh.totals, sh.flag);
     } else {
         arrive(&sync.maxima_arrived, static_cast<uint32_t>(chunks), p);
-        combine_maxima(row_partials, chunks, with_logprobs, sh);
+        combine_maxima(row_partials, chunks, with_logprobs, totals);
         if (totals.top < 0) {
             if (chunk == 0 && threadIdx.x == 0) result.top = -1;
         } else {
@@ -786,7 +792,7 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
             }
             if (!maybe_cut) {
                 // Kept: every token that passes min_p. The last block to arrive draws.
-                if (arrive_last(&sync.partials_arrived, static_cast<uint32_t>(chunks), sh)) {
+                if (arrive_last(&sync.partials_arrived, static_cast<uint32_t>(chunks), sh.flag)) {
                     combine_masses(row_partials, chunks, sh);
                     draw_without_cut(row_ctx, sh);
                 }
@@ -800,7 +806,7 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
                 const bool top_k_active = r.top_k >= 0 && static_cast<uint64_t>(r.top_k) < totals.nonzero;
                 if (!top_k_active && r.top_p >= 1.0f) {
                     // No cut after all (top_k reaches every token with mass).
-                    if (arrive_last(&sync.counts_arrived, static_cast<uint32_t>(chunks), sh)) draw_without_cut(row_ctx, sh);
+                    if (arrive_last(&sync.counts_arrived, static_cast<uint32_t>(chunks), sh.flag)) draw_without_cut(row_ctx, sh);
                 } else {
                     draw_with_cut(row_ctx, top_k_active, first, count, sh);
                 }
@@ -809,14 +815,128 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
     }
 
     // ---- 4. The last block of the request walks its chain --------------------------------------
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        sh.flag = atomicAdd(&ws.request_blocks_done[b], 1u) == static_cast<uint32_t>(n * chunks) - 1;
-        __threadfence();
+    if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * chunks), sh.flag)) walk_chain(p, r, b);
+}
+
+// ---- The streaming kernel: greedy requests without penalties or bias ------------------------------
+// A block's chunk is kStreamRounds rounds of one 4-token vector per thread, laid out as
+// for_each_slice's rounds (thread t of round s holds tokens (s * kBlockThreads + t) * 4 .. + 3),
+// every load issued before the first is used.
+constexpr int kStreamRounds = kStreamChunkTokens / (kBlockThreads * kSliceTokens);
+static_assert(kStreamRounds * kBlockThreads * kSliceTokens == kStreamChunkTokens, "whole rounds");
+
+struct streaming_shared {
+    block_scratch scratch;
+    row_totals totals;
+    bool flag;
+};
+
+// Reads this thread's tokens of [first, first + count) of `row`, masked (bitmask), as floats;
+// tokens past the chunk read as -inf.
+__device__ __forceinline__ void stream_chunk(const chain_kernel_params& p, int64_t row, int32_t first, int32_t count,
+                                             float (&values)[kStreamRounds][kSliceTokens]) {
+    const int64_t offset = row * p.row_stride + first;
+    const bool f32 = p.dtype == logits_dtype::f32;
+    const bool bf16 = p.dtype == logits_dtype::bf16;
+    const void* source = f32 ? static_cast<const void*>(static_cast<const float*>(p.logits) + offset)
+                             : static_cast<const void*>(static_cast<const uint16_t*>(p.logits) + offset);
+    const bool vectors = (reinterpret_cast<uintptr_t>(source) & (f32 ? 15 : 7)) == 0;
+#pragma unroll
+    for (int round = 0; round < kStreamRounds; ++round) {
+        const int32_t at = (round * kBlockThreads + static_cast<int32_t>(threadIdx.x)) * kSliceTokens;
+        float* v = values[round];
+        if (vectors && at + kSliceTokens <= count) {
+            if (f32) {
+                const float4 q = __ldcs(reinterpret_cast<const float4*>(static_cast<const float*>(source) + at));
+                v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+            } else {
+                const uint2 q = __ldcs(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(source) + at));
+                const uint16_t halves[kSliceTokens] = {static_cast<uint16_t>(q.x), static_cast<uint16_t>(q.x >> 16),
+                                                       static_cast<uint16_t>(q.y), static_cast<uint16_t>(q.y >> 16)};
+#pragma unroll
+                for (int k = 0; k < kSliceTokens; ++k) v[k] = bf16 ? dm::bf16_bits_to_float(halves[k]) : dm::fp16_bits_to_float(halves[k]);
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < kSliceTokens; ++k) {
+                const int32_t i = at + k;
+                if (i >= count) {
+                    v[k] = -HUGE_VALF;
+                } else if (f32) {
+                    v[k] = static_cast<const float*>(source)[i];
+                } else {
+                    const uint16_t h = static_cast<const uint16_t*>(source)[i];
+                    v[k] = bf16 ? dm::bf16_bits_to_float(h) : dm::fp16_bits_to_float(h);
+                }
+            }
+        }
     }
-    __syncthreads();
-    if (sh.flag) walk_chain(p, r, b, sh);
+    if (p.bitmask != nullptr) {
+        const uint32_t* mask = p.bitmask + row * ((p.vocab + 31) / 32);
+#pragma unroll
+        for (int round = 0; round < kStreamRounds; ++round) {
+            const int32_t at = (round * kBlockThreads + static_cast<int32_t>(threadIdx.x)) * kSliceTokens;
+            if (at >= count) continue;
+            const uint32_t word = mask[(first + at) >> 5];  // first is a multiple of 32: one word per 4 tokens
+#pragma unroll
+            for (int k = 0; k < kSliceTokens; ++k) {
+                if (((word >> ((first + at + k) & 31)) & 1u) == 0) values[round][k] = -HUGE_VALF;
+            }
+        }
+    }
+}
+
+__global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_kernel_params p) {
+    __shared__ streaming_shared sh;
+    const chain_workspace& ws = p.workspace;
+    const int32_t chunks = stream_chunks_per_row(p.vocab);
+    const int64_t row = blockIdx.x / static_cast<uint32_t>(chunks);
+    const int32_t chunk = static_cast<int32_t>(blockIdx.x % static_cast<uint32_t>(chunks));
+    const int32_t n = p.tokens_per_req;
+    const int32_t b = static_cast<int32_t>(row / n);
+    const int32_t j = static_cast<int32_t>(row % n);
+    const int32_t first = chunk * kStreamChunkTokens;
+    const int32_t count = min(kStreamChunkTokens, p.vocab - first);
+    const int32_t draft = j + 1 < n ? p.candidates[static_cast<int64_t>(b) * n + j + 1] : -1;
+    row_sync& sync = ws.sync[row];
+    chunk_partial* row_partials = ws.partials + row * chunks;
+
+    float values[kStreamRounds][kSliceTokens];
+    stream_chunk(p, row, first, count, values);
+    float best = -HUGE_VALF;
+    int32_t best_index = -1;
+#pragma unroll
+    for (int round = 0; round < kStreamRounds; ++round) {
+        const int32_t at = first + (round * kBlockThreads + static_cast<int32_t>(threadIdx.x)) * kSliceTokens;
+#pragma unroll
+        for (int k = 0; k < kSliceTokens; ++k) {
+            if (values[round][k] > best) {  // strict: the lowest index on ties; skips NaN and -inf
+                best = values[round][k];
+                best_index = at + k;
+            }
+            if (at + k == draft) sync.draft_logit = values[round][k];
+        }
+    }
+    float chunk_max = 0.0f;
+    const int32_t index = block_argmax(best, best_index, chunk_max, sh.scratch);
+    const bool with_logprobs = p.logprobs != nullptr;
+    double softmax = 0.0;
+    if (with_logprobs && index >= 0) {
+#pragma unroll
+        for (int round = 0; round < kStreamRounds; ++round) {
+#pragma unroll
+            for (int k = 0; k < kSliceTokens; ++k) softmax += static_cast<double>(weight_of(values[round][k], chunk_max, 1.0f));
+        }
+        softmax = block_sum(softmax, sh.scratch);
+    }
+    if (threadIdx.x == 0) {
+        row_partials[chunk].max_logit = chunk_max;
+        row_partials[chunk].max_index = index;
+        row_partials[chunk].softmax_sum = softmax;
+    }
+    if (draft >= first && draft < first + count) __threadfence();  // the draft's logit, for the chain walk
+    combine_greedy_row(row_partials, chunks, with_logprobs, sync, ws.results[row], sh.totals, sh.flag);
+    if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * chunks), sh.flag)) walk_chain(p, p.requests[b], b);
 }
 
 }  // namespace
@@ -832,6 +952,10 @@ size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t
 
 cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t stream) {
     const auto rows = static_cast<unsigned>(params.batch_size) * static_cast<unsigned>(params.tokens_per_req);
+    if (params.streaming_greedy) {
+        streaming_greedy_kernel<<<rows * static_cast<unsigned>(stream_chunks_per_row(params.vocab)), kBlockThreads, 0, stream>>>(params);
+        return cudaGetLastError();
+    }
     const dim3 grid(rows * static_cast<unsigned>(chunks_per_row(params.vocab)));
     const cudaError_t reset = cudaMemsetAsync(params.workspace.control, 0, sizeof(launch_control), stream);
     if (reset != cudaSuccess) return reset;

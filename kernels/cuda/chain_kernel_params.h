@@ -38,6 +38,14 @@ constexpr int32_t kMassHistogramBins = 256;  // float exponent and first mantiss
 
 DS_HD int32_t chunks_per_row(int32_t vocab) { return (vocab + kChunkTokens - 1) / kChunkTokens; }
 
+// Steps whose requests are all greedy without penalties or bias (plain decoding) run the
+// streaming kernel instead: smaller chunks read straight into registers, no shared-memory copy
+// and no barrier, so more of the row is in flight at once. At most 32 chunks per row for the
+// vocabularies of DESIGN.md §1 (one warp combines them).
+constexpr int32_t kStreamChunkTokens = 4096;
+
+DS_HD int32_t stream_chunks_per_row(int32_t vocab) { return (vocab + kStreamChunkTokens - 1) / kStreamChunkTokens; }
+
 // Per-row arrival counters and the draft's processed logit. Zero between steps: the block that
 // finishes a request resets its rows.
 struct row_sync {
@@ -88,7 +96,7 @@ struct chain_workspace {
     launch_control* control = nullptr;
     row_sync* sync = nullptr;                // [rows]
     uint32_t* mass_histograms = nullptr;     // [rows, kMassHistogramBins]
-    chunk_partial* partials = nullptr;       // [rows, chunks_per_row]
+    chunk_partial* partials = nullptr;       // [rows, stream_chunks_per_row] (the more chunks of the two)
     row_result* results = nullptr;           // [rows]
     uint32_t* request_blocks_done = nullptr;  // [batch]
     cut_candidate* candidates = nullptr;     // [rows, vocab]
@@ -107,7 +115,7 @@ struct chain_workspace {
         carve(out.control, 1);
         carve(out.sync, row_count);
         carve(out.mass_histograms, row_count * kMassHistogramBins);
-        carve(out.partials, row_count * static_cast<size_t>(chunks_per_row(vocab)));
+        carve(out.partials, row_count * static_cast<size_t>(stream_chunks_per_row(vocab)));
         carve(out.results, row_count);
         carve(out.request_blocks_done, static_cast<size_t>(batch));
         carve(out.candidates, row_count * static_cast<size_t>(vocab));
@@ -139,6 +147,8 @@ struct chain_kernel_params {
     float* logprobs = nullptr;        // [batch * N] or null to skip
     uint8_t* row_error = nullptr;     // [batch]
     uint32_t* fault = nullptr;        // set to 1 when an in-row barrier timed out (zero before launch)
+    // Every request greedy, none with penalties or bias: the streaming kernel runs (same tokens).
+    bool streaming_greedy = false;
 
     // Empty when launchable, else what is wrong.
     const char* check() const {

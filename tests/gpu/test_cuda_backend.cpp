@@ -111,6 +111,39 @@ struct random_step {
         }
     }
 
+    // Plain decoding, which the CUDA backend runs on its streaming kernel: every request greedy
+    // (T = 0 or top_k = 1), no penalties, no bias, no phantom rows; drafts usually the previous
+    // row's argmax so that chains get accepted.
+    void make_plain_greedy(std::mt19937_64& rng) {
+        for (int32_t q = 0; q < bs; ++q) {
+            slots[static_cast<size_t>(q)] = q + 1;
+            sampling_params& p = params[static_cast<size_t>(q)];
+            p = sampling_params{};
+            p.seed = rng();
+            if (rng() % 2) p.temperature = 0.0f; else p.top_k = 1;
+            histories[static_cast<size_t>(q)].clear();
+            for (int32_t j = 0; j + 1 < n; ++j) {
+                if (rng() % 10 < 7) candidates[static_cast<size_t>(q) * n + j + 1] = argmax_of_row(static_cast<int64_t>(q) * n + j);
+            }
+        }
+    }
+
+    float logit(int64_t row, int32_t token) const {
+        const size_t i = static_cast<size_t>(row * stride + token);
+        if (dtype == logits_dtype::f32) return f32[i];
+        return dtype == logits_dtype::bf16 ? detmath::bf16_bits_to_float(half[i]) : detmath::fp16_bits_to_float(half[i]);
+    }
+
+    int32_t argmax_of_row(int64_t row) const {
+        const int32_t words = bitmask_words(vocab);
+        int32_t best = 0;
+        for (int32_t t = 1; t < vocab; ++t) {
+            const bool allowed = bitmask.empty() || ((bitmask[static_cast<size_t>(row * words + t / 32)] >> (t % 32)) & 1u);
+            if (allowed && logit(row, t) > logit(row, best)) best = t;
+        }
+        return best;
+    }
+
     // The requests' parameters, for failure messages.
     std::string describe() const {
         std::string out = bitmask.empty() ? "" : " bitmask";
@@ -181,13 +214,35 @@ class CudaBackend : public ::testing::Test {
 
 }  // namespace
 
+// Runs `step` on the CPU and the CUDA backend and expects the same outputs.
+void expect_backends_agree(const random_step& step, step_kind kind, const std::string& what) {
+    std::unique_ptr<sampling_backend> cpu_backend, gpu_backend;
+    ASSERT_TRUE(make_backend(backend_kind::cpu, step.config(), cpu_backend).is_ok());
+    const status made = make_backend(backend_kind::cuda, step.config(), gpu_backend);
+    ASSERT_TRUE(made.is_ok()) << made.message;
+    step.register_all(*cpu_backend);
+    step.register_all(*gpu_backend);
+    outputs cpu(step.bs, step.n), gpu(step.bs, step.n);
+    const step_input in = step.input(kind);
+    const status s_cpu = kind == step_kind::sample ? cpu_backend->sample(in, cpu.view()) : cpu_backend->verify(in, cpu.view());
+    const status s_gpu = kind == step_kind::sample ? gpu_backend->sample(in, gpu.view()) : gpu_backend->verify(in, gpu.view());
+    ASSERT_TRUE(s_cpu.is_ok()) << s_cpu.message;
+    ASSERT_TRUE(s_gpu.is_ok()) << s_gpu.message;
+    expect_same(cpu, gpu, what + " V=" + std::to_string(step.vocab) + " bs=" + std::to_string(step.bs) + " N=" + std::to_string(step.n) +
+                              " dtype=" + dtype_name(step.dtype) + step.describe());
+}
+
+int trials_from_environment(int fallback) {
+    // DS_GPU_TRIALS shortens the run (e.g. under compute-sanitizer).
+    const char* trials_env = std::getenv("DS_GPU_TRIALS");
+    return trials_env != nullptr ? std::atoi(trials_env) : fallback;
+}
+
 TEST_F(CudaBackend, MatchesCpuOnTwoThousandRandomBatches) {
     const int32_t vocabs[] = {16, 1000, 32000, 128256, 151936, 8191, 8190, 262144};
     const int32_t batches[] = {1, 7, 64, 256};
     const int32_t tokens[] = {1, 2, 4, 8};
-    // DS_GPU_TRIALS shortens the run (e.g. under compute-sanitizer).
-    const char* trials_env = std::getenv("DS_GPU_TRIALS");
-    const int trials = trials_env != nullptr ? std::atoi(trials_env) : 2000;
+    const int trials = trials_from_environment(2000);
     std::mt19937_64 rng(20261202);
     int compared = 0;
     for (int trial = 0; trial < trials; ++trial) {
@@ -198,24 +253,31 @@ TEST_F(CudaBackend, MatchesCpuOnTwoThousandRandomBatches) {
         while (bs > 1 && static_cast<int64_t>(bs) * n * vocab > (trial % 50 == 0 ? 40'000'000 : 4'000'000)) bs = bs == 256 ? 64 : bs == 64 ? 7 : 1;
         const random_step step(rng, vocab, bs, n);
         const step_kind kind = n == 1 && rng() % 2 ? step_kind::sample : step_kind::verify;
-        std::unique_ptr<sampling_backend> cpu_backend, gpu_backend;
-        ASSERT_TRUE(make_backend(backend_kind::cpu, step.config(), cpu_backend).is_ok());
-        const status made = make_backend(backend_kind::cuda, step.config(), gpu_backend);
-        ASSERT_TRUE(made.is_ok()) << made.message;
-        step.register_all(*cpu_backend);
-        step.register_all(*gpu_backend);
-        outputs cpu(bs, n), gpu(bs, n);
-        const step_input in = step.input(kind);
-        const status s_cpu = kind == step_kind::sample ? cpu_backend->sample(in, cpu.view()) : cpu_backend->verify(in, cpu.view());
-        const status s_gpu = kind == step_kind::sample ? gpu_backend->sample(in, gpu.view()) : gpu_backend->verify(in, gpu.view());
-        ASSERT_TRUE(s_cpu.is_ok()) << s_cpu.message;
-        ASSERT_TRUE(s_gpu.is_ok()) << s_gpu.message;
-        expect_same(cpu, gpu, "trial " + std::to_string(trial) + " V=" + std::to_string(vocab) + " bs=" + std::to_string(bs) +
-                                  " N=" + std::to_string(n) + " dtype=" + dtype_name(step.dtype) + step.describe());
+        expect_backends_agree(step, kind, "trial " + std::to_string(trial));
         if (HasFatalFailure()) return;
         ++compared;
     }
     EXPECT_EQ(compared, trials);
+}
+
+// The streaming kernel (every request plain greedy): vocabularies that end mid-chunk and
+// mid-vector, 16-bit logits, odd row strides, bitmasks (a row with nothing allowed), NaN, ties,
+// accepted chains and logprobs, against the CPU backend.
+TEST_F(CudaBackend, PlainGreedyStepsMatchCpu) {
+    const int32_t vocabs[] = {16, 4097, 8190, 32000, 128256, 151936};
+    const int trials = trials_from_environment(300) / 2 + 1;
+    std::mt19937_64 rng(4096);
+    for (int trial = 0; trial < trials; ++trial) {
+        const int32_t vocab = vocabs[trial % 6];
+        const int32_t n = 1 + static_cast<int32_t>(rng() % 4);
+        int32_t bs = 1 + static_cast<int32_t>(rng() % 64);
+        while (static_cast<int64_t>(bs) * n * vocab > 8'000'000) bs = (bs + 1) / 2;
+        random_step step(rng, vocab, bs, n);
+        step.make_plain_greedy(rng);
+        const step_kind kind = n == 1 && rng() % 2 ? step_kind::sample : step_kind::verify;
+        expect_backends_agree(step, kind, "plain greedy trial " + std::to_string(trial));
+        if (HasFatalFailure()) return;
+    }
 }
 
 TEST_F(CudaBackend, DeviceLogitsAndGraphReplayMatchCpu) {
