@@ -14,6 +14,11 @@
 // Each row draws the token it would emit if the request's chain stopped there, so the last block
 // of a request to finish walks the chain from the rows' results alone (DESIGN.md §3).
 //
+// Rows of plain requests (no penalties, no bias: the logits need only the bitmask) get their
+// maxima from a streaming kernel launched first, which reads small chunks into registers with no
+// barrier: their greedy rows are then done, and their sampled rows skip the chain kernel's argmax
+// and first barrier. A step of plain greedy requests only runs the streaming kernel.
+//
 // Blocks take their (row, chunk) from a ticket counter in the order they start. The blocks of a
 // row hold consecutive tickets, so when every resident block waits at a barrier, all rows but the
 // newest have all their blocks running; the barriers cannot deadlock while a row's chunks
@@ -693,6 +698,37 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
     }
 }
 
+// Publishes the chunk's argmax and its softmax sum (relative to the chunk's maximum).
+__device__ void publish_chunk_maximum(const float* chunk_logits, int32_t first, int32_t count, bool with_logprobs,
+                                      chunk_partial& partial, kernel_shared& sh) {
+    float best = -HUGE_VALF;
+    int32_t best_index = -1;
+    for_each_slice(chunk_logits, count, [&](int, int32_t at_token, const float (&values)[kSliceTokens]) {
+#pragma unroll
+        for (int k = 0; k < kSliceTokens; ++k) {
+            if (values[k] > best) {  // strict: the lowest index on ties; skips NaN and -inf
+                best = values[k];
+                best_index = first + at_token + k;
+            }
+        }
+    });
+    float chunk_max = 0.0f;
+    const int32_t index = block_argmax(best, best_index, chunk_max, sh.scratch);
+    double softmax = 0.0;
+    if (with_logprobs && index >= 0) {
+        for_each_slice(chunk_logits, count, [&](int, int32_t, const float (&values)[kSliceTokens]) {
+#pragma unroll
+            for (int k = 0; k < kSliceTokens; ++k) softmax += static_cast<double>(weight_of(values[k], chunk_max, 1.0f));
+        });
+        softmax = block_sum(softmax, sh.scratch);
+    }
+    if (threadIdx.x == 0) {
+        partial.max_logit = chunk_max;
+        partial.max_index = index;
+        partial.softmax_sum = softmax;
+    }
+}
+
 // Three blocks per SM (their chunks fill shared memory): about 50 rows of 128k fp32 logits are
 // resident at once, so the rows' barrier latencies overlap.
 __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_params p) {
@@ -716,99 +752,86 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
     chunk_partial* row_partials = ws.partials + row * chunks;
     float* chunk_logits = sh.data.chunk;
 
-    // ---- 1. Load, argmax, and the chunk's softmax sum (relative to the chunk's maximum) --------
-    load_chunk(p, r, row, first, count, chunk_logits);
-    if (draft >= first && draft < first + count && threadIdx.x == 0) sync.draft_logit = chunk_logits[draft - first];
+    // Rows of plain requests had their maxima found by the streaming kernel (launch_plan::
+    // maxima_then_chain): greedy ones are finished, sampled ones skip the argmax and its barrier.
+    const bool maxima_ready = p.plan == launch_plan::maxima_then_chain && is_plain(r);
     const bool with_logprobs = p.logprobs != nullptr;
-    {
-        float best = -HUGE_VALF;
-        int32_t best_index = -1;
-        for_each_slice(chunk_logits, count, [&](int, int32_t at_token, const float (&values)[kSliceTokens]) {
-#pragma unroll
-            for (int k = 0; k < kSliceTokens; ++k) {
-                if (values[k] > best) {  // strict: the lowest index on ties; skips NaN and -inf
-                    best = values[k];
-                    best_index = first + at_token + k;
-                }
-            }
-        });
-        float chunk_max = 0.0f;
-        const int32_t index = block_argmax(best, best_index, chunk_max, sh.scratch);
-        double softmax = 0.0;
-        if (with_logprobs && index >= 0) {
-            for_each_slice(chunk_logits, count, [&](int, int32_t, const float (&values)[kSliceTokens]) {
-#pragma unroll
-                for (int k = 0; k < kSliceTokens; ++k) softmax += static_cast<double>(weight_of(values[k], chunk_max, 1.0f));
-            });
-            softmax = block_sum(softmax, sh.scratch);
-        }
-        if (threadIdx.x == 0) {
-            row_partials[chunk].max_logit = chunk_max;
-            row_partials[chunk].max_index = index;
-            row_partials[chunk].softmax_sum = softmax;
-        }
-    }
     row_totals& totals = sh.totals;
     row_result& result = ws.results[row];
-    if (r.greedy) {
-        // Greedy rows need no barrier: the last block of the row to arrive combines the chunks.
-        combine_greedy_row(row_partials, chunks, with_logprobs, sync, result, sh.totals, sh.flag);
-    } else {
-        arrive(&sync.maxima_arrived, static_cast<uint32_t>(chunks), p);
-        combine_maxima(row_partials, chunks, with_logprobs, totals);
-        if (totals.top < 0) {
-            if (chunk == 0 && threadIdx.x == 0) result.top = -1;
-        } else {
-            row_context row_ctx{p, r, row, b, j, chunks, draft, max(uint64_t{1}, dm::min_p_mass_threshold(r.min_p))};
-            // ---- 2. Masses ----------------------------------------------------------------------
-            // A top-k/top-p cut is possible: the chunks also histogram their weights (below).
-            const bool maybe_cut = r.top_k >= 0 || r.top_p < 1.0f;
-            if (maybe_cut) {
-                for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) sh.histogram[i] = 0;
-                __syncthreads();
-            }
-            uint64_t nonzero = 0;
-            uint64_t mass_total = 0;
-            uint64_t min_p_mass = 0;
-            for_each_slice(chunk_logits, count, [&](int, int32_t, const float (&values)[kSliceTokens]) {
-#pragma unroll
-                for (int k = 0; k < kSliceTokens; ++k) {
-                    const float w = weight_of(values[k], totals.max_logit, r.temperature);
-                    const uint64_t q = dm::weight_to_mass(w);
-                    nonzero += q > 0 ? 1 : 0;
-                    mass_total += q;
-                    min_p_mass += q >= row_ctx.min_mass ? q : 0;
-                    if (maybe_cut && q > 0) atomicAdd(&sh.histogram[dm::float_as_bits(w) >> 22], 1u);
-                }
-            });
-            nonzero = block_sum(nonzero, sh.scratch);
-            mass_total = block_sum(mass_total, sh.scratch);
-            min_p_mass = block_sum(min_p_mass, sh.scratch);
+    if (!(maxima_ready && r.greedy)) {
+        // ---- 1. Load, argmax, and the chunk's softmax sum (relative to the chunk's maximum) ----
+        load_chunk(p, r, row, first, count, chunk_logits);
+        if (draft >= first && draft < first + count && threadIdx.x == 0) sync.draft_logit = chunk_logits[draft - first];
+        if (maxima_ready) {
             if (threadIdx.x == 0) {
-                chunk_partial& mine = row_partials[chunk];
-                mine.nonzero = nonzero;
-                mine.mass_total = mass_total;
-                mine.min_p_mass = min_p_mass;
+                totals = row_totals{__ldcg(&result.top), __ldcg(&result.max_logit), 0, 0, 0, __ldcg(&result.softmax_sum)};
             }
-            if (!maybe_cut) {
-                // Kept: every token that passes min_p. The last block to arrive draws.
-                if (arrive_last(&sync.partials_arrived, static_cast<uint32_t>(chunks), sh.flag)) {
-                    combine_masses(row_partials, chunks, sh);
-                    draw_without_cut(row_ctx, sh);
-                }
+            __syncthreads();
+        } else {
+            publish_chunk_maximum(chunk_logits, first, count, with_logprobs, row_partials[chunk], sh);
+            if (r.greedy) {
+                // Greedy rows need no barrier: the last block of the row to arrive combines the chunks.
+                combine_greedy_row(row_partials, chunks, with_logprobs, sync, result, totals, sh.flag);
             } else {
-                uint32_t* row_histogram = ws.mass_histograms + row * kMassHistogramBins;
-                for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) {
-                    if (sh.histogram[i] != 0) atomicAdd(&row_histogram[i], sh.histogram[i]);
+                arrive(&sync.maxima_arrived, static_cast<uint32_t>(chunks), p);
+                combine_maxima(row_partials, chunks, with_logprobs, totals);
+            }
+        }
+        if (!r.greedy) {
+            if (totals.top < 0) {
+                if (chunk == 0 && threadIdx.x == 0) result.top = -1;
+            } else {
+                row_context row_ctx{p, r, row, b, j, chunks, draft, max(uint64_t{1}, dm::min_p_mass_threshold(r.min_p))};
+                // ---- 2. Masses ----------------------------------------------------------------------
+                // A top-k/top-p cut is possible: the chunks also histogram their weights (below).
+                const bool maybe_cut = r.top_k >= 0 || r.top_p < 1.0f;
+                if (maybe_cut) {
+                    for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) sh.histogram[i] = 0;
+                    __syncthreads();
                 }
-                arrive(&sync.partials_arrived, static_cast<uint32_t>(chunks), p);
-                combine_masses(row_partials, chunks, sh);
-                const bool top_k_active = r.top_k >= 0 && static_cast<uint64_t>(r.top_k) < totals.nonzero;
-                if (!top_k_active && r.top_p >= 1.0f) {
-                    // No cut after all (top_k reaches every token with mass).
-                    if (arrive_last(&sync.counts_arrived, static_cast<uint32_t>(chunks), sh.flag)) draw_without_cut(row_ctx, sh);
+                uint64_t nonzero = 0;
+                uint64_t mass_total = 0;
+                uint64_t min_p_mass = 0;
+                for_each_slice(chunk_logits, count, [&](int, int32_t, const float (&values)[kSliceTokens]) {
+#pragma unroll
+                    for (int k = 0; k < kSliceTokens; ++k) {
+                        const float w = weight_of(values[k], totals.max_logit, r.temperature);
+                        const uint64_t q = dm::weight_to_mass(w);
+                        nonzero += q > 0 ? 1 : 0;
+                        mass_total += q;
+                        min_p_mass += q >= row_ctx.min_mass ? q : 0;
+                        if (maybe_cut && q > 0) atomicAdd(&sh.histogram[dm::float_as_bits(w) >> 22], 1u);
+                    }
+                });
+                nonzero = block_sum(nonzero, sh.scratch);
+                mass_total = block_sum(mass_total, sh.scratch);
+                min_p_mass = block_sum(min_p_mass, sh.scratch);
+                if (threadIdx.x == 0) {
+                    chunk_partial& mine = row_partials[chunk];
+                    mine.nonzero = nonzero;
+                    mine.mass_total = mass_total;
+                    mine.min_p_mass = min_p_mass;
+                }
+                if (!maybe_cut) {
+                    // Kept: every token that passes min_p. The last block to arrive draws.
+                    if (arrive_last(&sync.partials_arrived, static_cast<uint32_t>(chunks), sh.flag)) {
+                        combine_masses(row_partials, chunks, sh);
+                        draw_without_cut(row_ctx, sh);
+                    }
                 } else {
-                    draw_with_cut(row_ctx, top_k_active, first, count, sh);
+                    uint32_t* row_histogram = ws.mass_histograms + row * kMassHistogramBins;
+                    for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) {
+                        if (sh.histogram[i] != 0) atomicAdd(&row_histogram[i], sh.histogram[i]);
+                    }
+                    arrive(&sync.partials_arrived, static_cast<uint32_t>(chunks), p);
+                    combine_masses(row_partials, chunks, sh);
+                    const bool top_k_active = r.top_k >= 0 && static_cast<uint64_t>(r.top_k) < totals.nonzero;
+                    if (!top_k_active && r.top_p >= 1.0f) {
+                        // No cut after all (top_k reaches every token with mass).
+                        if (arrive_last(&sync.counts_arrived, static_cast<uint32_t>(chunks), sh.flag)) draw_without_cut(row_ctx, sh);
+                    } else {
+                        draw_with_cut(row_ctx, top_k_active, first, count, sh);
+                    }
                 }
             }
         }
@@ -818,7 +841,7 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
     if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * chunks), sh.flag)) walk_chain(p, r, b);
 }
 
-// ---- The streaming kernel: greedy requests without penalties or bias ------------------------------
+// ---- The streaming kernel: row maxima of plain requests (no penalties, no bias) -----------------
 // A block's chunk is kStreamRounds rounds of one 4-token vector per thread, laid out as
 // for_each_slice's rounds (thread t of round s holds tokens (s * kBlockThreads + t) * 4 .. + 3),
 // every load issued before the first is used.
@@ -886,7 +909,9 @@ __device__ __forceinline__ void stream_chunk(const chain_kernel_params& p, int64
     }
 }
 
-__global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_kernel_params p) {
+// The maxima of plain requests' rows (greedy rows: their result); with launch_plan::
+// streaming_only, also the chain walk.
+__global__ void __launch_bounds__(kBlockThreads) streaming_kernel(chain_kernel_params p) {
     __shared__ streaming_shared sh;
     const chain_workspace& ws = p.workspace;
     const int32_t chunks = stream_chunks_per_row(p.vocab);
@@ -900,6 +925,7 @@ __global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_k
     const int32_t draft = j + 1 < n ? p.candidates[static_cast<int64_t>(b) * n + j + 1] : -1;
     row_sync& sync = ws.sync[row];
     chunk_partial* row_partials = ws.partials + row * chunks;
+    if (!is_plain(p.requests[b])) return;  // the chain kernel processes the row's logits
 
     float values[kStreamRounds][kSliceTokens];
     stream_chunk(p, row, first, count, values);
@@ -936,7 +962,10 @@ __global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_k
     }
     if (draft >= first && draft < first + count) __threadfence();  // the draft's logit, for the chain walk
     combine_greedy_row(row_partials, chunks, with_logprobs, sync, ws.results[row], sh.totals, sh.flag);
-    if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * chunks), sh.flag)) walk_chain(p, p.requests[b], b);
+    if (p.plan == launch_plan::streaming_only &&
+        arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * chunks), sh.flag)) {
+        walk_chain(p, p.requests[b], b);
+    }
 }
 
 }  // namespace
@@ -952,9 +981,9 @@ size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t
 
 cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t stream) {
     const auto rows = static_cast<unsigned>(params.batch_size) * static_cast<unsigned>(params.tokens_per_req);
-    if (params.streaming_greedy) {
-        streaming_greedy_kernel<<<rows * static_cast<unsigned>(stream_chunks_per_row(params.vocab)), kBlockThreads, 0, stream>>>(params);
-        return cudaGetLastError();
+    if (params.plan != launch_plan::chain_only) {
+        streaming_kernel<<<rows * static_cast<unsigned>(stream_chunks_per_row(params.vocab)), kBlockThreads, 0, stream>>>(params);
+        if (params.plan == launch_plan::streaming_only) return cudaGetLastError();
     }
     const dim3 grid(rows * static_cast<unsigned>(chunks_per_row(params.vocab)));
     const cudaError_t reset = cudaMemsetAsync(params.workspace.control, 0, sizeof(launch_control), stream);

@@ -30,6 +30,15 @@ struct request_params {
     int32_t seen_count = 0;
 };
 
+DS_HD bool is_plain(const request_params& r) { return r.bias_count == 0 && r.seen_count == 0; }
+
+// Which kernels a step runs, chosen by the backend from its requests.
+enum class launch_plan : int32_t {
+    chain_only,         // no plain request: the chain kernel alone
+    maxima_then_chain,  // the streaming kernel finds the plain rows' maxima, then the chain kernel
+    streaming_only,     // every request plain greedy: the streaming kernel finishes the step
+};
+
 // How the kernel lays a row out: kChunkTokens consecutive tokens per thread block, so a row of V
 // tokens is chunks_per_row(V) blocks that hold their chunk in shared memory, meet at in-row
 // barriers (row maximum, then masses) and read the row from memory once.
@@ -38,10 +47,11 @@ constexpr int32_t kMassHistogramBins = 256;  // float exponent and first mantiss
 
 DS_HD int32_t chunks_per_row(int32_t vocab) { return (vocab + kChunkTokens - 1) / kChunkTokens; }
 
-// Steps whose requests are all greedy without penalties or bias (plain decoding) run the
-// streaming kernel instead: smaller chunks read straight into registers, no shared-memory copy
-// and no barrier, so more of the row is in flight at once. At most 32 chunks per row for the
-// vocabularies of DESIGN.md §1 (one warp combines them).
+// The streaming kernel finds the argmax (and softmax sum) of the rows of plain requests, those
+// without penalties or bias, whose logits need no processing beyond the bitmask: smaller chunks
+// read straight into registers, no shared-memory copy and no barrier, so more of the row is in
+// flight at once. At most 32 chunks per row for the vocabularies of DESIGN.md §1 (one warp
+// combines them).
 constexpr int32_t kStreamChunkTokens = 4096;
 
 DS_HD int32_t stream_chunks_per_row(int32_t vocab) { return (vocab + kStreamChunkTokens - 1) / kStreamChunkTokens; }
@@ -147,8 +157,7 @@ struct chain_kernel_params {
     float* logprobs = nullptr;        // [batch * N] or null to skip
     uint8_t* row_error = nullptr;     // [batch]
     uint32_t* fault = nullptr;        // set to 1 when an in-row barrier timed out (zero before launch)
-    // Every request greedy, none with penalties or bias: the streaming kernel runs (same tokens).
-    bool streaming_greedy = false;
+    launch_plan plan = launch_plan::chain_only;
 
     // Empty when launchable, else what is wrong.
     const char* check() const {

@@ -95,7 +95,8 @@ struct cuda_backend::impl {
         const int32_t n = step.tokens_per_req;
         const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
         requests.clear();
-        bool streaming_greedy = true;
+        bool all_plain_greedy = true;
+        bool any_plain = false;
         size_t bias_total = 0;
         size_t seen_total = 0;
         for (int32_t b = 0; b < bs; ++b) {
@@ -115,7 +116,8 @@ struct cuda_backend::impl {
             r.bias_count = static_cast<int32_t>(sp.logit_bias.size());
             r.seen_offset = static_cast<int32_t>(seen_total);
             r.seen_count = sp.has_penalties() ? pool.seen_tokens(step.slots[b]).size : 0;
-            streaming_greedy = streaming_greedy && r.greedy && r.bias_count == 0 && r.seen_count == 0;
+            all_plain_greedy = all_plain_greedy && r.greedy && is_plain(r);
+            any_plain = any_plain || is_plain(r);
             bias_total += sp.logit_bias.size();
             seen_total += static_cast<size_t>(r.seen_count);
             requests.push_back(r);
@@ -178,7 +180,9 @@ struct cuda_backend::impl {
         params.logprobs = with_logprobs ? reinterpret_cast<float*>(outputs + out.logprobs) : nullptr;
         params.row_error = reinterpret_cast<uint8_t*>(outputs + out.row_error);
         params.fault = reinterpret_cast<uint32_t*>(outputs + out.fault);
-        params.streaming_greedy = streaming_greedy;
+        params.plan = all_plain_greedy ? launch_plan::streaming_only
+                      : any_plain      ? launch_plan::maxima_then_chain
+                                       : launch_plan::chain_only;
         if (const char* problem = params.check()) return {status_code::internal, problem};
         return status::success();
     }
@@ -321,10 +325,10 @@ status cuda_backend::replay_graph(const step_input& step, const step_output& out
     status s = st.stage(step, st.graph_kind, st.graph_params.logprobs != nullptr, layout, params);
     if (!s.is_ok()) return s;
     if (!(layout == st.graph_layout) || params.logits != st.graph_params.logits || params.dtype != st.graph_params.dtype ||
-        params.row_stride != st.graph_params.row_stride || params.streaming_greedy != st.graph_params.streaming_greedy) {
+        params.row_stride != st.graph_params.row_stride || params.plan != st.graph_params.plan) {
         return status::invalid(
             "replay_graph: the step's shape differs from the captured one (batch, N, logits, optional inputs, bias and "
-            "penalty sizes, and whether every request is plain greedy must match); capture again");
+            "penalty sizes, and which requests are plain greedy or plain must match); capture again");
     }
     CUDA_TRY(cudaGraphLaunch(st.graph, st.stream));
     return st.finish(step.batch_size, step.tokens_per_req, st.graph_params.logprobs != nullptr, out);
