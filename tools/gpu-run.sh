@@ -33,6 +33,8 @@ bundle() {
       *) cp -L "$lib" "$BUNDLE/lib/" ;;
     esac
   done
+  # Symbol tables are a third of the bytes, and a call carries at most 64 MiB.
+  strip --strip-unneeded "$BUNDLE"/bin/* "$BUNDLE"/lib/*
   du -sh "$BUNDLE"
 }
 
