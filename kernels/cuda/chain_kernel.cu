@@ -14,11 +14,6 @@
 // Each row draws the token it would emit if the request's chain stopped there, so the last block
 // of a request to finish walks the chain from the rows' results alone (DESIGN.md §3).
 //
-// Rows of plain requests (no penalties, no bias: the logits need only the bitmask) get their
-// maxima from a streaming kernel launched first, which reads small chunks into registers with no
-// barrier: their greedy rows are then done, and their sampled rows skip the chain kernel's argmax
-// and first barrier. A step of plain greedy requests only runs the streaming kernel.
-//
 // Blocks take their (row, chunk) from a ticket counter in the order they start. The blocks of a
 // row hold consecutive tickets, so when every resident block waits at a barrier, all rows but the
 // newest have all their blocks running; the barriers cannot deadlock while a row's chunks
@@ -698,37 +693,6 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
     }
 }
 
-// Publishes the chunk's argmax and its softmax sum (relative to the chunk's maximum).
-__device__ void publish_chunk_maximum(const float* chunk_logits, int32_t first, int32_t count, bool with_logprobs,
-                                      chunk_partial& partial, kernel_shared& sh) {
-    float best = -HUGE_VALF;
-    int32_t best_index = -1;
-    for_each_slice(chunk_logits, count, [&](int, int32_t at_token, const float (&values)[kSliceTokens]) {
-#pragma unroll
-        for (int k = 0; k < kSliceTokens; ++k) {
-            if (values[k] > best) {  // strict: the lowest index on ties; skips NaN and -inf
-                best = values[k];
-                best_index = first + at_token + k;
-            }
-        }
-    });
-    float chunk_max = 0.0f;
-    const int32_t index = block_argmax(best, best_index, chunk_max, sh.scratch);
-    double softmax = 0.0;
-    if (with_logprobs && index >= 0) {
-        for_each_slice(chunk_logits, count, [&](int, int32_t, const float (&values)[kSliceTokens]) {
-#pragma unroll
-            for (int k = 0; k < kSliceTokens; ++k) softmax += static_cast<double>(weight_of(values[k], chunk_max, 1.0f));
-        });
-        softmax = block_sum(softmax, sh.scratch);
-    }
-    if (threadIdx.x == 0) {
-        partial.max_logit = chunk_max;
-        partial.max_index = index;
-        partial.softmax_sum = softmax;
-    }
-}
-
 // Three blocks per SM (their chunks fill shared memory): about 50 rows of 128k fp32 logits are
 // resident at once, so the rows' barrier latencies overlap.
 __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_params p) {
@@ -752,86 +716,99 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
     chunk_partial* row_partials = ws.partials + row * chunks;
     float* chunk_logits = sh.data.chunk;
 
-    // Rows of plain requests had their maxima found by the streaming kernel (launch_plan::
-    // maxima_then_chain): greedy ones are finished, sampled ones skip the argmax and its barrier.
-    const bool maxima_ready = p.plan == launch_plan::maxima_then_chain && is_plain(r);
+    // ---- 1. Load, argmax, and the chunk's softmax sum (relative to the chunk's maximum) --------
+    load_chunk(p, r, row, first, count, chunk_logits);
+    if (draft >= first && draft < first + count && threadIdx.x == 0) sync.draft_logit = chunk_logits[draft - first];
     const bool with_logprobs = p.logprobs != nullptr;
+    {
+        float best = -HUGE_VALF;
+        int32_t best_index = -1;
+        for_each_slice(chunk_logits, count, [&](int, int32_t at_token, const float (&values)[kSliceTokens]) {
+#pragma unroll
+            for (int k = 0; k < kSliceTokens; ++k) {
+                if (values[k] > best) {  // strict: the lowest index on ties; skips NaN and -inf
+                    best = values[k];
+                    best_index = first + at_token + k;
+                }
+            }
+        });
+        float chunk_max = 0.0f;
+        const int32_t index = block_argmax(best, best_index, chunk_max, sh.scratch);
+        double softmax = 0.0;
+        if (with_logprobs && index >= 0) {
+            for_each_slice(chunk_logits, count, [&](int, int32_t, const float (&values)[kSliceTokens]) {
+#pragma unroll
+                for (int k = 0; k < kSliceTokens; ++k) softmax += static_cast<double>(weight_of(values[k], chunk_max, 1.0f));
+            });
+            softmax = block_sum(softmax, sh.scratch);
+        }
+        if (threadIdx.x == 0) {
+            row_partials[chunk].max_logit = chunk_max;
+            row_partials[chunk].max_index = index;
+            row_partials[chunk].softmax_sum = softmax;
+        }
+    }
     row_totals& totals = sh.totals;
     row_result& result = ws.results[row];
-    if (!(maxima_ready && r.greedy)) {
-        // ---- 1. Load, argmax, and the chunk's softmax sum (relative to the chunk's maximum) ----
-        load_chunk(p, r, row, first, count, chunk_logits);
-        if (draft >= first && draft < first + count && threadIdx.x == 0) sync.draft_logit = chunk_logits[draft - first];
-        if (maxima_ready) {
-            if (threadIdx.x == 0) {
-                totals = row_totals{__ldcg(&result.top), __ldcg(&result.max_logit), 0, 0, 0, __ldcg(&result.softmax_sum)};
-            }
-            __syncthreads();
+    if (r.greedy) {
+        // Greedy rows need no barrier: the last block of the row to arrive combines the chunks.
+        combine_greedy_row(row_partials, chunks, with_logprobs, sync, result, sh.totals, sh.flag);
+    } else {
+        arrive(&sync.maxima_arrived, static_cast<uint32_t>(chunks), p);
+        combine_maxima(row_partials, chunks, with_logprobs, totals);
+        if (totals.top < 0) {
+            if (chunk == 0 && threadIdx.x == 0) result.top = -1;
         } else {
-            publish_chunk_maximum(chunk_logits, first, count, with_logprobs, row_partials[chunk], sh);
-            if (r.greedy) {
-                // Greedy rows need no barrier: the last block of the row to arrive combines the chunks.
-                combine_greedy_row(row_partials, chunks, with_logprobs, sync, result, totals, sh.flag);
-            } else {
-                arrive(&sync.maxima_arrived, static_cast<uint32_t>(chunks), p);
-                combine_maxima(row_partials, chunks, with_logprobs, totals);
+            row_context row_ctx{p, r, row, b, j, chunks, draft, max(uint64_t{1}, dm::min_p_mass_threshold(r.min_p))};
+            // ---- 2. Masses ----------------------------------------------------------------------
+            // A top-k/top-p cut is possible: the chunks also histogram their weights (below).
+            const bool maybe_cut = r.top_k >= 0 || r.top_p < 1.0f;
+            if (maybe_cut) {
+                for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) sh.histogram[i] = 0;
+                __syncthreads();
             }
-        }
-        if (!r.greedy) {
-            if (totals.top < 0) {
-                if (chunk == 0 && threadIdx.x == 0) result.top = -1;
-            } else {
-                row_context row_ctx{p, r, row, b, j, chunks, draft, max(uint64_t{1}, dm::min_p_mass_threshold(r.min_p))};
-                // ---- 2. Masses ----------------------------------------------------------------------
-                // A top-k/top-p cut is possible: the chunks also histogram their weights (below).
-                const bool maybe_cut = r.top_k >= 0 || r.top_p < 1.0f;
-                if (maybe_cut) {
-                    for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) sh.histogram[i] = 0;
-                    __syncthreads();
-                }
-                uint64_t nonzero = 0;
-                uint64_t mass_total = 0;
-                uint64_t min_p_mass = 0;
-                for_each_slice(chunk_logits, count, [&](int, int32_t, const float (&values)[kSliceTokens]) {
+            uint64_t nonzero = 0;
+            uint64_t mass_total = 0;
+            uint64_t min_p_mass = 0;
+            for_each_slice(chunk_logits, count, [&](int, int32_t, const float (&values)[kSliceTokens]) {
 #pragma unroll
-                    for (int k = 0; k < kSliceTokens; ++k) {
-                        const float w = weight_of(values[k], totals.max_logit, r.temperature);
-                        const uint64_t q = dm::weight_to_mass(w);
-                        nonzero += q > 0 ? 1 : 0;
-                        mass_total += q;
-                        min_p_mass += q >= row_ctx.min_mass ? q : 0;
-                        if (maybe_cut && q > 0) atomicAdd(&sh.histogram[dm::float_as_bits(w) >> 22], 1u);
-                    }
-                });
-                nonzero = block_sum(nonzero, sh.scratch);
-                mass_total = block_sum(mass_total, sh.scratch);
-                min_p_mass = block_sum(min_p_mass, sh.scratch);
-                if (threadIdx.x == 0) {
-                    chunk_partial& mine = row_partials[chunk];
-                    mine.nonzero = nonzero;
-                    mine.mass_total = mass_total;
-                    mine.min_p_mass = min_p_mass;
+                for (int k = 0; k < kSliceTokens; ++k) {
+                    const float w = weight_of(values[k], totals.max_logit, r.temperature);
+                    const uint64_t q = dm::weight_to_mass(w);
+                    nonzero += q > 0 ? 1 : 0;
+                    mass_total += q;
+                    min_p_mass += q >= row_ctx.min_mass ? q : 0;
+                    if (maybe_cut && q > 0) atomicAdd(&sh.histogram[dm::float_as_bits(w) >> 22], 1u);
                 }
-                if (!maybe_cut) {
-                    // Kept: every token that passes min_p. The last block to arrive draws.
-                    if (arrive_last(&sync.partials_arrived, static_cast<uint32_t>(chunks), sh.flag)) {
-                        combine_masses(row_partials, chunks, sh);
-                        draw_without_cut(row_ctx, sh);
-                    }
-                } else {
-                    uint32_t* row_histogram = ws.mass_histograms + row * kMassHistogramBins;
-                    for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) {
-                        if (sh.histogram[i] != 0) atomicAdd(&row_histogram[i], sh.histogram[i]);
-                    }
-                    arrive(&sync.partials_arrived, static_cast<uint32_t>(chunks), p);
+            });
+            nonzero = block_sum(nonzero, sh.scratch);
+            mass_total = block_sum(mass_total, sh.scratch);
+            min_p_mass = block_sum(min_p_mass, sh.scratch);
+            if (threadIdx.x == 0) {
+                chunk_partial& mine = row_partials[chunk];
+                mine.nonzero = nonzero;
+                mine.mass_total = mass_total;
+                mine.min_p_mass = min_p_mass;
+            }
+            if (!maybe_cut) {
+                // Kept: every token that passes min_p. The last block to arrive draws.
+                if (arrive_last(&sync.partials_arrived, static_cast<uint32_t>(chunks), sh.flag)) {
                     combine_masses(row_partials, chunks, sh);
-                    const bool top_k_active = r.top_k >= 0 && static_cast<uint64_t>(r.top_k) < totals.nonzero;
-                    if (!top_k_active && r.top_p >= 1.0f) {
-                        // No cut after all (top_k reaches every token with mass).
-                        if (arrive_last(&sync.counts_arrived, static_cast<uint32_t>(chunks), sh.flag)) draw_without_cut(row_ctx, sh);
-                    } else {
-                        draw_with_cut(row_ctx, top_k_active, first, count, sh);
-                    }
+                    draw_without_cut(row_ctx, sh);
+                }
+            } else {
+                uint32_t* row_histogram = ws.mass_histograms + row * kMassHistogramBins;
+                for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) {
+                    if (sh.histogram[i] != 0) atomicAdd(&row_histogram[i], sh.histogram[i]);
+                }
+                arrive(&sync.partials_arrived, static_cast<uint32_t>(chunks), p);
+                combine_masses(row_partials, chunks, sh);
+                const bool top_k_active = r.top_k >= 0 && static_cast<uint64_t>(r.top_k) < totals.nonzero;
+                if (!top_k_active && r.top_p >= 1.0f) {
+                    // No cut after all (top_k reaches every token with mass).
+                    if (arrive_last(&sync.counts_arrived, static_cast<uint32_t>(chunks), sh.flag)) draw_without_cut(row_ctx, sh);
+                } else {
+                    draw_with_cut(row_ctx, top_k_active, first, count, sh);
                 }
             }
         }
@@ -841,12 +818,13 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
     if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * chunks), sh.flag)) walk_chain(p, r, b);
 }
 
-// ---- The streaming kernel: row maxima of plain requests (no penalties, no bias) -----------------
-// A block's chunk is kStreamRounds rounds of one 4-token vector per thread, laid out as
-// for_each_slice's rounds (thread t of round s holds tokens (s * kBlockThreads + t) * 4 .. + 3),
-// every load issued before the first is used.
-constexpr int kStreamRounds = kStreamChunkTokens / (kBlockThreads * kSliceTokens);
-static_assert(kStreamRounds * kBlockThreads * kSliceTokens == kStreamChunkTokens, "whole rounds");
+// ---- The streaming kernel: greedy requests without penalties or bias ------------------------------
+// A thread reads 4-token vectors kStreamStride apart, kStreamUnroll of them in flight, keeping its
+// running argmax (and, for logprobs, a running softmax sum) in registers; one block reduction at
+// the end of the segment.
+constexpr int32_t kStreamStride = kBlockThreads * kSliceTokens;
+constexpr int kStreamUnroll = 8;
+static_assert(kStreamSegmentQuantum == kStreamStride, "segments start on a whole block round");
 
 struct streaming_shared {
     block_scratch scratch;
@@ -854,121 +832,120 @@ struct streaming_shared {
     bool flag;
 };
 
-// Reads this thread's tokens of [first, first + count) of `row`, masked (bitmask), as floats;
-// tokens past the chunk read as -inf.
-__device__ __forceinline__ void stream_chunk(const chain_kernel_params& p, int64_t row, int32_t first, int32_t count,
-                                             float (&values)[kStreamRounds][kSliceTokens]) {
-    const int64_t offset = row * p.row_stride + first;
-    const bool f32 = p.dtype == logits_dtype::f32;
-    const bool bf16 = p.dtype == logits_dtype::bf16;
-    const void* source = f32 ? static_cast<const void*>(static_cast<const float*>(p.logits) + offset)
-                             : static_cast<const void*>(static_cast<const uint16_t*>(p.logits) + offset);
-    const bool vectors = (reinterpret_cast<uintptr_t>(source) & (f32 ? 15 : 7)) == 0;
-#pragma unroll
-    for (int round = 0; round < kStreamRounds; ++round) {
-        const int32_t at = (round * kBlockThreads + static_cast<int32_t>(threadIdx.x)) * kSliceTokens;
-        float* v = values[round];
-        if (vectors && at + kSliceTokens <= count) {
-            if (f32) {
-                const float4 q = __ldcs(reinterpret_cast<const float4*>(static_cast<const float*>(source) + at));
-                v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-            } else {
-                const uint2 q = __ldcs(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(source) + at));
-                const uint16_t halves[kSliceTokens] = {static_cast<uint16_t>(q.x), static_cast<uint16_t>(q.x >> 16),
-                                                       static_cast<uint16_t>(q.y), static_cast<uint16_t>(q.y >> 16)};
-#pragma unroll
-                for (int k = 0; k < kSliceTokens; ++k) v[k] = bf16 ? dm::bf16_bits_to_float(halves[k]) : dm::fp16_bits_to_float(halves[k]);
-            }
+// Tokens [at, at + 4) of `row` as floats, masked (bitmask); tokens at or past `end` read as -inf.
+// `at` is a multiple of 4, so the four share one bitmask word.
+__device__ __forceinline__ void stream_slice(const chain_kernel_params& p, int64_t row, int32_t at, int32_t end,
+                                             float (&v)[kSliceTokens]) {
+    const int64_t offset = row * p.row_stride + at;
+    const bool whole = at + kSliceTokens <= end;
+    if (p.dtype == logits_dtype::f32) {
+        const float* source = static_cast<const float*>(p.logits) + offset;
+        if (whole && (reinterpret_cast<uintptr_t>(source) & 15) == 0) {
+            const float4 q = __ldcs(reinterpret_cast<const float4*>(source));
+            v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
         } else {
 #pragma unroll
+            for (int k = 0; k < kSliceTokens; ++k) v[k] = at + k < end ? source[k] : -HUGE_VALF;
+        }
+    } else {
+        const uint16_t* source = static_cast<const uint16_t*>(p.logits) + offset;
+        uint16_t halves[kSliceTokens];
+        if (whole && (reinterpret_cast<uintptr_t>(source) & 7) == 0) {
+            const uint2 q = __ldcs(reinterpret_cast<const uint2*>(source));
+            halves[0] = static_cast<uint16_t>(q.x), halves[1] = static_cast<uint16_t>(q.x >> 16);
+            halves[2] = static_cast<uint16_t>(q.y), halves[3] = static_cast<uint16_t>(q.y >> 16);
+        } else {
+#pragma unroll
+            for (int k = 0; k < kSliceTokens; ++k) halves[k] = at + k < end ? source[k] : 0;
+        }
+        const bool bf16 = p.dtype == logits_dtype::bf16;
+#pragma unroll
+        for (int k = 0; k < kSliceTokens; ++k) {
+            v[k] = at + k >= end ? -HUGE_VALF : bf16 ? dm::bf16_bits_to_float(halves[k]) : dm::fp16_bits_to_float(halves[k]);
+        }
+    }
+    if (p.bitmask != nullptr && at < end) {
+        const uint32_t word = p.bitmask[row * ((p.vocab + 31) / 32) + (at >> 5)];
+#pragma unroll
+        for (int k = 0; k < kSliceTokens; ++k) {
+            if (((word >> ((at + k) & 31)) & 1u) == 0) v[k] = -HUGE_VALF;
+        }
+    }
+}
+
+__global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_kernel_params p) {
+    __shared__ streaming_shared sh;
+    const chain_workspace& ws = p.workspace;
+    const int32_t segments = p.stream_segments;
+    const int64_t row = blockIdx.x / static_cast<uint32_t>(segments);
+    const int32_t segment = static_cast<int32_t>(blockIdx.x % static_cast<uint32_t>(segments));
+    const int32_t n = p.tokens_per_req;
+    const int32_t b = static_cast<int32_t>(row / n);
+    const int32_t j = static_cast<int32_t>(row % n);
+    const int32_t segment_tokens = stream_segment_tokens(p.vocab, segments);
+    const int32_t first = min(p.vocab, segment * segment_tokens);
+    const int32_t end = min(p.vocab, first + segment_tokens);
+    const int32_t draft = j + 1 < n ? p.candidates[static_cast<int64_t>(b) * n + j + 1] : -1;
+    row_sync& sync = ws.sync[row];
+    chunk_partial* row_partials = ws.partials + row * segments;
+    const bool with_logprobs = p.logprobs != nullptr;
+
+    float best = -HUGE_VALF;
+    int32_t best_index = -1;
+    float softmax_max = -HUGE_VALF;  // the running softmax sum is relative to this
+    double softmax = 0.0;
+    for (int32_t at = first + static_cast<int32_t>(threadIdx.x) * kSliceTokens; at < end; at += kStreamStride * kStreamUnroll) {
+        float values[kStreamUnroll][kSliceTokens];
+#pragma unroll
+        for (int u = 0; u < kStreamUnroll; ++u) stream_slice(p, row, at + u * kStreamStride, end, values[u]);
+#pragma unroll
+        for (int u = 0; u < kStreamUnroll; ++u) {
+#pragma unroll
             for (int k = 0; k < kSliceTokens; ++k) {
-                const int32_t i = at + k;
-                if (i >= count) {
-                    v[k] = -HUGE_VALF;
-                } else if (f32) {
-                    v[k] = static_cast<const float*>(source)[i];
-                } else {
-                    const uint16_t h = static_cast<const uint16_t*>(source)[i];
-                    v[k] = bf16 ? dm::bf16_bits_to_float(h) : dm::fp16_bits_to_float(h);
+                const float value = values[u][k];
+                const int32_t token = at + u * kStreamStride + k;
+                if (value > best) {  // strict: the lowest index on ties; skips NaN and -inf
+                    best = value;
+                    best_index = token;
+                }
+                if (token == draft) sync.draft_logit = value;
+                if (with_logprobs) {
+                    if (value > softmax_max) {
+                        softmax = softmax * exp(static_cast<double>(softmax_max) - value) + 1.0;
+                        softmax_max = value;
+                    } else {
+                        softmax += static_cast<double>(weight_of(value, softmax_max, 1.0f));
+                    }
                 }
             }
         }
     }
-    if (p.bitmask != nullptr) {
-        const uint32_t* mask = p.bitmask + row * ((p.vocab + 31) / 32);
-#pragma unroll
-        for (int round = 0; round < kStreamRounds; ++round) {
-            const int32_t at = (round * kBlockThreads + static_cast<int32_t>(threadIdx.x)) * kSliceTokens;
-            if (at >= count) continue;
-            const uint32_t word = mask[(first + at) >> 5];  // first is a multiple of 32: one word per 4 tokens
-#pragma unroll
-            for (int k = 0; k < kSliceTokens; ++k) {
-                if (((word >> ((first + at + k) & 31)) & 1u) == 0) values[round][k] = -HUGE_VALF;
-            }
-        }
-    }
-}
-
-// The maxima of plain requests' rows (greedy rows: their result); with launch_plan::
-// streaming_only, also the chain walk.
-__global__ void __launch_bounds__(kBlockThreads) streaming_kernel(chain_kernel_params p) {
-    __shared__ streaming_shared sh;
-    const chain_workspace& ws = p.workspace;
-    const int32_t chunks = stream_chunks_per_row(p.vocab);
-    const int64_t row = blockIdx.x / static_cast<uint32_t>(chunks);
-    const int32_t chunk = static_cast<int32_t>(blockIdx.x % static_cast<uint32_t>(chunks));
-    const int32_t n = p.tokens_per_req;
-    const int32_t b = static_cast<int32_t>(row / n);
-    const int32_t j = static_cast<int32_t>(row % n);
-    const int32_t first = chunk * kStreamChunkTokens;
-    const int32_t count = min(kStreamChunkTokens, p.vocab - first);
-    const int32_t draft = j + 1 < n ? p.candidates[static_cast<int64_t>(b) * n + j + 1] : -1;
-    row_sync& sync = ws.sync[row];
-    chunk_partial* row_partials = ws.partials + row * chunks;
-    if (!is_plain(p.requests[b])) return;  // the chain kernel processes the row's logits
-
-    float values[kStreamRounds][kSliceTokens];
-    stream_chunk(p, row, first, count, values);
-    float best = -HUGE_VALF;
-    int32_t best_index = -1;
-#pragma unroll
-    for (int round = 0; round < kStreamRounds; ++round) {
-        const int32_t at = first + (round * kBlockThreads + static_cast<int32_t>(threadIdx.x)) * kSliceTokens;
-#pragma unroll
-        for (int k = 0; k < kSliceTokens; ++k) {
-            if (values[round][k] > best) {  // strict: the lowest index on ties; skips NaN and -inf
-                best = values[round][k];
-                best_index = at + k;
-            }
-            if (at + k == draft) sync.draft_logit = values[round][k];
-        }
-    }
-    float chunk_max = 0.0f;
-    const int32_t index = block_argmax(best, best_index, chunk_max, sh.scratch);
-    const bool with_logprobs = p.logprobs != nullptr;
-    double softmax = 0.0;
+    float segment_max = 0.0f;
+    const int32_t index = block_argmax(best, best_index, segment_max, sh.scratch);
     if (with_logprobs && index >= 0) {
-#pragma unroll
-        for (int round = 0; round < kStreamRounds; ++round) {
-#pragma unroll
-            for (int k = 0; k < kSliceTokens; ++k) softmax += static_cast<double>(weight_of(values[round][k], chunk_max, 1.0f));
-        }
-        softmax = block_sum(softmax, sh.scratch);
+        const double rescaled = softmax_max > -HUGE_VALF ? softmax * exp(static_cast<double>(softmax_max) - segment_max) : 0.0;
+        softmax = block_sum(rescaled, sh.scratch);
     }
     if (threadIdx.x == 0) {
-        row_partials[chunk].max_logit = chunk_max;
-        row_partials[chunk].max_index = index;
-        row_partials[chunk].softmax_sum = softmax;
+        row_partials[segment].max_logit = segment_max;
+        row_partials[segment].max_index = index;
+        row_partials[segment].softmax_sum = index >= 0 ? softmax : 0.0;
     }
-    if (draft >= first && draft < first + count) __threadfence();  // the draft's logit, for the chain walk
-    combine_greedy_row(row_partials, chunks, with_logprobs, sync, ws.results[row], sh.totals, sh.flag);
-    if (p.plan == launch_plan::streaming_only &&
-        arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * chunks), sh.flag)) {
-        walk_chain(p, p.requests[b], b);
-    }
+    if (draft >= first && draft < end) __threadfence();  // the draft's logit, for the chain walk
+    combine_greedy_row(row_partials, segments, with_logprobs, sync, ws.results[row], sh.totals, sh.flag);
+    if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * segments), sh.flag)) walk_chain(p, p.requests[b], b);
 }
 
 }  // namespace
+
+cudaError_t streaming_kernel_capacity(int device, int& resident_blocks) {
+    int sms = 0;
+    int per_sm = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, streaming_greedy_kernel, kBlockThreads, 0);
+    resident_blocks = sms * per_sm;
+    return e;
+}
 
 cudaError_t prepare_chain_kernel() {
     return cudaFuncSetAttribute(chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(kernel_shared)));
@@ -981,9 +958,9 @@ size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t
 
 cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t stream) {
     const auto rows = static_cast<unsigned>(params.batch_size) * static_cast<unsigned>(params.tokens_per_req);
-    if (params.plan != launch_plan::chain_only) {
-        streaming_kernel<<<rows * static_cast<unsigned>(stream_chunks_per_row(params.vocab)), kBlockThreads, 0, stream>>>(params);
-        if (params.plan == launch_plan::streaming_only) return cudaGetLastError();
+    if (params.stream_segments > 0) {
+        streaming_greedy_kernel<<<rows * static_cast<unsigned>(params.stream_segments), kBlockThreads, 0, stream>>>(params);
+        return cudaGetLastError();
     }
     const dim3 grid(rows * static_cast<unsigned>(chunks_per_row(params.vocab)));
     const cudaError_t reset = cudaMemsetAsync(params.workspace.control, 0, sizeof(launch_control), stream);

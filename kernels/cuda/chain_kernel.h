@@ -14,6 +14,10 @@ size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t
 // Once per process and device before the first launch: lets the kernel use its shared memory.
 cudaError_t prepare_chain_kernel();
 
+// Blocks of the streaming kernel the GPU `device` holds at once: the backend sizes
+// chain_kernel_params::stream_segments from it.
+cudaError_t streaming_kernel_capacity(int device, int& resident_blocks);
+
 // Enqueues one step on `stream` (capturable in a CUDA graph). Call params.check() first.
 cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t stream);
 

@@ -30,15 +30,6 @@ struct request_params {
     int32_t seen_count = 0;
 };
 
-DS_HD bool is_plain(const request_params& r) { return r.bias_count == 0 && r.seen_count == 0; }
-
-// Which kernels a step runs, chosen by the backend from its requests.
-enum class launch_plan : int32_t {
-    chain_only,         // no plain request: the chain kernel alone
-    maxima_then_chain,  // the streaming kernel finds the plain rows' maxima, then the chain kernel
-    streaming_only,     // every request plain greedy: the streaming kernel finishes the step
-};
-
 // How the kernel lays a row out: kChunkTokens consecutive tokens per thread block, so a row of V
 // tokens is chunks_per_row(V) blocks that hold their chunk in shared memory, meet at in-row
 // barriers (row maximum, then masses) and read the row from memory once.
@@ -47,14 +38,22 @@ constexpr int32_t kMassHistogramBins = 256;  // float exponent and first mantiss
 
 DS_HD int32_t chunks_per_row(int32_t vocab) { return (vocab + kChunkTokens - 1) / kChunkTokens; }
 
-// The streaming kernel finds the argmax (and softmax sum) of the rows of plain requests, those
-// without penalties or bias, whose logits need no processing beyond the bitmask: smaller chunks
-// read straight into registers, no shared-memory copy and no barrier, so more of the row is in
-// flight at once. At most 32 chunks per row for the vocabularies of DESIGN.md §1 (one warp
-// combines them).
-constexpr int32_t kStreamChunkTokens = 4096;
+// Steps whose requests are all greedy without penalties or bias (plain decoding) run the
+// streaming kernel instead: each row is split into a few segments, one block each, as many as
+// keep the whole step resident on the GPU at once; threads stream their tokens through
+// registers with several loads in flight, with no shared-memory copy and no barrier. Segments
+// are whole multiples of kStreamSegmentQuantum tokens and at least kMinStreamSegmentTokens.
+constexpr int32_t kStreamSegmentQuantum = 1024;  // one 4-token vector per thread of a block
+constexpr int32_t kMinStreamSegmentTokens = 4096;
 
-DS_HD int32_t stream_chunks_per_row(int32_t vocab) { return (vocab + kStreamChunkTokens - 1) / kStreamChunkTokens; }
+DS_HD int32_t max_stream_segments(int32_t vocab) { return (vocab + kMinStreamSegmentTokens - 1) / kMinStreamSegmentTokens; }
+
+// Tokens per segment when a row of `vocab` tokens is split into `segments` (the last may be short
+// or, after rounding, empty).
+DS_HD int32_t stream_segment_tokens(int32_t vocab, int32_t segments) {
+    const int32_t even = (vocab + segments - 1) / segments;
+    return (even + kStreamSegmentQuantum - 1) / kStreamSegmentQuantum * kStreamSegmentQuantum;
+}
 
 // Per-row arrival counters and the draft's processed logit. Zero between steps: the block that
 // finishes a request resets its rows.
@@ -106,7 +105,7 @@ struct chain_workspace {
     launch_control* control = nullptr;
     row_sync* sync = nullptr;                // [rows]
     uint32_t* mass_histograms = nullptr;     // [rows, kMassHistogramBins]
-    chunk_partial* partials = nullptr;       // [rows, stream_chunks_per_row] (the more chunks of the two)
+    chunk_partial* partials = nullptr;       // [rows, max(chunks_per_row, max_stream_segments)]
     row_result* results = nullptr;           // [rows]
     uint32_t* request_blocks_done = nullptr;  // [batch]
     cut_candidate* candidates = nullptr;     // [rows, vocab]
@@ -125,7 +124,8 @@ struct chain_workspace {
         carve(out.control, 1);
         carve(out.sync, row_count);
         carve(out.mass_histograms, row_count * kMassHistogramBins);
-        carve(out.partials, row_count * static_cast<size_t>(stream_chunks_per_row(vocab)));
+        const int32_t partials_per_row = chunks_per_row(vocab) > max_stream_segments(vocab) ? chunks_per_row(vocab) : max_stream_segments(vocab);
+        carve(out.partials, row_count * static_cast<size_t>(partials_per_row));
         carve(out.results, row_count);
         carve(out.request_blocks_done, static_cast<size_t>(batch));
         carve(out.candidates, row_count * static_cast<size_t>(vocab));
@@ -157,7 +157,9 @@ struct chain_kernel_params {
     float* logprobs = nullptr;        // [batch * N] or null to skip
     uint8_t* row_error = nullptr;     // [batch]
     uint32_t* fault = nullptr;        // set to 1 when an in-row barrier timed out (zero before launch)
-    launch_plan plan = launch_plan::chain_only;
+    // Every request greedy, none with penalties or bias: the streaming kernel runs with this many
+    // segments per row, in [1, max_stream_segments(vocab)] (same tokens). 0: the chain kernel.
+    int32_t stream_segments = 0;
 
     // Empty when launchable, else what is wrong.
     const char* check() const {

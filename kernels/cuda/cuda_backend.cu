@@ -54,6 +54,7 @@ struct cuda_backend::impl {
     kernel_config config;
     param_pool pool;
     cudaStream_t stream = nullptr;
+    int streaming_resident_blocks = 1;  // what the GPU holds of the streaming kernel at once
     device_buffer staging_device;
     pinned_buffer staging_host;
     device_buffer host_logits_copy;  // for logits that arrive in host memory
@@ -95,8 +96,7 @@ struct cuda_backend::impl {
         const int32_t n = step.tokens_per_req;
         const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
         requests.clear();
-        bool all_plain_greedy = true;
-        bool any_plain = false;
+        bool streaming_greedy = true;
         size_t bias_total = 0;
         size_t seen_total = 0;
         for (int32_t b = 0; b < bs; ++b) {
@@ -116,8 +116,7 @@ struct cuda_backend::impl {
             r.bias_count = static_cast<int32_t>(sp.logit_bias.size());
             r.seen_offset = static_cast<int32_t>(seen_total);
             r.seen_count = sp.has_penalties() ? pool.seen_tokens(step.slots[b]).size : 0;
-            all_plain_greedy = all_plain_greedy && r.greedy && is_plain(r);
-            any_plain = any_plain || is_plain(r);
+            streaming_greedy = streaming_greedy && r.greedy && r.bias_count == 0 && r.seen_count == 0;
             bias_total += sp.logit_bias.size();
             seen_total += static_cast<size_t>(r.seen_count);
             requests.push_back(r);
@@ -180,9 +179,9 @@ struct cuda_backend::impl {
         params.logprobs = with_logprobs ? reinterpret_cast<float*>(outputs + out.logprobs) : nullptr;
         params.row_error = reinterpret_cast<uint8_t*>(outputs + out.row_error);
         params.fault = reinterpret_cast<uint32_t*>(outputs + out.fault);
-        params.plan = all_plain_greedy ? launch_plan::streaming_only
-                      : any_plain      ? launch_plan::maxima_then_chain
-                                       : launch_plan::chain_only;
+        // As many segments per row as keep every block of the step resident at once.
+        params.stream_segments =
+            streaming_greedy ? std::clamp(streaming_resident_blocks / static_cast<int32_t>(rows), 1, max_stream_segments(config.vocab_size)) : 0;
         if (const char* problem = params.check()) return {status_code::internal, problem};
         return status::success();
     }
@@ -257,6 +256,9 @@ status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_ba
     }
     CUDA_TRY(prepare_chain_kernel());
     auto state = std::make_unique<impl>(config);
+    int device = 0;
+    CUDA_TRY(cudaGetDevice(&device));
+    CUDA_TRY(streaming_kernel_capacity(device, state->streaming_resident_blocks));
     CUDA_TRY(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
     const size_t rows = static_cast<size_t>(config.max_rows());
     const size_t vocab = static_cast<size_t>(config.vocab_size);
@@ -325,10 +327,10 @@ status cuda_backend::replay_graph(const step_input& step, const step_output& out
     status s = st.stage(step, st.graph_kind, st.graph_params.logprobs != nullptr, layout, params);
     if (!s.is_ok()) return s;
     if (!(layout == st.graph_layout) || params.logits != st.graph_params.logits || params.dtype != st.graph_params.dtype ||
-        params.row_stride != st.graph_params.row_stride || params.plan != st.graph_params.plan) {
+        params.row_stride != st.graph_params.row_stride || params.stream_segments != st.graph_params.stream_segments) {
         return status::invalid(
             "replay_graph: the step's shape differs from the captured one (batch, N, logits, optional inputs, bias and "
-            "penalty sizes, and which requests are plain greedy or plain must match); capture again");
+            "penalty sizes, and whether every request is plain greedy must match); capture again");
     }
     CUDA_TRY(cudaGraphLaunch(st.graph, st.stream));
     return st.finish(step.batch_size, step.tokens_per_req, st.graph_params.logprobs != nullptr, out);
