@@ -30,6 +30,13 @@ ds::sampling_params make_params(float temperature, int32_t top_k, float top_p) {
     return p;
 }
 
+// The same tokens through the chain kernel: a bias of zero makes a request not plain, so the
+// streaming kernel (plain greedy steps) and the chain kernel are compared in one run.
+ds::sampling_params with_zero_bias(ds::sampling_params p) {
+    p.logit_bias.push_back({0, 0.0f});
+    return p;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,6 +59,7 @@ int main(int argc, char** argv) {
     }
     const std::vector<bench_case> cases = {
         {"greedy argmax", 256, 1, make_params(0.0f, -1, 1.0f)},
+        {"greedy argmax, chain kernel (zero bias)", 256, 1, with_zero_bias(make_params(0.0f, -1, 1.0f))},
         {"sample temperature", 256, 1, make_params(0.8f, -1, 1.0f)},
         {"sample top-k 50 top-p 0.9", 1, 1, make_params(1.0f, 50, 0.9f)},
         {"sample top-k 50 top-p 0.9", 32, 1, make_params(1.0f, 50, 0.9f)},

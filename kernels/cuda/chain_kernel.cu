@@ -908,7 +908,7 @@ __global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_k
                     best = value;
                     best_index = token;
                 }
-                if (token == draft) sync.draft_logit = value;
+                if (token == draft && token < end) sync.draft_logit = value;  // past `end`: the next segment's
                 if (with_logprobs) {
                     if (value > softmax_max) {
                         softmax = softmax * exp(static_cast<double>(softmax_max) - value) + 1.0;
