@@ -1,7 +1,9 @@
 #include "actors/sharded_sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 #include "kernels/det_math.h"
@@ -27,6 +29,28 @@ uint64_t argmax_key(float logit, int32_t global_token) {
 }
 
 constexpr int kBins = 256;
+
+// A rank's summary of a cut row: for each depth d in 1, 4, 16, 64, 256, 1024, with n its tokens of
+// nonzero mass, the Q of its min(d, n)-th largest mass (0 when n = 0) and the sum of its
+// min(d, n) largest masses. Lower bounds of how many tokens (and how much mass) have Q >= q
+// follow for any q, and upper bounds of how many tokens of the rank do.
+constexpr int kLevels = 6;
+constexpr size_t kSummaryWords = 2 * kLevels;
+constexpr uint64_t depth_at(int level) { return uint64_t{1} << (2 * level); }
+// The most candidates a rank other than the decider sends for one row (bounds the exchange by
+// 255 words per row, within the transport's buffers).
+constexpr uint64_t kMaxSent = 255;
+
+// A candidate on the wire: Q (<= 2^40) above the complemented index local to its shard, so that
+// a larger key comes first in (Q desc, index asc); 0 is padding (Q >= 1). Shards of ranks that
+// send candidates (TP >= 2) hold at most 2^24 / 2 tokens (config: V <= 2^24).
+constexpr int kIndexBits = 23;
+constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
+uint64_t candidate_key(uint64_t q, int32_t local_token) { return (q << kIndexBits) | (kIndexMask - static_cast<uint64_t>(local_token)); }
+
+// What a decider announces when its candidates did not reach the bound it was promised (a bug):
+// every rank then fails the step instead of sampling from different cuts.
+constexpr uint64_t kBrokenBound = std::numeric_limits<uint64_t>::max();
 
 }  // namespace
 
@@ -119,6 +143,165 @@ status sharded_sampler::select_cut(transport& endpoint, const std::vector<uint64
     return status::success();
 }
 
+void sharded_sampler::summarize(size_t row, uint64_t* summary) {
+    const uint64_t* mass = row_masses(static_cast<int64_t>(row));
+    std::vector<uint64_t>& sorted = scratch_.sorted_masses;
+    sorted.clear();
+    for (int32_t i = 0; i < shard_vocab_; ++i) {
+        if (mass[i] > 0) sorted.push_back(mass[i]);
+    }
+    const size_t largest = std::min<size_t>(sorted.size(), depth_at(kLevels - 1));
+    std::partial_sort(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(largest), sorted.end(), std::greater<>());
+    uint64_t above = 0;
+    size_t summed = 0;
+    for (int level = 0; level < kLevels; ++level) {
+        const size_t covered = std::min<size_t>(largest, depth_at(level));
+        for (; summed < covered; ++summed) above += sorted[summed];
+        summary[2 * level] = covered > 0 ? sorted[covered - 1] : 0;
+        summary[2 * level + 1] = above;
+    }
+}
+
+bool sharded_sampler::plan_cut(size_t row, bool by_count, uint64_t goal, const std::vector<const uint64_t*>& summaries,
+                               const std::vector<uint64_t>& counts, cut_plan& plan, uint64_t* slots) {
+    // A lower bound of the tokens (or mass) with Q >= q over all ranks.
+    auto reached = [&](uint64_t q) {
+        uint64_t sum = 0;
+        for (int32_t r = 0; r < world_; ++r) {
+            const uint64_t* summary = summaries[static_cast<size_t>(r)];
+            uint64_t best = 0;
+            for (int level = 0; level < kLevels && summary[2 * level] >= q; ++level) {
+                best = by_count ? std::min(depth_at(level), counts[static_cast<size_t>(r)]) : summary[2 * level + 1];
+            }
+            sum += best;
+        }
+        return sum;
+    };
+    // The largest summarized Q that the bound shows the boundary's prefix reaches.
+    uint64_t threshold = 0;
+    for (int32_t r = 0; r < world_; ++r) {
+        for (int level = 0; level < kLevels; ++level) {
+            const uint64_t q = summaries[static_cast<size_t>(r)][2 * level];
+            if (q > threshold && reached(q) >= goal) threshold = q;
+        }
+    }
+    if (threshold == 0) return false;
+    // How many tokens with Q >= threshold each rank holds at most; kUnbounded past the summary.
+    constexpr uint64_t kUnbounded = std::numeric_limits<uint64_t>::max();
+    int32_t decider = 0;
+    for (int32_t r = 0; r < world_; ++r) {
+        const uint64_t* summary = summaries[static_cast<size_t>(r)];
+        const uint64_t count = counts[static_cast<size_t>(r)];
+        uint64_t most = count <= depth_at(kLevels - 1) ? count : kUnbounded;
+        for (int level = 0; level < kLevels; ++level) {
+            if (summary[2 * level] < threshold) {
+                most = std::min(depth_at(level), count) - (count > 0 ? 1 : 0);
+                break;
+            }
+        }
+        slots[r] = most;
+        if (most > slots[decider]) decider = r;
+    }
+    for (int32_t r = 0; r < world_; ++r) {
+        if (r != decider && slots[r] > kMaxSent) return false;
+    }
+    slots[decider] = 0;
+    plan.row = row;
+    plan.by_count = by_count;
+    plan.goal = goal;
+    plan.threshold = threshold;
+    plan.decider = decider;
+    return true;
+}
+
+status sharded_sampler::settle_planned_cuts(transport& endpoint, std::vector<cpu::filter_cut>& cuts) {
+    const std::vector<cut_plan>& plans = scratch_.plans;
+    if (plans.empty()) return status::success();
+    const size_t world = static_cast<size_t>(world_);
+    const std::vector<uint64_t>& slots = scratch_.slots;  // [plan, rank]
+    // Every rank's block holds its candidates for the plans it does not decide, in plan order.
+    size_t block = 0;
+    for (size_t r = 0; r < world; ++r) {
+        size_t sent = 0;
+        for (size_t p = 0; p < plans.size(); ++p) sent += slots[p * world + r];
+        block = std::max(block, sent);
+    }
+    std::vector<uint64_t>& candidates = scratch_.candidates;
+    candidates.assign(block, 0);
+    size_t at = 0;
+    for (size_t p = 0; p < plans.size(); ++p) {
+        const size_t room = slots[p * world + static_cast<size_t>(rank_)];
+        const uint64_t* mass = row_masses(static_cast<int64_t>(plans[p].row));
+        size_t written = 0;
+        for (int32_t i = 0; i < shard_vocab_ && room > 0; ++i) {
+            if (mass[i] < plans[p].threshold) continue;
+            if (written == room) return {status_code::internal, "sharded_sampler: a rank holds more candidates than its summary bound"};
+            candidates[at + written++] = candidate_key(mass[i], i);
+        }
+        at += room;
+    }
+    std::vector<uint64_t>& every = scratch_.all_candidates;
+    every.resize(block * world);
+    if (block > 0) {
+        if (status s = endpoint.all_gather(candidates.data(), block * sizeof(uint64_t), every.data()); !s.is_ok()) return s;
+    }
+    std::vector<uint64_t>& announced = scratch_.announced_cuts;  // per plan: the boundary's Q and global token + 1
+    announced.assign(2 * plans.size(), 0);
+    std::vector<size_t> read(world, 0);
+    std::vector<std::pair<uint64_t, int32_t>>& merged = scratch_.merged;
+    auto earlier = [](const std::pair<uint64_t, int32_t>& a, const std::pair<uint64_t, int32_t>& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+    };
+    for (size_t p = 0; p < plans.size(); ++p) {
+        const cut_plan& plan = plans[p];
+        if (plan.decider == rank_) {
+            merged.clear();
+            const uint64_t* mass = row_masses(static_cast<int64_t>(plan.row));
+            for (int32_t i = 0; i < shard_vocab_; ++i) {
+                if (mass[i] >= plan.threshold) merged.emplace_back(mass[i], vocab_offset_ + i);
+            }
+            for (size_t r = 0; r < world; ++r) {
+                const uint64_t* keys = every.data() + r * block + read[r];
+                for (size_t k = 0; k < slots[p * world + r]; ++k) {
+                    if (keys[k] == 0) continue;
+                    const int32_t local = static_cast<int32_t>(kIndexMask - (keys[k] & kIndexMask));
+                    merged.emplace_back(keys[k] >> kIndexBits, static_cast<int32_t>(r) * shard_vocab_ + local);
+                }
+            }
+            std::sort(merged.begin(), merged.end(), earlier);
+            // top_k, then top_p inside the top_k tokens; or top_p over the row.
+            size_t length = merged.size();
+            uint64_t goal_mass = plan.goal;
+            if (plan.by_count) {
+                length = std::min<size_t>(length, plan.goal);
+                uint64_t top_k_mass = 0;
+                for (size_t i = 0; i < length; ++i) top_k_mass += merged[i].first;
+                goal_mass = plan.top_p < 1.0f ? dm::top_p_mass_target(plan.top_p, top_k_mass) : top_k_mass;
+            }
+            announced[2 * p] = kBrokenBound;
+            uint64_t prefix = 0;
+            for (size_t i = 0; i < length && (!plan.by_count || length == plan.goal); ++i) {
+                prefix += merged[i].first;
+                if (prefix >= goal_mass) {
+                    announced[2 * p] = merged[i].first;
+                    announced[2 * p + 1] = static_cast<uint64_t>(merged[i].second) + 1;
+                    break;
+                }
+            }
+        }
+        for (size_t r = 0; r < world; ++r) read[r] += slots[p * world + r];
+    }
+    if (status s = endpoint.all_reduce(announced.data(), announced.size(), reduce_op::max); !s.is_ok()) return s;
+    for (size_t p = 0; p < plans.size(); ++p) {
+        if (announced[2 * p] == kBrokenBound) return {status_code::internal, "sharded_sampler: a decider's candidates did not reach its planned cut"};
+        cpu::filter_cut& cut = cuts[plans[p].row];
+        cut.has_boundary = true;
+        cut.boundary_mass = announced[2 * p];
+        cut.boundary_token = static_cast<int32_t>(announced[2 * p + 1]) - 1;
+    }
+    return status::success();
+}
+
 status sharded_sampler::run(const dist_step& step, const param_pool& pool, transport& endpoint, step_outputs& out) {
     const int32_t bs = step.plan.bs;
     const int32_t n = step.plan.tokens_per_req;
@@ -152,36 +335,83 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         stochastic[row] = is_greedy(params_of(row)) ? 0 : 1;
     }
 
-    // 2. Masses with the global max; nonzero counts and masses over the row.
-    std::vector<uint64_t>& totals = scratch_.totals;  // [count, mass] per row
-    totals.assign(2 * rows, 0);
+    // 2. Masses with the global max. Every rank's nonzero count and mass of each row, and its
+    // summary of each row with a top-k or top-p cut.
+    std::vector<size_t>& cut_rows = scratch_.cut_rows;
+    cut_rows.clear();
+    for (size_t row = 0; row < rows; ++row) {
+        const sampling_params& p = params_of(row);
+        if (stochastic[row] && (p.top_k >= 0 || p.top_p < 1.0f)) cut_rows.push_back(row);
+    }
+    const size_t stride = 2 * rows + kSummaryWords * cut_rows.size();
+    std::vector<uint64_t>& shared = scratch_.shared;
+    std::vector<uint64_t>& all_shared = scratch_.all_shared;
+    shared.assign(stride, 0);
+    all_shared.resize(stride * static_cast<size_t>(world_));
     for (size_t row = 0; row < rows; ++row) {
         if (!stochastic[row]) continue;
         uint64_t* mass = masses_.data() + row * static_cast<size_t>(shard_vocab_);
         cpu::masses_of(row_logits(static_cast<int64_t>(row)), shard_vocab_, max_logit[row], params_of(row).temperature, mass);
         for (int32_t i = 0; i < shard_vocab_; ++i) {
-            totals[2 * row] += mass[i] > 0 ? 1 : 0;
-            totals[2 * row + 1] += mass[i];
+            shared[2 * row] += mass[i] > 0 ? 1 : 0;
+            shared[2 * row + 1] += mass[i];
         }
     }
-    if (status s = endpoint.all_reduce(totals.data(), totals.size(), reduce_op::sum); !s.is_ok()) return s;
+    for (size_t i = 0; i < cut_rows.size(); ++i) summarize(cut_rows[i], shared.data() + 2 * rows + i * kSummaryWords);
+    if (status s = endpoint.all_gather(shared.data(), stride * sizeof(uint64_t), all_shared.data()); !s.is_ok()) return s;
+    std::vector<uint64_t>& totals = scratch_.totals;  // [count, mass] per row
+    totals.assign(2 * rows, 0);
+    for (int32_t r = 0; r < world_; ++r) {
+        for (size_t i = 0; i < 2 * rows; ++i) totals[i] += all_shared[static_cast<size_t>(r) * stride + i];
+    }
 
-    // 3. top-k, then top-p within the top-k, as in the backend; min_p last.
+    // 3. top-k, then top-p within the top-k, as in the backend; min_p last. Planned rows settle
+    // from candidates; the rest by radix select.
     std::vector<cpu::filter_cut>& cuts = scratch_.cuts;
     std::vector<uint64_t>& goals = scratch_.goals;
     std::vector<uint64_t>& top_k_mass = scratch_.top_k_mass;
+    std::vector<uint8_t>& by_radix = scratch_.by_radix;
     cuts.assign(rows, cpu::filter_cut{});
     goals.assign(rows, 0);
     top_k_mass.assign(rows, 0);
+    by_radix.assign(rows, 0);
+    for (size_t row = 0; row < rows; ++row) top_k_mass[row] = totals[2 * row + 1];
+    std::vector<cut_plan>& plans = scratch_.plans;
+    std::vector<uint64_t>& slots = scratch_.slots;
+    plans.clear();
+    slots.clear();
+    std::vector<const uint64_t*> summaries(static_cast<size_t>(world_));
+    std::vector<uint64_t> counts(static_cast<size_t>(world_));
+    for (size_t i = 0; i < cut_rows.size(); ++i) {
+        const size_t row = cut_rows[i];
+        const sampling_params& p = params_of(row);
+        const bool by_count = p.top_k >= 0 && static_cast<uint64_t>(p.top_k) < totals[2 * row];
+        const uint64_t goal = by_count ? static_cast<uint64_t>(p.top_k) : dm::top_p_mass_target(p.top_p, totals[2 * row + 1]);
+        if (!by_count && goal >= totals[2 * row + 1]) continue;  // keeps every token with mass: no boundary
+        for (int32_t r = 0; r < world_; ++r) {
+            const uint64_t* rank_block = all_shared.data() + static_cast<size_t>(r) * stride;
+            summaries[static_cast<size_t>(r)] = rank_block + 2 * rows + i * kSummaryWords;
+            counts[static_cast<size_t>(r)] = rank_block[2 * row];
+        }
+        cut_plan plan;
+        plan.top_p = p.top_p;
+        slots.resize(slots.size() + static_cast<size_t>(world_));
+        if (plan_cut(row, by_count, goal, summaries, counts, plan, slots.data() + slots.size() - static_cast<size_t>(world_))) {
+            plans.push_back(plan);
+        } else {
+            slots.resize(slots.size() - static_cast<size_t>(world_));
+            by_radix[row] = 1;
+        }
+    }
+    if (status s = settle_planned_cuts(endpoint, cuts); !s.is_ok()) return s;
     for (size_t row = 0; row < rows; ++row) {
         const sampling_params& p = params_of(row);
-        top_k_mass[row] = totals[2 * row + 1];
-        if (stochastic[row] && p.top_k >= 0 && static_cast<uint64_t>(p.top_k) < totals[2 * row]) goals[row] = static_cast<uint64_t>(p.top_k);
+        if (by_radix[row] && p.top_k >= 0 && static_cast<uint64_t>(p.top_k) < totals[2 * row]) goals[row] = static_cast<uint64_t>(p.top_k);
     }
     if (status s = select_cut(endpoint, goals, false, cuts, top_k_mass); !s.is_ok()) return s;
     for (size_t row = 0; row < rows; ++row) {
         const sampling_params& p = params_of(row);
-        goals[row] = stochastic[row] && p.top_p < 1.0f ? dm::top_p_mass_target(p.top_p, top_k_mass[row]) : 0;
+        goals[row] = by_radix[row] && p.top_p < 1.0f ? dm::top_p_mass_target(p.top_p, top_k_mass[row]) : 0;
     }
     std::vector<uint64_t>& top_p_mass = scratch_.top_p_mass;  // only the cut matters from here on
     top_p_mass.assign(rows, 0);
