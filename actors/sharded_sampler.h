@@ -4,12 +4,12 @@
 //   1. all_reduce(max) of an order-preserving (logit, -index) key: the global max m and argmax;
 //   2. masses Q with the global m on every shard; all_gather of each rank's nonzero count and
 //      mass per row and, for rows with a top-k or top-p cut, a summary of its largest masses
-//      (the Q of its 1st, 4th, 16th, 64th and 256th largest and the mass above each);
+//      (the Q of its 1st, 4th, 16th, 64th, 256th and 1024th largest and the mass above each);
 //   3. the top-k-then-top-p boundary of each cut row, from bounded candidates: the summaries give
 //      every rank the same threshold q that the boundary's prefix provably reaches and how many
-//      tokens with Q >= q each rank holds; the rank holding the most (the decider) receives the
-//      others' (all_gather of uint64 (Q, index) keys), merges them with its own, finds the
-//      boundary and announces it (all_reduce max). A row whose bound needs more than 255 tokens
+//      tokens with Q >= q each rank holds; every rank but the one holding the most (the decider)
+//      all-gathers those tokens as uint64 (Q, index) keys; the decider merges them with its own,
+//      finds the boundary and announces it (all_reduce max). A row whose bound needs more than 255 tokens
 //      from a rank other than the decider (a flat distribution spread over ranks) falls back to a
 //      radix select on Q (8-bit digits, per-rank count and mass histograms all-reduced; ties at
 //      the cut go to the lower global index through per-rank counts and the owner's announcement);
