@@ -30,6 +30,18 @@ uint64_t argmax_key(float logit, int32_t global_token) {
 
 constexpr int kBins = 256;
 
+uint64_t double_bits(double d) {
+    uint64_t u = 0;
+    std::memcpy(&u, &d, sizeof(u));
+    return u;
+}
+
+double from_double_bits(uint64_t u) {
+    double d = 0.0;
+    std::memcpy(&d, &u, sizeof(d));
+    return d;
+}
+
 // A rank's summary of a cut row: for each depth d in 1, 4, 16, 64, 256, 1024, with n its tokens of
 // nonzero mass, the Q of its min(d, n)-th largest mass (0 when n = 0) and the sum of its
 // min(d, n) largest masses. Lower bounds of how many tokens (and how much mass) have Q >= q
@@ -335,34 +347,54 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         stochastic[row] = is_greedy(params_of(row)) ? 0 : 1;
     }
 
-    // 2. Masses with the global max. Every rank's nonzero count and mass of each row, and its
+    // 2. Masses with the global max. Every rank's block: the log_softmax normaliser's partial sum
+    // of each row (double bits), its nonzero count and mass of each stochastic row, and its
     // summary of each row with a top-k or top-p cut.
+    std::vector<size_t>& stochastic_rows = scratch_.stochastic_rows;
     std::vector<size_t>& cut_rows = scratch_.cut_rows;
+    stochastic_rows.clear();
     cut_rows.clear();
     for (size_t row = 0; row < rows; ++row) {
         const sampling_params& p = params_of(row);
+        if (stochastic[row]) stochastic_rows.push_back(row);
         if (stochastic[row] && (p.top_k >= 0 || p.top_p < 1.0f)) cut_rows.push_back(row);
     }
-    const size_t stride = 2 * rows + kSummaryWords * cut_rows.size();
+    const size_t totals_at = rows;
+    const size_t summaries_at = totals_at + 2 * stochastic_rows.size();
+    const size_t stride = summaries_at + kSummaryWords * cut_rows.size();
     std::vector<uint64_t>& shared = scratch_.shared;
     std::vector<uint64_t>& all_shared = scratch_.all_shared;
     shared.assign(stride, 0);
     all_shared.resize(stride * static_cast<size_t>(world_));
     for (size_t row = 0; row < rows; ++row) {
-        if (!stochastic[row]) continue;
+        if (top[row] >= 0) shared[row] = double_bits(cpu::exp_sum(row_logits(static_cast<int64_t>(row)), shard_vocab_, max_logit[row]));
+    }
+    for (size_t k = 0; k < stochastic_rows.size(); ++k) {
+        const size_t row = stochastic_rows[k];
         uint64_t* mass = masses_.data() + row * static_cast<size_t>(shard_vocab_);
         cpu::masses_of(row_logits(static_cast<int64_t>(row)), shard_vocab_, max_logit[row], params_of(row).temperature, mass);
         for (int32_t i = 0; i < shard_vocab_; ++i) {
-            shared[2 * row] += mass[i] > 0 ? 1 : 0;
-            shared[2 * row + 1] += mass[i];
+            shared[totals_at + 2 * k] += mass[i] > 0 ? 1 : 0;
+            shared[totals_at + 2 * k + 1] += mass[i];
         }
     }
-    for (size_t i = 0; i < cut_rows.size(); ++i) summarize(cut_rows[i], shared.data() + 2 * rows + i * kSummaryWords);
+    for (size_t i = 0; i < cut_rows.size(); ++i) summarize(cut_rows[i], shared.data() + summaries_at + i * kSummaryWords);
     if (status s = endpoint.all_gather(shared.data(), stride * sizeof(uint64_t), all_shared.data()); !s.is_ok()) return s;
     std::vector<uint64_t>& totals = scratch_.totals;  // [count, mass] per row
+    std::vector<double>& normaliser = scratch_.normaliser;
+    std::vector<uint64_t>& rank_counts = scratch_.rank_counts;  // [rank, row]
     totals.assign(2 * rows, 0);
+    normaliser.assign(rows, 0.0);
+    rank_counts.assign(static_cast<size_t>(world_) * rows, 0);
     for (int32_t r = 0; r < world_; ++r) {
-        for (size_t i = 0; i < 2 * rows; ++i) totals[i] += all_shared[static_cast<size_t>(r) * stride + i];
+        const uint64_t* rank_block = all_shared.data() + static_cast<size_t>(r) * stride;
+        for (size_t row = 0; row < rows; ++row) normaliser[row] += from_double_bits(rank_block[row]);
+        for (size_t k = 0; k < stochastic_rows.size(); ++k) {
+            const size_t row = stochastic_rows[k];
+            rank_counts[static_cast<size_t>(r) * rows + row] = rank_block[totals_at + 2 * k];
+            totals[2 * row] += rank_block[totals_at + 2 * k];
+            totals[2 * row + 1] += rank_block[totals_at + 2 * k + 1];
+        }
     }
 
     // 3. top-k, then top-p within the top-k, as in the backend; min_p last. Planned rows settle
@@ -389,9 +421,8 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         const uint64_t goal = by_count ? static_cast<uint64_t>(p.top_k) : dm::top_p_mass_target(p.top_p, totals[2 * row + 1]);
         if (!by_count && goal >= totals[2 * row + 1]) continue;  // keeps every token with mass: no boundary
         for (int32_t r = 0; r < world_; ++r) {
-            const uint64_t* rank_block = all_shared.data() + static_cast<size_t>(r) * stride;
-            summaries[static_cast<size_t>(r)] = rank_block + 2 * rows + i * kSummaryWords;
-            counts[static_cast<size_t>(r)] = rank_block[2 * row];
+            summaries[static_cast<size_t>(r)] = all_shared.data() + static_cast<size_t>(r) * stride + summaries_at + i * kSummaryWords;
+            counts[static_cast<size_t>(r)] = rank_counts[static_cast<size_t>(r) * rows + row];
         }
         cut_plan plan;
         plan.top_p = p.top_p;
@@ -418,30 +449,36 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     if (status s = select_cut(endpoint, goals, true, cuts, top_p_mass); !s.is_ok()) return s;
     for (size_t row = 0; row < rows; ++row) cuts[row].min_mass = std::max<uint64_t>(1, dm::min_p_mass_threshold(params_of(row).min_p));
 
-    // 4. Every rank's kept mass and the draft's kept mass (from its owner), per row.
+    // 4. Every rank's kept mass and the draft's kept mass (from its owner), per stochastic row.
     std::vector<uint64_t>& mine = scratch_.kept;
     std::vector<uint64_t>& every = scratch_.all_kept;
     std::vector<cpu::filter_cut>& local_cuts = scratch_.local_cuts;
-    mine.assign(2 * rows, 0);
-    every.resize(2 * rows * static_cast<size_t>(world_));
+    std::vector<size_t>& kept_at = scratch_.kept_at;  // a stochastic row's place in the blocks
+    const size_t kept_words = 2 * stochastic_rows.size();
+    mine.assign(kept_words, 0);
+    every.resize(kept_words * static_cast<size_t>(world_));
     local_cuts.assign(rows, cpu::filter_cut{});
-    for (size_t row = 0; row < rows; ++row) {
-        if (!stochastic[row]) continue;
+    kept_at.assign(rows, 0);
+    for (size_t k = 0; k < stochastic_rows.size(); ++k) {
+        const size_t row = stochastic_rows[k];
+        kept_at[row] = 2 * k;
         local_cuts[row] = cpu::localize_cut(cuts[row], vocab_offset_, shard_vocab_);
         const uint64_t* mass = row_masses(static_cast<int64_t>(row));
-        mine[2 * row] = cpu::kept_mass(mass, shard_vocab_, local_cuts[row]);
+        mine[2 * k] = cpu::kept_mass(mass, shard_vocab_, local_cuts[row]);
         const size_t b = row / static_cast<size_t>(n);
         const size_t j = row % static_cast<size_t>(n);
         if (j + 1 < static_cast<size_t>(n)) {
             const int32_t draft = step.candidates[b * static_cast<size_t>(n) + j + 1] - vocab_offset_;
-            if (draft >= 0 && draft < shard_vocab_ && local_cuts[row].keeps(draft, mass[draft])) mine[2 * row + 1] = mass[draft];
+            if (draft >= 0 && draft < shard_vocab_ && local_cuts[row].keeps(draft, mass[draft])) mine[2 * k + 1] = mass[draft];
         }
     }
-    if (status s = endpoint.all_gather(mine.data(), mine.size() * sizeof(uint64_t), every.data()); !s.is_ok()) return s;
-    auto kept_on = [&](int32_t r, size_t row) { return every[static_cast<size_t>(r) * 2 * rows + 2 * row]; };
+    if (kept_words > 0) {
+        if (status s = endpoint.all_gather(mine.data(), kept_words * sizeof(uint64_t), every.data()); !s.is_ok()) return s;
+    }
+    auto kept_on = [&](int32_t r, size_t row) { return every[static_cast<size_t>(r) * kept_words + kept_at[row]]; };
     auto draft_mass_of = [&](size_t row) {
         uint64_t sum = 0;
-        for (int32_t r = 0; r < world_; ++r) sum += every[static_cast<size_t>(r) * 2 * rows + 2 * row + 1];
+        for (int32_t r = 0; r < world_; ++r) sum += every[static_cast<size_t>(r) * kept_words + kept_at[row] + 1];
         return sum;
     };
 
@@ -501,9 +538,16 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         lengths[b] = accepted + 1;
     }
 
-    // The owner of each draw's target finds the token: rank slices in rank (= index) order.
+    // The owner of each draw's target finds the token: rank slices in rank (= index) order. In the
+    // same round the owner of every emitted token sends its logit less the row's max (double bits,
+    // the others send 0) for the logprobs: found = [token + 1 per request | shifted logit per row].
     std::vector<uint64_t>& found = scratch_.found;
-    found.assign(static_cast<size_t>(bs), 0);
+    found.assign(static_cast<size_t>(bs) + rows, 0);
+    uint64_t* shifted = found.data() + bs;
+    auto shifted_logit = [&](size_t row, int32_t local_token) {
+        const float l = row_logits(static_cast<int64_t>(row))[local_token];
+        return double_bits(l == max_logit[row] ? 0.0 : static_cast<double>(l) - max_logit[row]);
+    };
     for (int32_t b = 0; b < bs; ++b) {
         if (!drawing[static_cast<size_t>(b)]) continue;
         const draw& d = draws[static_cast<size_t>(b)];
@@ -514,36 +558,26 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         if (d.target >= before && d.target - before < own) {
             const int32_t excluded_local = rank_ == excluded_owner ? d.excluded - vocab_offset_ : -1;
             const int32_t token = cpu::token_at_mass(row_masses(static_cast<int64_t>(d.row)), shard_vocab_, local_cuts[d.row], d.target - before, excluded_local);
-            if (token >= 0) found[static_cast<size_t>(b)] = static_cast<uint64_t>(vocab_offset_ + token) + 1;
+            if (token >= 0) {
+                found[static_cast<size_t>(b)] = static_cast<uint64_t>(vocab_offset_ + token) + 1;
+                shifted[d.row] = shifted_logit(d.row, token);
+            }
         }
+    }
+    for (size_t row = 0; row < rows; ++row) {
+        const int32_t token = predict[row] - vocab_offset_;
+        if (out.accept_index[row] >= 0 && predict[row] >= 0 && token >= 0 && token < shard_vocab_) shifted[row] = shifted_logit(row, token);
     }
     if (status s = endpoint.all_reduce(found.data(), found.size(), reduce_op::max); !s.is_ok()) return s;
     for (int32_t b = 0; b < bs; ++b) {
         if (drawing[static_cast<size_t>(b)]) predict[draws[static_cast<size_t>(b)].row] = static_cast<int32_t>(found[static_cast<size_t>(b)]) - 1;
     }
 
-    // 6. Logprobs of the emitted tokens: partial normalisers and the owner's shifted logit.
-    std::vector<double>& partial = scratch_.partial;
-    std::vector<double>& partials = scratch_.all_partials;
-    partial.assign(2 * rows, 0.0);
-    partials.resize(2 * rows * static_cast<size_t>(world_));
-    for (size_t row = 0; row < rows; ++row) {
-        if (out.accept_index[row] < 0 || top[row] < 0) continue;
-        const float* l = row_logits(static_cast<int64_t>(row));
-        partial[2 * row] = cpu::exp_sum(l, shard_vocab_, max_logit[row]);
-        const int32_t token = predict[row] - vocab_offset_;
-        if (predict[row] >= 0 && token >= 0 && token < shard_vocab_) {
-            partial[2 * row + 1] = l[token] == max_logit[row] ? 0.0 : static_cast<double>(l[token]) - max_logit[row];
-        }
-    }
-    if (status s = endpoint.all_gather(partial.data(), partial.size() * sizeof(double), partials.data()); !s.is_ok()) return s;
+    // 6. Logprobs of the emitted tokens: the owner's shifted logit less the log of the summed
+    // partial normalisers (summed in rank order in step 2).
     for (size_t row = 0; row < rows; ++row) {
         if (out.accept_index[row] < 0 || top[row] < 0 || predict[row] < 0) continue;
-        double sum = 0.0;
-        for (int32_t r = 0; r < world_; ++r) sum += partials[static_cast<size_t>(r) * 2 * rows + 2 * row];
-        const int32_t owner = predict[row] / shard_vocab_;
-        const double shifted = partials[static_cast<size_t>(owner) * 2 * rows + 2 * row + 1];
-        out.logprobs[row] = static_cast<float>(shifted - std::log(sum));
+        out.logprobs[row] = static_cast<float>(from_double_bits(shifted[row]) - std::log(normaliser[row]));
     }
     for (int32_t b = 0; b < bs; ++b) out.row_error[static_cast<size_t>(b)] = predict[static_cast<size_t>(b) * n + lengths[b] - 1] < 0 ? 1 : 0;
     return status::success();

@@ -2,21 +2,24 @@
 // shard; the ranks agree on each row's distribution through integer collectives, all rows of a
 // step at once:
 //   1. all_reduce(max) of an order-preserving (logit, -index) key: the global max m and argmax;
-//   2. masses Q with the global m on every shard; all_gather of each rank's nonzero count and
-//      mass per row and, for rows with a top-k or top-p cut, a summary of its largest masses
-//      (the Q of its 1st, 4th, 16th, 64th, 256th and 1024th largest and the mass above each);
+//   2. masses Q with the global m on every shard; all_gather of each rank's log_softmax partial
+//      normaliser per row, nonzero count and mass per stochastic row and, for rows with a top-k
+//      or top-p cut, a summary of its largest masses (the Q of its 1st, 4th, 16th, 64th, 256th
+//      and 1024th largest and the mass above each);
 //   3. the top-k-then-top-p boundary of each cut row, from bounded candidates: the summaries give
 //      every rank the same threshold q that the boundary's prefix provably reaches and how many
 //      tokens with Q >= q each rank holds; every rank but the one holding the most (the decider)
 //      all-gathers those tokens as uint64 (Q, index) keys; the decider merges them with its own,
-//      finds the boundary and announces it (all_reduce max). A row whose bound needs more than 255 tokens
-//      from a rank other than the decider (a flat distribution spread over ranks) falls back to a
-//      radix select on Q (8-bit digits, per-rank count and mass histograms all-reduced; ties at
-//      the cut go to the lower global index through per-rank counts and the owner's announcement);
+//      finds the boundary and announces it (all_reduce max). A row whose bound needs more than
+//      255 tokens from a rank other than the decider (a flat distribution spread over ranks)
+//      falls back to a radix select on Q (8-bit digits, per-rank count and mass histograms
+//      all-reduced; ties at the cut go to the lower global index through per-rank counts and the
+//      owner's announcement);
 //   4. kept mass per rank and the draft's kept mass (all_gather): every rank makes the same
 //      accept decisions and knows every rank's slice of the inverse CDF;
-//   5. the rank whose slice holds r = mul_high64(bits, M) finds the token (all_reduce max);
-//   6. logprobs from per-rank partial sums (all_gather).
+//   5. the rank whose slice holds r = mul_high64(bits, M) finds the token, and the owner of
+//      every emitted token sends its shifted logit (one all_reduce max);
+//   6. logprobs from those and the per-rank partial normalisers gathered in 2.
 // Every rank ends with the same outputs, equal to the CPU backend on the full rows; logprobs
 // agree to float rounding of the summation order (the one float output, DESIGN.md §2).
 #pragma once
@@ -90,7 +93,9 @@ class sharded_sampler {
         std::vector<uint8_t> stochastic, drawing, by_radix;
         std::vector<cpu::filter_cut> cuts, local_cuts;
         std::vector<draw> draws;
-        std::vector<double> partial, all_partials;
+        std::vector<double> normaliser;  // per row: the log_softmax normaliser summed over ranks
+        std::vector<size_t> stochastic_rows, kept_at;
+        std::vector<uint64_t> rank_counts;
         // select_cut
         std::vector<size_t> active;
         std::vector<uint64_t> prefix, above_count, above_mass, histograms, needed, tie_counts, all_tie_counts, announced;
