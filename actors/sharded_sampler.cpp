@@ -44,11 +44,32 @@ double from_double_bits(uint64_t u) {
 
 // A rank's summary of a cut row: for each depth d in 1, 4, 16, 64, 256, 1024, with n its tokens of
 // nonzero mass, the Q of its min(d, n)-th largest mass (0 when n = 0) and the sum of its
-// min(d, n) largest masses. Lower bounds of how many tokens (and how much mass) have Q >= q
-// follow for any q, and upper bounds of how many tokens of the rank do.
+// min(d, n) largest masses, rounded down. Lower bounds of how many tokens (and how much mass)
+// have Q >= q follow for any q, and upper bounds of how many tokens of the rank do. One word per
+// depth: Q (<= 2^40, 41 bits) above the rounded mass (23 bits).
 constexpr int kLevels = 6;
-constexpr size_t kSummaryWords = 2 * kLevels;
+constexpr size_t kSummaryWords = kLevels;
 constexpr uint64_t depth_at(int level) { return uint64_t{1} << (2 * level); }
+
+// A mass (< 2^64) rounded down to 17 significant bits as (6-bit shift, 17-bit mantissa): still a
+// lower bound, 2^-16 relative at worst.
+constexpr int kMantissaBits = 17;
+constexpr int kRoundedMassBits = 23;
+constexpr uint64_t kRoundedMassMask = (uint64_t{1} << kRoundedMassBits) - 1;
+
+uint64_t round_down_mass(uint64_t mass) {
+    int shift = 0;
+    while ((mass >> shift) >= (uint64_t{1} << kMantissaBits)) ++shift;
+    return (static_cast<uint64_t>(shift) << kMantissaBits) | (mass >> shift);
+}
+
+uint64_t rounded_mass_value(uint64_t code) {
+    return (code & ((uint64_t{1} << kMantissaBits) - 1)) << (code >> kMantissaBits);
+}
+
+uint64_t summary_word(uint64_t q, uint64_t mass_above) { return (q << kRoundedMassBits) | round_down_mass(mass_above); }
+uint64_t summary_q(uint64_t word) { return word >> kRoundedMassBits; }
+uint64_t summary_mass(uint64_t word) { return rounded_mass_value(word & kRoundedMassMask); }
 // The most candidates a rank other than the decider sends for one row (bounds the exchange by
 // 255 words per row, within the transport's buffers).
 constexpr uint64_t kMaxSent = 255;
@@ -169,8 +190,7 @@ void sharded_sampler::summarize(size_t row, uint64_t* summary) {
     for (int level = 0; level < kLevels; ++level) {
         const size_t covered = std::min<size_t>(largest, depth_at(level));
         for (; summed < covered; ++summed) above += sorted[summed];
-        summary[2 * level] = covered > 0 ? sorted[covered - 1] : 0;
-        summary[2 * level + 1] = above;
+        summary[level] = summary_word(covered > 0 ? sorted[covered - 1] : 0, above);
     }
 }
 
@@ -182,8 +202,8 @@ bool sharded_sampler::plan_cut(size_t row, bool by_count, uint64_t goal, const s
         for (int32_t r = 0; r < world_; ++r) {
             const uint64_t* summary = summaries[static_cast<size_t>(r)];
             uint64_t best = 0;
-            for (int level = 0; level < kLevels && summary[2 * level] >= q; ++level) {
-                best = by_count ? std::min(depth_at(level), counts[static_cast<size_t>(r)]) : summary[2 * level + 1];
+            for (int level = 0; level < kLevels && summary_q(summary[level]) >= q; ++level) {
+                best = by_count ? std::min(depth_at(level), counts[static_cast<size_t>(r)]) : summary_mass(summary[level]);
             }
             sum += best;
         }
@@ -193,7 +213,7 @@ bool sharded_sampler::plan_cut(size_t row, bool by_count, uint64_t goal, const s
     uint64_t threshold = 0;
     for (int32_t r = 0; r < world_; ++r) {
         for (int level = 0; level < kLevels; ++level) {
-            const uint64_t q = summaries[static_cast<size_t>(r)][2 * level];
+            const uint64_t q = summary_q(summaries[static_cast<size_t>(r)][level]);
             if (q > threshold && reached(q) >= goal) threshold = q;
         }
     }
@@ -206,7 +226,7 @@ bool sharded_sampler::plan_cut(size_t row, bool by_count, uint64_t goal, const s
         const uint64_t count = counts[static_cast<size_t>(r)];
         uint64_t most = count <= depth_at(kLevels - 1) ? count : kUnbounded;
         for (int level = 0; level < kLevels; ++level) {
-            if (summary[2 * level] < threshold) {
+            if (summary_q(summary[level]) < threshold) {
                 most = std::min(depth_at(level), count) - (count > 0 ? 1 : 0);
                 break;
             }

@@ -5,7 +5,7 @@
 //   2. masses Q with the global m on every shard; all_gather of each rank's log_softmax partial
 //      normaliser per row, nonzero count and mass per stochastic row and, for rows with a top-k
 //      or top-p cut, a summary of its largest masses (the Q of its 1st, 4th, 16th, 64th, 256th
-//      and 1024th largest and the mass above each);
+//      and 1024th largest and the mass above each, rounded down, in one word per depth);
 //   3. the top-k-then-top-p boundary of each cut row, from bounded candidates: the summaries give
 //      every rank the same threshold q that the boundary's prefix provably reaches and how many
 //      tokens with Q >= q each rank holds; every rank but the one holding the most (the decider)
