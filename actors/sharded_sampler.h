@@ -2,19 +2,30 @@
 // shard; the ranks agree on each row's distribution through integer collectives, all rows of a
 // step at once:
 //   1. all_reduce(max) of an order-preserving (logit, -index) key: the global max m and argmax;
-//   2. masses Q with the global m on every shard; all_reduce(sum) of nonzero counts and masses;
-//   3. top-k, then top-p, cut points by radix select on Q (8-bit digits, per-rank count and mass
-//      histograms all-reduced); ties at the cut go to the lower global index through per-rank
-//      counts (all_gather) and the owner's announcement (all_reduce max);
+//   2. masses Q with the global m on every shard; all_gather of each rank's log_softmax partial
+//      normaliser per row, nonzero count and mass per stochastic row and, for rows with a top-k
+//      or top-p cut, a summary of its largest masses (the Q of its 1st, 4th, 16th, 64th, 256th
+//      and 1024th largest and the mass above each, rounded down, in one word per depth);
+//   3. the top-k-then-top-p boundary of each cut row, from bounded candidates: the summaries give
+//      every rank the same threshold q that the boundary's prefix provably reaches and how many
+//      tokens with Q >= q each rank holds; every rank but the one holding the most (the decider)
+//      all-gathers those tokens as uint64 (Q, index) keys; the decider merges them with its own,
+//      finds the boundary and announces it (all_reduce max). A row whose bound needs more than
+//      255 tokens from a rank other than the decider (a flat distribution spread over ranks)
+//      falls back to a radix select on Q (8-bit digits, per-rank count and mass histograms
+//      all-reduced; ties at the cut go to the lower global index through per-rank counts and the
+//      owner's announcement);
 //   4. kept mass per rank and the draft's kept mass (all_gather): every rank makes the same
 //      accept decisions and knows every rank's slice of the inverse CDF;
-//   5. the rank whose slice holds r = mul_high64(bits, M) finds the token (all_reduce max);
-//   6. logprobs from per-rank partial sums (all_gather).
+//   5. the rank whose slice holds r = mul_high64(bits, M) finds the token, and the owner of
+//      every emitted token sends its shifted logit (one all_reduce max);
+//   6. logprobs from those and the per-rank partial normalisers gathered in 2.
 // Every rank ends with the same outputs, equal to the CPU backend on the full rows; logprobs
 // agree to float rounding of the summation order (the one float output, DESIGN.md §2).
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "actors/dist_step.h"
@@ -38,6 +49,27 @@ class sharded_sampler {
     status select_cut(transport& endpoint, const std::vector<uint64_t>& goals, bool by_mass,
                       std::vector<cpu::filter_cut>& cuts, std::vector<uint64_t>& selected);
 
+    // A cut row settled from candidates: the top_k count (top_p then applies inside those
+    // tokens) or the top-p mass that the boundary's prefix reaches, and the threshold q that the
+    // whole prefix reaches (every token in it has Q >= q).
+    struct cut_plan {
+        size_t row = 0;
+        bool by_count = false;
+        uint64_t goal = 0;
+        uint64_t threshold = 0;
+        int32_t decider = 0;
+        float top_p = 1.0f;
+    };
+
+    // This rank's summary of `row` (kSummaryWords words, see the .cpp).
+    void summarize(size_t row, uint64_t* summary);
+    // Plans `row` from every rank's summary and nonzero count; false when some rank other than
+    // the decider would have to send too many candidates (the row falls back to radix select).
+    bool plan_cut(size_t row, bool by_count, uint64_t goal, const std::vector<const uint64_t*>& summaries,
+                  const std::vector<uint64_t>& counts, cut_plan& plan, uint64_t* slots);
+    // Candidate exchange and the deciders' announcements for scratch_.plans: sets their cuts.
+    status settle_planned_cuts(transport& endpoint, std::vector<cpu::filter_cut>& cuts);
+
     const float* row_logits(int64_t row) const { return logits_.data() + row * shard_vocab_; }
     const uint64_t* row_masses(int64_t row) const { return masses_.data() + row * shard_vocab_; }
 
@@ -51,12 +83,19 @@ class sharded_sampler {
     // Per-step scratch, kept between steps so that a step reuses its memory.
     struct scratch {
         std::vector<uint64_t> keys, totals, goals, top_k_mass, top_p_mass, kept, all_kept, found;
+        // cut planning and the candidate exchange
+        std::vector<size_t> cut_rows;
+        std::vector<uint64_t> shared, all_shared, sorted_masses, slots, candidates, all_candidates, announced_cuts;
+        std::vector<cut_plan> plans;
+        std::vector<std::pair<uint64_t, int32_t>> merged;  // (Q, global token)
         std::vector<int32_t> top;
         std::vector<float> max_logit;
-        std::vector<uint8_t> stochastic, drawing;
+        std::vector<uint8_t> stochastic, drawing, by_radix;
         std::vector<cpu::filter_cut> cuts, local_cuts;
         std::vector<draw> draws;
-        std::vector<double> partial, all_partials;
+        std::vector<double> normaliser;  // per row: the log_softmax normaliser summed over ranks
+        std::vector<size_t> stochastic_rows, kept_at;
+        std::vector<uint64_t> rank_counts;
         // select_cut
         std::vector<size_t> active;
         std::vector<uint64_t> prefix, above_count, above_mass, histograms, needed, tie_counts, all_tie_counts, announced;

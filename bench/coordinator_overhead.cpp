@@ -20,6 +20,7 @@
 #include <memory>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/sampling_backend.h"
@@ -177,14 +178,43 @@ void BM_CoordinatorStep(benchmark::State& state) {
                                    ds::mode_name(mode), fmt::format("TP={} bs={:<2} N={}", config.tp, w.batch, w.n), l.p50, l.p99, o.p50, o.p99, t.p50));
 }
 
+// The parameter mixes BM_BytesPerStep runs: the workload's own (greedy / T = 0.8 / top-p 0.9 /
+// top-k 40 by request) and three where every request samples alike.
+enum class param_mix { workload, top_k_50_top_p_0_9, temperature_only, greedy };
+
+const char* mix_name(param_mix mix) {
+    switch (mix) {
+        case param_mix::workload: return "workload mix";
+        case param_mix::top_k_50_top_p_0_9: return "T=0.8 top-k 50 top-p 0.9";
+        case param_mix::temperature_only: return "T=0.8 only";
+        case param_mix::greedy: return "greedy";
+    }
+    return "?";
+}
+
+ds::sampling_params in_mix(ds::sampling_params p, param_mix mix) {
+    if (mix == param_mix::workload) return p;
+    p.temperature = mix == param_mix::greedy ? 0.0f : 0.8f;
+    p.top_k = mix == param_mix::top_k_50_top_p_0_9 ? 50 : -1;
+    p.top_p = mix == param_mix::top_k_50_top_p_0_9 ? 0.9f : 1.0f;
+    return p;
+}
+
 // Bytes the ranks' collectives receive from their peers per step (all ranks together), at issue
-// 5's shape; printed against swap mode's.
+// 5's shape, per parameter mix; printed against swap mode's for the same mix.
 void BM_BytesPerStep(benchmark::State& state) {
-    static std::map<ds::dist_mode, double> bytes_by_mode;
+    static std::map<std::pair<param_mix, ds::dist_mode>, double> bytes_by_mode;
     const auto mode = static_cast<ds::dist_mode>(state.range(0));
+    const auto mix = static_cast<param_mix>(state.range(1));
     const workload& w = shared_workload(kBatch, kN, kLargeVocab);
     const std::unique_ptr<ds::group> group = make_group(state, w, mode, kTp);
     if (!group) return;
+    for (int32_t b = 0; mix != param_mix::workload && b < w.batch; ++b) {
+        if (!group->release(b + 1).is_ok() || !group->register_request(b + 1, in_mix(w.params[static_cast<size_t>(b)], mix)).is_ok()) {
+            state.SkipWithError("re-register failed");
+            return;
+        }
+    }
     double bytes = 0;
     for (auto _ : state) {
         const ds::step_reply reply = group->step(w.request(kTp));
@@ -195,13 +225,13 @@ void BM_BytesPerStep(benchmark::State& state) {
         bytes = 0;
         for (const ds::step_timing& t : reply.rank_timing) bytes += static_cast<double>(t.rank_received_bytes);
     }
-    bytes_by_mode[mode] = bytes;
+    bytes_by_mode[{mix, mode}] = bytes;
     state.counters["received_bytes_per_step"] = bytes;
-    const auto swap = bytes_by_mode.find(ds::dist_mode::swap);
+    const auto swap = bytes_by_mode.find({mix, ds::dist_mode::swap});
     const std::string against_swap =
-        swap != bytes_by_mode.end() && swap->second > 0 ? fmt::format("{:.4f} of swap's", bytes / swap->second) : "";
-    report().push_back(fmt::format("{:<9} TP={} bs={} N={} V={}: the ranks receive {:.0f} bytes per step {}", ds::mode_name(mode), kTp,
-                                   kBatch, kN, kLargeVocab, bytes, against_swap));
+        swap != bytes_by_mode.end() && swap->second > 0 ? fmt::format("= {:.2f} % of swap's", 100.0 * bytes / swap->second) : "";
+    report().push_back(fmt::format("{:<9} {:<24} TP={} bs={} N={} V={}: the ranks receive {:>9.0f} bytes per step {}", ds::mode_name(mode),
+                                   mix_name(mix), kTp, kBatch, kN, kLargeVocab, bytes, against_swap));
 }
 
 // The kernels alone. `ranks` backends, each verifying `requests` requests (its share of the
@@ -288,10 +318,16 @@ BENCHMARK(BM_CoordinatorStep)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_BytesPerStep)
-    ->ArgName("mode")
-    ->Arg(static_cast<int>(ds::dist_mode::swap))
-    ->Arg(static_cast<int>(ds::dist_mode::sharded))
-    ->Arg(static_cast<int>(ds::dist_mode::gathered))
+    ->ArgNames({"mode", "mix"})
+    ->Args({static_cast<int>(ds::dist_mode::swap), static_cast<int>(param_mix::workload)})
+    ->Args({static_cast<int>(ds::dist_mode::sharded), static_cast<int>(param_mix::workload)})
+    ->Args({static_cast<int>(ds::dist_mode::gathered), static_cast<int>(param_mix::workload)})
+    ->Args({static_cast<int>(ds::dist_mode::swap), static_cast<int>(param_mix::top_k_50_top_p_0_9)})
+    ->Args({static_cast<int>(ds::dist_mode::sharded), static_cast<int>(param_mix::top_k_50_top_p_0_9)})
+    ->Args({static_cast<int>(ds::dist_mode::swap), static_cast<int>(param_mix::temperature_only)})
+    ->Args({static_cast<int>(ds::dist_mode::sharded), static_cast<int>(param_mix::temperature_only)})
+    ->Args({static_cast<int>(ds::dist_mode::swap), static_cast<int>(param_mix::greedy)})
+    ->Args({static_cast<int>(ds::dist_mode::sharded), static_cast<int>(param_mix::greedy)})
     ->Iterations(2)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DirectKernels)->ArgName("ranks")->Arg(kTp)->Arg(1)->Iterations(100)->UseManualTime()->Unit(benchmark::kMicrosecond);
