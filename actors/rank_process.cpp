@@ -102,7 +102,7 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
     };
 }
 
-// The coordinator may start after its ranks: retry until the transport timeout.
+// The coordinator may start after its ranks: retry until the join timeout.
 caf::expected<caf::actor> connect(caf::actor_system& system, const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
@@ -114,8 +114,9 @@ caf::expected<caf::actor> connect(caf::actor_system& system, const std::string& 
 
 }  // namespace
 
-status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host, uint16_t port) {
-    auto coordinator = connect(system, host, port, config.transport_timeout);
+status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host, uint16_t port,
+                        const topology_config& topology) {
+    auto coordinator = connect(system, host, port, topology.join_timeout);
     if (!coordinator) {
         return {status_code::aborted, fmt::format("rank {}: cannot reach the coordinator at {}:{}: {}", rank, host, port,
                                                   caf::to_string(coordinator.error()))};
@@ -123,7 +124,7 @@ status run_rank_process(caf::actor_system& system, const group_config& config, i
     auto me = system.spawn<caf::detached>(rank_process_behavior, config, rank);
     caf::scoped_actor self{system};
     status joined;
-    self->request(*coordinator, config.step_timeout, join_msg{rank, config.tp, config.vocab_size, config.mode, caf::actor_cast<caf::actor>(me)})
+    self->request(*coordinator, topology.join_timeout, join_msg{rank, config.tp, config.vocab_size, config.mode, caf::actor_cast<caf::actor>(me)})
         .receive([](op_ack&) {}, [&](caf::error& e) { joined = to_status(e, fmt::format("rank {}: the coordinator did not answer the join", rank)); });
     if (joined.is_ok()) {
         rank_log().info("rank {} joined the coordinator at {}:{}", rank, host, port);

@@ -10,14 +10,17 @@
 #include <string>
 
 #include "config/group_config.h"
+#include "config/topology_config.h"
 #include "kernels/sampling_types.h"
 
 namespace ds {
 
-// Joins and serves until the coordinator is gone (ok) or joining fails (the reason). `system` is
+// Joins and serves until the coordinator is gone (ok) or joining fails (the reason): reaching the
+// coordinator and its answer are each bounded by topology.join_timeout. `system` is
 // configured by configure_remote_actor_system. End the process afterwards without destroying
 // `system`: CAF 0.17's teardown can wait forever for an actor the middleman sent to the (now gone)
 // coordinator, since something in the middleman keeps a strong reference to it.
-status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host, uint16_t port);
+status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host, uint16_t port,
+                        const topology_config& topology = {});
 
 }  // namespace ds

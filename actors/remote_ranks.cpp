@@ -28,6 +28,7 @@ struct pending_call {
 struct membership_state {
     group_config config;
     std::string host;                                  // where each epoch's rendezvous listens
+    uint16_t rendezvous_port = 0;                      // and on which port (0: any free one)
     std::vector<remote_rank_actor_type> ranks;         // null until the rank joins
     std::vector<register_msg> registrations;           // by slot, replayed when the group forms
     bool formed = false;
@@ -128,7 +129,7 @@ void try_form(membership_actor* self) {
     st.forming = true;
     const uint64_t epoch = ++st.epoch;
     auto rendezvous = std::make_shared<tcp_rendezvous>();
-    if (status s = rendezvous->listen(st.host, 0); !s.is_ok()) {
+    if (status s = rendezvous->listen(st.host, st.rendezvous_port); !s.is_ok()) {
         form_done(self, epoch, s);
         return;
     }
@@ -198,10 +199,11 @@ caf::result<op_ack> forward_op(membership_actor* self, int32_t rank, const Msg& 
     return caf::delegated<op_ack>{};
 }
 
-caf::behavior membership_behavior(membership_actor* self, group_config config, std::string host) {
+caf::behavior membership_behavior(membership_actor* self, group_config config, std::string host, uint16_t rendezvous_port) {
     membership_state& st = self->state;
     st.config = config;
     st.host = std::move(host);
+    st.rendezvous_port = rendezvous_port;
     st.ranks.resize(static_cast<size_t>(config.tp));
     st.registrations.resize(static_cast<size_t>(config.max_slots));
     self->set_down_handler([self](caf::down_msg& d) { on_down(self, d); });
@@ -333,19 +335,19 @@ class remote_transport_group final : public transport_group {
 
 }  // namespace
 
-caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config& cfg) {
+caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config& cfg, const topology_config& topology) {
     configure_actor_system(cfg);
     cfg.load<caf::io::middleman>();
     // A rank process whose host vanishes without closing its connection is noticed after
     // connection-timeout without heartbeats; a killed process is noticed at once (connection reset).
-    cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds{250}});
-    cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds{2}});
+    cfg.set("middleman.heartbeat-interval", caf::timespan{topology.heartbeat});
+    cfg.set("middleman.connection-timeout", caf::timespan{topology.connection_timeout});
     return cfg;
 }
 
 status publish_remote_ranks(caf::actor_system& system, const group_config& config, const std::string& host, uint16_t port,
-                            remote_ranks& out) {
-    out.membership = system.spawn(membership_behavior, config, host);
+                            remote_ranks& out, const topology_config& topology) {
+    out.membership = system.spawn(membership_behavior, config, host, static_cast<uint16_t>(topology.rendezvous_port));
     auto published = system.middleman().publish(out.membership, port, host.c_str(), true);
     if (!published) {
         caf::anon_send_exit(out.membership, caf::exit_reason::user_shutdown);

@@ -164,11 +164,12 @@ class RemoteRanks : public ::testing::Test {
         return args;
     }
 
-    // Where the processes run: the argv before the tool's (empty: on this host), and the address
-    // the coordinator listens on.
+    // Where the processes run: the argv before the tool's (empty: on this host). Then where the
+    // coordinator listens and which rank a process is, as flags (empty: from the topology config).
     virtual std::vector<std::string> coordinator_launcher() const { return {}; }
     virtual std::vector<std::string> rank_launcher(int /*rank*/) const { return {}; }
-    virtual std::string coordinator_host() const { return "127.0.0.1"; }
+    virtual std::vector<std::string> listen_args() const { return {"--listen", "127.0.0.1:0"}; }
+    virtual std::vector<std::string> rank_args(int rank) const { return {"--coordinator", address_, "--rank", std::to_string(rank)}; }
 
     // fork + exec with stdin/stdout as given (-1: /dev/null and the test's log file).
     pid_t spawn(std::vector<std::string> launcher, std::vector<std::string> args, int in_fd, int out_fd, const std::string& log) {
@@ -198,7 +199,8 @@ class RemoteRanks : public ::testing::Test {
         int from_child[2];
         ASSERT_EQ(::pipe(to_child), 0);
         ASSERT_EQ(::pipe(from_child), 0);
-        std::vector<std::string> args{"coordinator", "--listen", coordinator_host() + ":0"};
+        std::vector<std::string> args{"coordinator"};
+        for (const std::string& a : listen_args()) args.push_back(a);
         for (const std::string& a : group_args(mode)) args.push_back(a);
         spawn(coordinator_launcher(), args, to_child[0], from_child[1], test_stem() + "_coordinator.log");
         ::close(to_child[0]);
@@ -211,7 +213,8 @@ class RemoteRanks : public ::testing::Test {
     }
 
     pid_t start_rank(int rank) {
-        std::vector<std::string> args{"rank", "--coordinator", address_, "--rank", std::to_string(rank)};
+        std::vector<std::string> args{"rank"};
+        for (const std::string& a : rank_args(rank)) args.push_back(a);
         for (const std::string& a : group_args(mode_)) args.push_back(a);
         return spawn(rank_launcher(rank), args, -1, -1, test_stem() + "_rank" + std::to_string(rank) + ".log");
     }

@@ -72,21 +72,31 @@ TEST_F(RemoteRanks, AKilledRankFailsTheStepInFlightNamingItAndARestartedRankReFo
 namespace {
 
 // The same group with every process on a host of its own (a network namespace, netns_hosts.h):
-// the coordinator on the hub, rank r on host r, UCX over tcp on the host's one interface.
+// the coordinator on the hub, rank r on host r. Where they run and how they meet comes from the
+// topology section of a config file the test writes: the coordinator's address, the ranks' hosts
+// (each rank process finds its rank from its host's address), UCX over tcp on the host's one
+// interface, the timeouts.
 class RemoteHosts : public RemoteRanks, public ::testing::WithParamInterface<const char*> {
    protected:
     void SetUp() override {
         if (!hosts_.unavailable().empty()) GTEST_SKIP() << "no network namespaces: " << hosts_.unavailable();
         RemoteRanks::SetUp();
+        json topology{{"coordinator", hosts_.hub_address() + ":7710"},  // a fresh namespace: the port is free
+                      {"hosts", json::array()},
+                      {"ucx_tls", "tcp"},
+                      {"ucx_net_devices", ds::test_support::netns_hosts::interface()},
+                      {"join_timeout_ms", 10000},
+                      {"heartbeat_ms", 200},
+                      {"connection_timeout_ms", 2000}};
+        for (int r = 0; r < kTp; ++r) topology["hosts"].push_back(hosts_.host_address(r));
+        const std::string path = test_stem() + "_topology.json";
+        std::ofstream(path) << json{{"topology", topology}}.dump(2);
+        extra_args_ = {"--config", path};
     }
     std::vector<std::string> coordinator_launcher() const override { return ds::test_support::netns_hosts::exec_in(hosts_.hub()); }
-    std::vector<std::string> rank_launcher(int rank) const override {
-        std::vector<std::string> argv = ds::test_support::netns_hosts::exec_in(hosts_.host(rank));
-        for (const char* a : {"env", "UCX_TLS=tcp"}) argv.emplace_back(a);
-        argv.push_back(std::string("UCX_NET_DEVICES=") + ds::test_support::netns_hosts::interface());
-        return argv;
-    }
-    std::string coordinator_host() const override { return hosts_.hub_address(); }
+    std::vector<std::string> rank_launcher(int rank) const override { return ds::test_support::netns_hosts::exec_in(hosts_.host(rank)); }
+    std::vector<std::string> listen_args() const override { return {}; }
+    std::vector<std::string> rank_args(int) const override { return {}; }
 
     // Another prefix and subnet than test_ucx_transport's, so both can run at once.
     ds::test_support::netns_hosts hosts_{"dsrh", "10.214.0", kTp};
@@ -108,5 +118,34 @@ TEST_P(RemoteHosts, OneHostPerRankEqualsTheLocalTransportAndTheKernel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, RemoteHosts, ::testing::Values("swap", "sharded", "gathered"));
+
+}  // namespace
+
+namespace {
+
+// `distsample config check` prints the topology section; the rank and coordinator commands refuse
+// a bad one naming the key and what is allowed.
+TEST(RemoteTopology, ConfigCheckPrintsItAndTheCommandsNameABadKey) {
+    const std::string path = test_stem() + "_config.json";
+    std::ofstream(path) << json{{"tp", 2}, {"vocab_size", 64},
+                                {"topology", {{"coordinator", "10.1.0.254:7800"}, {"hosts", {"10.1.0.1", "10.1.0.2"}}, {"devices", {1, 0}}}}}
+                               .dump();
+    const std::string out = test_stem() + "_out.txt";
+    const std::string check = tool_path() + " config check " + path + " > " + out + " 2>&1";
+    ASSERT_EQ(std::system(check.c_str()), 0) << slurp(out);
+    const json printed = json::parse(slurp(out));
+    EXPECT_EQ(printed["topology"]["coordinator"], "10.1.0.254:7800");
+    EXPECT_EQ(printed["topology"]["devices"], (json{1, 0}));
+    EXPECT_EQ(printed["topology"]["join_timeout_ms"], 10000);
+
+    // Neither --rank nor an entry of topology.hosts that is this host.
+    const std::string rank = tool_path() + " rank --config " + path + " > " + out + " 2>&1";
+    EXPECT_EQ(WEXITSTATUS(std::system(rank.c_str())), 2);
+    EXPECT_NE(slurp(out).find("0 entries of topology.hosts name this host"), std::string::npos) << slurp(out);
+    const std::string bad = tool_path() + " coordinator --config " + path + " --set topology.heartbeat_ms=5000 < /dev/null > " + out + " 2>&1";
+    EXPECT_EQ(WEXITSTATUS(std::system(bad.c_str())), 2);
+    EXPECT_NE(slurp(out).find("topology.heartbeat_ms = 5000: expected less than topology.connection_timeout_ms (2000)"), std::string::npos)
+        << slurp(out);
+}
 
 }  // namespace
