@@ -3,12 +3,18 @@
 #include <caf/io/all.hpp>
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "actors/log.h"
 #include "actors/messages.h"
 #include "actors/rank_engine.h"
+#include "config/fault_plan.h"
+#include "transport/faulty_transport.h"
 #include "transport/tcp_bootstrap.h"
 #include "transport/transport_factory.h"
 
@@ -18,7 +24,10 @@ namespace {
 
 struct rank_process_state {
     std::unique_ptr<transport> endpoint;
-    std::unique_ptr<rank_engine> engine;  // uses *endpoint: reset first
+    std::unique_ptr<faulty_transport> faulty;  // wraps *endpoint, for the plan's transport faults
+    std::unique_ptr<rank_engine> engine;       // uses *faulty: reset first
+    fault_plan plan;
+    std::vector<caf::response_promise> unanswered;  // steps swallowed by a hang fault, dropped at the next form
     dist_step last_step;                  // kept for its commit
     step_outputs last_outputs;
     static inline const char* name = "distsample.rank_process";
@@ -29,10 +38,13 @@ using rank_process_actor = remote_rank_actor_type::stateful_pointer<rank_process
 // Drops the old endpoint and builds one through the epoch's rendezvous, then a fresh engine.
 status form(rank_process_state& st, const group_config& config, int32_t rank, const form_msg& m) {
     st.engine.reset();
+    st.faulty.reset();
     st.endpoint.reset();
+    st.unanswered.clear();  // the coordinator gave up on them before it formed a new epoch
     tcp_bootstrap boot(m.host, m.port, rank, config.tp, config.transport_timeout);
     if (status s = make_rank_transport(config.transport, rank_transport_config(config), boot, st.endpoint); !s.is_ok()) return s;
-    auto engine = std::make_unique<rank_engine>(config, rank, *st.endpoint);
+    st.faulty = std::make_unique<faulty_transport>(*st.endpoint, config.payload_checksums);
+    auto engine = std::make_unique<rank_engine>(config, rank, *st.faulty);
     if (!engine->init_status().is_ok()) return engine->init_status();
     for (const register_msg& r : m.registrations) {
         if (status s = engine->register_request(r.slot, r.params, r.history); !s.is_ok()) return s;
@@ -41,7 +53,9 @@ status form(rank_process_state& st, const group_config& config, int32_t rank, co
     return status::success();
 }
 
-remote_result run_step(rank_process_state& st, int32_t rank, remote_step_msg& m) {
+// The plan's faults for this step, as in-process ranks apply them (actors/rank_actor.cpp), then the
+// step. The caller handles crash (before) and hang (after: the answer is never sent).
+remote_result run_step(rank_process_state& st, int32_t rank, int32_t vocab, const rank_step_faults& faults, remote_step_msg& m) {
     remote_result result;
     result.rank = rank;
     result.step_id = m.step.id;
@@ -54,7 +68,10 @@ remote_result run_step(rank_process_state& st, int32_t rank, remote_step_msg& m)
         const auto rows = static_cast<int64_t>(m.logits.size() / row_bytes);
         m.step.shards.assign(static_cast<size_t>(m.step.plan.tp), logits_view{});
         m.step.shards[static_cast<size_t>(rank)] = logits_view{m.logits.data(), m.dtype, rows, m.step.plan.shard_vocab, m.step.plan.shard_vocab};
+        if (faults.kernel_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms));
+        st.faulty->arm(faults.transport_delay_ms, faults.corrupt_payload, m.step.id);
         s = st.engine->run(m.step, result.outputs);
+        if (s.is_ok()) alter_outputs(faults.alter_token, faults.alter_accept_length, vocab, m.step.plan.tokens_per_req, result.outputs);
         result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns(), st.engine->last_received_bytes()};
     }
     result.code = static_cast<int32_t>(s.code);
@@ -92,7 +109,34 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
         [engine_call](health_msg&) -> caf::result<op_ack> {
             return engine_call([](rank_engine& e) { return e.init_status(); });
         },
-        [self, rank](remote_step_msg& m) -> remote_result { return run_step(self->state, rank, m); },
+        [self, rank, vocab = config.vocab_size](remote_step_msg& m) -> caf::result<remote_result> {
+            const rank_step_faults faults = faults_at(self->state.plan, rank, m.step.id);
+            if (faults.crash) {
+                rank_log().warn("rank {}: fault plan: crash at step {}", rank, m.step.id);
+                rank_log().flush();
+                ::_exit(3);
+            }
+            const remote_result result = run_step(self->state, rank, vocab, faults, m);
+            if (faults.hang) {
+                // The step ran, so the peers' collectives completed: over UCX a peer that never
+                // enters them looks slow, not gone, and the peers' timeouts would blame themselves.
+                rank_log().warn("rank {}: fault plan: hang at step {} (not answered)", rank, result.step_id);
+                self->state.unanswered.push_back(self->make_response_promise());
+                return caf::delegated<remote_result>{};
+            }
+            return result;
+        },
+        [self, rank](remote_fault_plan_msg& m) -> caf::result<op_ack> {
+            fault_plan plan;
+            plan.seed = m.seed;
+            for (const std::string& text : m.faults) {
+                fault_spec spec;
+                if (std::string e = parse_fault_spec(text, spec); !e.empty()) return make_caf_error(status::invalid(fmt::format("rank {}: {}", rank, e)));
+                plan.faults.push_back(spec);
+            }
+            self->state.plan = std::move(plan);
+            return op_ack{rank};
+        },
         [self, rank](remote_commit_msg& m) {
             rank_process_state& st = self->state;
             if (!st.engine || m.step_id != st.last_step.id) return;

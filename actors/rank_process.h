@@ -1,7 +1,9 @@
 // One rank in its own process (`distsample rank`): a detached actor owning the rank's engine and
 // transport endpoint joins the coordinator published at host:port (actors/remote_ranks.h), builds a
 // new endpoint through the rendezvous of every epoch the coordinator forms, and runs the steps it
-// is sent. Logits come with each step (remote_step_msg).
+// is sent. Logits come with each step (remote_step_msg). The coordinator's fault plan
+// (config/fault_plan.h) applies here as in in-process ranks, plus `crash`: the process exits
+// (_exit(3)) when the step arrives; `hang` runs the step with its peers but never answers it.
 #pragma once
 
 #include <caf/all.hpp>

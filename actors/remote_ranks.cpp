@@ -31,6 +31,7 @@ struct membership_state {
     uint16_t rendezvous_port = 0;                      // and on which port (0: any free one)
     std::vector<remote_rank_actor_type> ranks;         // null until the rank joins
     std::vector<register_msg> registrations;           // by slot, replayed when the group forms
+    remote_fault_plan_msg faults;                      // every rank's plan, sent again when the group forms
     bool formed = false;
     bool forming = false;
     bool reform_requested = false;                     // while forming: form again when done
@@ -84,6 +85,13 @@ status copy_shard(const dist_step& step, int32_t rank, remote_step_msg& out) {
 }
 
 void try_form(membership_actor* self);
+
+// A plan as it travels to a rank process: its seed and fault texts.
+remote_fault_plan_msg remote_plan(const fault_plan& plan) {
+    remote_fault_plan_msg msg{plan.seed, {}};
+    for (const fault_spec& f : plan.faults) msg.faults.push_back(format_fault_spec(f));
+    return msg;
+}
 
 // The rendezvous blocks until every rank has arrived (bounded): a blocking actor, its own thread.
 // (Arguments passed through spawn, not captured: CAF 0.17 dereferences a null argument tuple for
@@ -142,6 +150,10 @@ void try_form(membership_actor* self) {
     const form_msg form{epoch, st.host, rendezvous->port(), std::move(live)};
     auto remaining = std::make_shared<int32_t>(st.config.tp);
     for (int32_t r = 0; r < st.config.tp; ++r) {
+        // Before the form_msg (one sender, so in order): a restarted process gets its plan back.
+        // A plan the rank rejects was rejected when it was set, so the answer is only logged.
+        self->request(st.ranks[static_cast<size_t>(r)], 2 * timeout, st.faults)
+            .then([](op_ack&) {}, [r](caf::error& e) { coordinator_log().warn("rank {}: fault plan: {}", r, caf::to_string(e)); });
         self->request(st.ranks[static_cast<size_t>(r)], 2 * timeout, form)
             .then(
                 [self, epoch, remaining](op_ack&) {
@@ -204,6 +216,7 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
     st.config = config;
     st.host = std::move(host);
     st.rendezvous_port = rendezvous_port;
+    st.faults = remote_plan(config.faults);
     st.ranks.resize(static_cast<size_t>(config.tp));
     st.registrations.resize(static_cast<size_t>(config.max_slots));
     self->set_down_handler([self](caf::down_msg& d) { on_down(self, d); });
@@ -281,6 +294,12 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
             return forward_op(self, rank, m);
         },
         [self](int32_t rank, health_msg& m) -> caf::result<op_ack> { return forward_op(self, rank, m); },
+        // Every rank gets the same plan; one that is not formed takes it when the group forms.
+        [self](int32_t rank, fault_plan_msg& m) -> caf::result<op_ack> {
+            self->state.faults = remote_plan(m.plan ? *m.plan : fault_plan{});
+            if (!self->state.formed) return op_ack{rank};
+            return forward_op(self, rank, self->state.faults);
+        },
     };
 }
 
@@ -303,8 +322,9 @@ rank_actor_type::behavior_type rank_proxy(rank_actor_type::pointer self, caf::ac
         [rank](fault_msg&) -> caf::result<op_ack> {
             return make_caf_error(status{status_code::unsupported, fmt::format("rank {}: fault hooks are not available in rank processes", rank)});
         },
-        [rank](fault_plan_msg&) -> caf::result<op_ack> {
-            return make_caf_error(status{status_code::unsupported, fmt::format("rank {}: fault plans are not available in rank processes", rank)});
+        [forward](fault_plan_msg& m) -> caf::result<op_ack> {
+            forward(m);
+            return caf::delegated<op_ack>{};
         },
         [forward](run_step_msg& m) -> caf::result<rank_result> {
             forward(m);
