@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -28,12 +29,41 @@ struct rank_process_state {
     std::unique_ptr<rank_engine> engine;       // uses *faulty: reset first
     fault_plan plan;
     std::vector<caf::response_promise> unanswered;  // steps swallowed by a hang fault, dropped at the next form
+    const logits_source* source = nullptr;  // null: the logits come with each step
+    std::vector<uint64_t> contexts;         // by slot: the source's context of the request
+    std::vector<float> source_row;          // one full-vocab row of the source
+    std::vector<uint8_t> own_logits;        // this rank's shard of the current step, from the source
     dist_step last_step;                  // kept for its commit
     step_outputs last_outputs;
     static inline const char* name = "distsample.rank_process";
 };
 
 using rank_process_actor = remote_rank_actor_type::stateful_pointer<rank_process_state>;
+
+// Rank `rank`'s shard of the step's rows from `source` (see rank_process.h), f32.
+void make_shard(const logits_source& source, const std::vector<uint64_t>& contexts, const dist_step& step, int32_t rank,
+                std::vector<float>& row, std::vector<uint8_t>& out) {
+    const int32_t n = step.plan.tokens_per_req;
+    const auto shard_vocab = static_cast<size_t>(step.plan.shard_vocab);
+    row.resize(static_cast<size_t>(source.vocab_size()));
+    out.resize(static_cast<size_t>(step.plan.bs) * static_cast<size_t>(n) * shard_vocab * sizeof(float));
+    auto* shard = reinterpret_cast<float*>(out.data());
+    for (int32_t b = 0; b < step.plan.bs; ++b) {
+        uint64_t context = contexts[static_cast<size_t>(step.slots[static_cast<size_t>(b)])];
+        for (int32_t j = 0; j < n; ++j) {
+            const size_t at = static_cast<size_t>(b) * static_cast<size_t>(n) + static_cast<size_t>(j);
+            if (j > 0) context = logits_source::next_context(context, step.candidates[at]);
+            source.logits(context, row.data());
+            std::copy_n(row.data() + static_cast<size_t>(step.plan.vocab_begin(rank)), shard_vocab, shard + at * shard_vocab);
+        }
+    }
+}
+
+uint64_t context_of(const std::vector<int32_t>& tokens) {
+    uint64_t context = 0;
+    for (int32_t token : tokens) context = logits_source::next_context(context, token);
+    return context;
+}
 
 // Drops the old endpoint and builds one through the epoch's rendezvous, then a fresh engine.
 status form(rank_process_state& st, const group_config& config, int32_t rank, const form_msg& m) {
@@ -46,8 +76,10 @@ status form(rank_process_state& st, const group_config& config, int32_t rank, co
     st.faulty = std::make_unique<faulty_transport>(*st.endpoint, config.payload_checksums);
     auto engine = std::make_unique<rank_engine>(config, rank, *st.faulty);
     if (!engine->init_status().is_ok()) return engine->init_status();
+    st.contexts.assign(static_cast<size_t>(config.max_slots), 0);
     for (const register_msg& r : m.registrations) {
         if (status s = engine->register_request(r.slot, r.params, r.history); !s.is_ok()) return s;
+        st.contexts[static_cast<size_t>(r.slot)] = context_of(r.history);
     }
     st.engine = std::move(engine);
     return status::success();
@@ -60,14 +92,25 @@ remote_result run_step(rank_process_state& st, int32_t rank, int32_t vocab, cons
     result.rank = rank;
     result.step_id = m.step.id;
     status s = st.engine ? status::success() : status{status_code::aborted, "no transport endpoint: the group is not formed"};
+    if (s.is_ok() && st.source != nullptr) {
+        if (!m.logits.empty()) {
+            s = status::invalid(fmt::format("the step carries {} bytes of logits, but this rank makes its own (topology.logits_source): "
+                                            "expected the same topology.logits_source at the coordinator",
+                                            m.logits.size()));
+        } else {
+            make_shard(*st.source, st.contexts, m.step, rank, st.source_row, st.own_logits);
+            m.dtype = logits_dtype::f32;
+        }
+    }
+    const std::vector<uint8_t>& logits = st.source != nullptr ? st.own_logits : m.logits;
     const size_t row_bytes = static_cast<size_t>(m.step.plan.shard_vocab) * dtype_size(m.dtype);
-    if (s.is_ok() && (row_bytes == 0 || m.logits.size() % row_bytes != 0)) {
-        s = status::invalid(fmt::format("logits: {} bytes is not a whole number of {}-byte shard rows", m.logits.size(), row_bytes));
+    if (s.is_ok() && (row_bytes == 0 || logits.size() % row_bytes != 0)) {
+        s = status::invalid(fmt::format("logits: {} bytes is not a whole number of {}-byte shard rows", logits.size(), row_bytes));
     }
     if (s.is_ok()) {
-        const auto rows = static_cast<int64_t>(m.logits.size() / row_bytes);
+        const auto rows = static_cast<int64_t>(logits.size() / row_bytes);
         m.step.shards.assign(static_cast<size_t>(m.step.plan.tp), logits_view{});
-        m.step.shards[static_cast<size_t>(rank)] = logits_view{m.logits.data(), m.dtype, rows, m.step.plan.shard_vocab, m.step.plan.shard_vocab};
+        m.step.shards[static_cast<size_t>(rank)] = logits_view{logits.data(), m.dtype, rows, m.step.plan.shard_vocab, m.step.plan.shard_vocab};
         if (faults.kernel_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms));
         st.faulty->arm(faults.transport_delay_ms, faults.corrupt_payload, m.step.id);
         s = st.engine->run(m.step, result.outputs);
@@ -78,14 +121,16 @@ remote_result run_step(rank_process_state& st, int32_t rank, int32_t vocab, cons
     result.message = s.message;
     if (s.is_ok()) {
         result.digest = result.outputs.digest();
-        m.step.shards.clear();  // they point into the message
+        m.step.shards.clear();  // they point into the message or own_logits
         st.last_step = std::move(m.step);
         st.last_outputs = result.outputs;
     }
     return result;
 }
 
-remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor self, group_config config, int32_t rank) {
+remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor self, group_config config, int32_t rank,
+                                                            const logits_source* source) {
+    self->state.source = source;
     auto ack = [rank](const status& s) -> caf::result<op_ack> {
         if (!s.is_ok()) return make_caf_error(status{s.code, fmt::format("rank {}: {}", rank, s.message)});
         return op_ack{rank};
@@ -100,11 +145,19 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
             if (s.is_ok()) rank_log().info("rank {}: formed epoch {}", rank, m.epoch);
             return ack(s.is_ok() ? s : status{s.code, fmt::format("epoch {}: {}", m.epoch, s.message)});
         },
-        [engine_call](register_msg& m) -> caf::result<op_ack> {
-            return engine_call([&m](rank_engine& e) { return e.register_request(m.slot, m.params, m.history); });
+        [self, engine_call](register_msg& m) -> caf::result<op_ack> {
+            return engine_call([self, &m](rank_engine& e) {
+                status s = e.register_request(m.slot, m.params, m.history);
+                if (s.is_ok()) self->state.contexts[static_cast<size_t>(m.slot)] = context_of(m.history);
+                return s;
+            });
         },
-        [engine_call](release_msg& m) -> caf::result<op_ack> {
-            return engine_call([&m](rank_engine& e) { return e.release(m.slot); });
+        [self, engine_call](release_msg& m) -> caf::result<op_ack> {
+            return engine_call([self, &m](rank_engine& e) {
+                status s = e.release(m.slot);
+                if (s.is_ok()) self->state.contexts[static_cast<size_t>(m.slot)] = 0;
+                return s;
+            });
         },
         [engine_call](health_msg&) -> caf::result<op_ack> {
             return engine_call([](rank_engine& e) { return e.init_status(); });
@@ -140,8 +193,18 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
         [self, rank](remote_commit_msg& m) {
             rank_process_state& st = self->state;
             if (!st.engine || m.step_id != st.last_step.id) return;
-            status s = st.engine->commit(st.last_step, m.own ? st.last_outputs : m.agreed);
+            const step_outputs& agreed = m.own ? st.last_outputs : m.agreed;
+            status s = st.engine->commit(st.last_step, agreed);
             if (!s.is_ok()) rank_log().error("rank {}: commit of step {} failed: {}", rank, m.step_id, s.message);
+            // The accepted tokens extend each request's context (gateway/steps.cpp commits the same).
+            const int32_t n = st.last_step.plan.tokens_per_req;
+            for (int32_t b = 0; s.is_ok() && b < agreed.batch_size(); ++b) {
+                uint64_t& context = st.contexts[static_cast<size_t>(st.last_step.slots[static_cast<size_t>(b)])];
+                const int32_t accepted = agreed.packed[static_cast<size_t>(agreed.batch_size()) * static_cast<size_t>(n) + static_cast<size_t>(b)];
+                for (int32_t i = 0; i < accepted; ++i) {
+                    context = logits_source::next_context(context, agreed.packed[static_cast<size_t>(b) * static_cast<size_t>(n) + static_cast<size_t>(i)]);
+                }
+            }
         },
     };
 }
@@ -159,13 +222,13 @@ caf::expected<caf::actor> connect(caf::actor_system& system, const std::string& 
 }  // namespace
 
 status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host, uint16_t port,
-                        const topology_config& topology) {
+                        const topology_config& topology, const logits_source* source) {
     auto coordinator = connect(system, host, port, topology.join_timeout);
     if (!coordinator) {
         return {status_code::aborted, fmt::format("rank {}: cannot reach the coordinator at {}:{}: {}", rank, host, port,
                                                   caf::to_string(coordinator.error()))};
     }
-    auto me = system.spawn<caf::detached>(rank_process_behavior, config, rank);
+    auto me = system.spawn<caf::detached>(rank_process_behavior, config, rank, source);
     caf::scoped_actor self{system};
     status joined;
     self->request(*coordinator, topology.join_timeout, join_msg{rank, config.tp, config.vocab_size, config.mode, caf::actor_cast<caf::actor>(me)})

@@ -1,7 +1,11 @@
 // One rank in its own process (`distsample rank`): a detached actor owning the rank's engine and
 // transport endpoint joins the coordinator published at host:port (actors/remote_ranks.h), builds a
 // new endpoint through the rendezvous of every epoch the coordinator forms, and runs the steps it
-// is sent. Logits come with each step (remote_step_msg). The coordinator's fault plan
+// is sent. Logits come with each step (remote_step_msg), or, with a local
+// `source` (topology.logits_source), the rank makes its shard of the step's rows itself: row b*N+j
+// is the source's distribution after the request's context (its registered history and the tokens
+// committed since, the last two as an n-gram window) and its drafts 1..j, as the gateway's model
+// makes them (gateway/steps.cpp), and the step message carries none. The coordinator's fault plan
 // (config/fault_plan.h) applies here as in in-process ranks, plus `crash`: the process exits
 // (_exit(3)) when the step arrives; `hang` runs the step with its peers but never answers it.
 #pragma once
@@ -13,6 +17,7 @@
 
 #include "config/group_config.h"
 #include "config/topology_config.h"
+#include "sources/logits_source.h"
 #include "kernels/sampling_types.h"
 
 namespace ds {
@@ -23,6 +28,6 @@ namespace ds {
 // `system`: CAF 0.17's teardown can wait forever for an actor the middleman sent to the (now gone)
 // coordinator, since something in the middleman keeps a strong reference to it.
 status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host, uint16_t port,
-                        const topology_config& topology = {});
+                        const topology_config& topology = {}, const logits_source* source = nullptr);
 
 }  // namespace ds

@@ -69,8 +69,10 @@ std::pair<int32_t, std::string> not_formed(const membership_state& st, int32_t r
     return {rank, fmt::format("the group is being formed (epoch {})", st.epoch)};
 }
 
-// Copies rank `rank`'s shard rows (row stride = shard vocab) for a remote_step_msg.
+// Copies rank `rank`'s shard rows (row stride = shard vocab) for a remote_step_msg; nothing when
+// the ranks make their own logits (no shards).
 status copy_shard(const dist_step& step, int32_t rank, remote_step_msg& out) {
+    if (step.shards.empty()) return status::success();
     const logits_view& v = step.shards[static_cast<size_t>(rank)];
     if (v.on_device) return {status_code::unsupported, "logits in device memory cannot be sent to a rank process"};
     const size_t row_bytes = static_cast<size_t>(v.vocab) * dtype_size(v.dtype);

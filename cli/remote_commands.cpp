@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "cli/commands.h"
 #include "cli/step_json.h"
 #include "config/config_file.h"
+#include "sources/model_factory.h"
 #include "transport/tcp_bootstrap.h"
 
 namespace ds::cli {
@@ -122,7 +124,7 @@ nlohmann::json serve_line(caf::actor_system& system, const coordinator_actor_typ
     const bool register_requests = doc.value("register", true);
     doc.erase("op");
     doc.erase("register");
-    const json_step step = parse_step(doc, kind);
+    const json_step step = parse_step(doc, kind, !config.ranks_make_logits);
     if (step.vocab_size != config.vocab_size) {
         throw input_error(fmt::format("vocab_size = {}: the coordinator has vocab_size = {}", step.vocab_size, config.vocab_size));
     }
@@ -131,7 +133,7 @@ nlohmann::json serve_line(caf::actor_system& system, const coordinator_actor_typ
         throw_unless_ok(ask(system, coordinator, config, register_msg{b + 1, r.params, r.history}, ack));
     }
     auto request = std::make_shared<step_request>(step.request);
-    request->shards = split_vocab(step.as_input().logits, config.tp);
+    if (!config.ranks_make_logits) request->shards = split_vocab(step.as_input().logits, config.tp);
     step_answer answer;
     throw_unless_ok(ask(system, coordinator, config, submit_msg{request}, answer));
     step_result result(step.batch_size(), step.request.tokens_per_req);
@@ -146,8 +148,9 @@ nlohmann::json serve_line(caf::actor_system& system, const coordinator_actor_typ
 
 int run_coordinator_command(const coordinator_options& options) {
     return run_json_command([&] {
-        const group_config config = load_config(options.group);
+        group_config config = load_config(options.group);
         const topology_config topology = load_topology(options.group, config.tp);
+        config.ranks_make_logits = topology.ranks_make_logits();
         std::string host;
         uint16_t port = 0;
         if (options.listen.empty()) {
@@ -191,10 +194,18 @@ int run_rank_command(const rank_options& options) {
         }
         const int32_t rank = rank_of_this_host(options, topology, config.tp);
         set_rank_environment(topology, rank);
+        std::unique_ptr<logits_source> source;  // null: "wire"
+        if (std::string e = make_logits_source(topology.logits_source, config.vocab_size, topology.model_seed, topology.corpus, source); !e.empty()) {
+            throw input_error(fmt::format("topology.corpus = '{}': {}", topology.corpus, e));
+        }
+        if (source && source->vocab_size() != config.vocab_size) {
+            throw input_error(fmt::format("vocab_size = {}: topology.logits_source = {} has a vocabulary of {}", config.vocab_size,
+                                          topology.logits_source, source->vocab_size()));
+        }
         // Never destroyed: the process ends right after (see run_rank_process).
         auto* cfg = new caf::actor_system_config;
         auto* system = new caf::actor_system{configure_remote_actor_system(*cfg, topology)};
-        const status s = run_rank_process(*system, config, rank, host, port, topology);
+        const status s = run_rank_process(*system, config, rank, host, port, topology, source.get());
         if (!s.is_ok()) std::cerr << "error: " << s.message << std::endl;
         std::fflush(nullptr);
         std::_Exit(s.is_ok() ? 0 : (s.code == status_code::invalid_argument ? 2 : 1));

@@ -26,6 +26,15 @@ struct topology_config {
     std::chrono::milliseconds join_timeout{10000};        // a rank reaching the coordinator and being accepted
     std::chrono::milliseconds heartbeat{250};             // CAF middleman heartbeat between the processes
     std::chrono::milliseconds connection_timeout{2000};   // a peer silent this long is gone (its rank fails)
+    // Where a rank process gets its logits: "wire" (in each step message from the coordinator:
+    // tests, small V) or its own model, "synthetic" (sources/synthetic_logits.h, model_seed) or
+    // "ngram" (sources/ngram_lm.h, trained on corpus), which makes the rows of a step from the
+    // request's context as the gateway's model does (gateway.model); the step then carries none.
+    std::string logits_source = "wire";
+    int32_t model_seed = 1;
+    std::string corpus = "/usr/share/common-licenses/GPL-3";
+
+    bool ranks_make_logits() const { return logits_source != "wire"; }
 };
 
 // Fills `config` from the topology section of the sources; "" or the first error.
