@@ -192,7 +192,7 @@ void bench_rank_processes(const std::string& mode, int steps) {
             }
             if (i >= 20) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
         }
-        print_row("rank processes (CAF middleman, ucx, own logits)", std::move(us));
+        print_row("rank processes (middleman, ucx, own logits)", std::move(us));
         self->send_exit(coordinator, caf::exit_reason::user_shutdown);
         for (const auto& proxy : remote.proxies) self->send_exit(proxy, caf::exit_reason::user_shutdown);
         self->send_exit(remote.membership, caf::exit_reason::user_shutdown);
