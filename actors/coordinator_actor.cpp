@@ -74,7 +74,10 @@ std::string check_request(const group_config& config, const step_request& r, ste
                                  sized(r.final_coins, static_cast<size_t>(bs), "final_coins", true)}) {
         if (!e.empty()) return e;
     }
-    if (r.shards.size() != static_cast<size_t>(config.tp)) {
+    if (config.ranks_make_logits && !r.shards.empty()) {
+        return fmt::format("shards: expected none, the ranks make their own logits (topology.logits_source), got {}", r.shards.size());
+    }
+    if (!config.ranks_make_logits && r.shards.size() != static_cast<size_t>(config.tp)) {
         return fmt::format("shards: expected one logits view per rank ({}), got {}", config.tp, r.shards.size());
     }
     for (size_t rank = 0; rank < r.shards.size(); ++rank) {
@@ -92,7 +95,11 @@ std::string check_request(const group_config& config, const step_request& r, ste
     limits.max_batch = config.max_batch;
     limits.max_tokens_per_req = config.max_tokens_per_req;
     step_input in;
-    in.logits = logits_view{r.shards[0].data, r.shards[0].dtype, static_cast<int64_t>(rows), config.vocab_size, config.vocab_size};
+    // validate_step checks the logits' shape, not their values: without shards (the ranks make
+    // the rows) it gets the shape of the rows the ranks will make.
+    static const float no_logits = 0.0f;
+    in.logits = r.shards.empty() ? logits_view{&no_logits, logits_dtype::f32, static_cast<int64_t>(rows), config.vocab_size, config.vocab_size}
+                                 : logits_view{r.shards[0].data, r.shards[0].dtype, static_cast<int64_t>(rows), config.vocab_size, config.vocab_size};
     in.slots = r.slots.data();
     in.positions = r.positions.data();
     in.batch_size = bs;

@@ -26,7 +26,7 @@ std::set<int32_t> ranks_named(const std::string& message) {
 }
 
 bool can_fail_a_step(fault_kind kind) {
-    return kind == fault_kind::hang || kind == fault_kind::delay_kernel || kind == fault_kind::delay_transport ||
+    return kind == fault_kind::hang || kind == fault_kind::crash || kind == fault_kind::delay_kernel || kind == fault_kind::delay_transport ||
            kind == fault_kind::corrupt_payload;
 }
 

@@ -124,6 +124,13 @@ struct remote_step_msg {
     std::vector<uint8_t> logits;
 };
 
+// Coordinator -> a rank process: its fault plan (config/fault_plan.h) as the seed and the fault
+// texts; answered with op_ack once the rank applies it to its next step.
+struct remote_fault_plan_msg {
+    uint64_t seed = 0;
+    std::vector<std::string> faults;
+};
+
 // A rank process's answer: rank_result with the outputs by value.
 struct remote_result {
     int32_t rank = 0;
@@ -258,6 +265,11 @@ typename Inspector::result_type inspect(Inspector& f, remote_result& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, remote_fault_plan_msg& x) {
+    return f(caf::meta::type_name("remote_fault_plan_msg"), x.seed, x.faults);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, remote_commit_msg& x) {
     return f(caf::meta::type_name("remote_commit_msg"), x.step_id, x.own, x.agreed);
 }
@@ -286,6 +298,7 @@ CAF_ADD_TYPE_ID(distsample, (ds::form_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::remote_step_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::remote_result))
 CAF_ADD_TYPE_ID(distsample, (ds::remote_commit_msg))
+CAF_ADD_TYPE_ID(distsample, (ds::remote_fault_plan_msg))
 CAF_END_TYPE_ID_BLOCK(distsample)
 
 // Process-local messages (they carry shared pointers): never serialized.
@@ -321,7 +334,8 @@ using remote_rank_actor_type = caf::typed_actor<caf::replies_to<form_msg>::with<
                                                 caf::replies_to<release_msg>::with<op_ack>,
                                                 caf::replies_to<health_msg>::with<op_ack>,
                                                 caf::replies_to<remote_step_msg>::with<remote_result>,
-                                                caf::reacts_to<remote_commit_msg>>;
+                                                caf::reacts_to<remote_commit_msg>,
+                                                caf::replies_to<remote_fault_plan_msg>::with<op_ack>>;
 
 // Turns library calls into ordered submissions (actors/group.cpp).
 using client_actor_type = caf::typed_actor<caf::reacts_to<client_submit_msg>>;

@@ -28,18 +28,6 @@ struct rank_state {
     static inline const char* name = "distsample.rank";
 };
 
-// The desync faults: a changed first token, a changed first accept length (DESIGN.md §4 catches
-// both by the digest).
-void alter_outputs(bool token, bool accept_length, int32_t vocab, int32_t n, step_outputs& out) {
-    const int32_t bs = out.batch_size();
-    if (bs == 0) return;
-    if (token) out.packed[0] = (out.packed[0] + 1) % vocab;
-    if (accept_length) {
-        int32_t& length = out.packed[static_cast<size_t>(bs) * static_cast<size_t>(n)];
-        length = length == 1 ? 2 : 1;
-    }
-}
-
 rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank_state> self, group_config config, int32_t rank,
                                          transport_group* transport) {
     self->state.transport = transport;

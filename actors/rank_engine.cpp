@@ -7,6 +7,16 @@
 
 namespace ds {
 
+void alter_outputs(bool token, bool accept_length, int32_t vocab, int32_t n, step_outputs& out) {
+    const int32_t bs = out.batch_size();
+    if (bs == 0) return;
+    if (token) out.packed[0] = (out.packed[0] + 1) % vocab;
+    if (accept_length) {
+        int32_t& length = out.packed[static_cast<size_t>(bs) * static_cast<size_t>(n)];
+        length = length == 1 ? 2 : 1;
+    }
+}
+
 namespace {
 
 kernel_config rank_kernel_config(const group_config& config, int32_t max_batch) {

@@ -13,6 +13,10 @@
 
 namespace ds {
 
+// The desync faults (config/fault_plan.h): a changed first token, a changed first accept length
+// (DESIGN.md §4 catches both by the digest). Used by in-process ranks and rank processes alike.
+void alter_outputs(bool token, bool accept_length, int32_t vocab, int32_t n, step_outputs& out);
+
 // What the group's mode needs of each rank's transport endpoint (swap rows, collective bytes).
 transport_config rank_transport_config(const group_config& config);
 

@@ -3,12 +3,19 @@
 #include <caf/io/all.hpp>
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "actors/log.h"
 #include "actors/messages.h"
 #include "actors/rank_engine.h"
+#include "config/fault_plan.h"
+#include "transport/faulty_transport.h"
 #include "transport/tcp_bootstrap.h"
 #include "transport/transport_factory.h"
 
@@ -18,7 +25,14 @@ namespace {
 
 struct rank_process_state {
     std::unique_ptr<transport> endpoint;
-    std::unique_ptr<rank_engine> engine;  // uses *endpoint: reset first
+    std::unique_ptr<faulty_transport> faulty;  // wraps *endpoint, for the plan's transport faults
+    std::unique_ptr<rank_engine> engine;       // uses *faulty: reset first
+    fault_plan plan;
+    std::vector<caf::response_promise> unanswered;  // steps swallowed by a hang fault, dropped at the next form
+    const logits_source* source = nullptr;  // null: the logits come with each step
+    std::vector<uint64_t> contexts;         // by slot: the source's context of the request
+    std::vector<float> source_row;          // one full-vocab row of the source
+    std::vector<uint8_t> own_logits;        // this rank's shard of the current step, from the source
     dist_step last_step;                  // kept for its commit
     step_outputs last_outputs;
     static inline const char* name = "distsample.rank_process";
@@ -26,49 +40,97 @@ struct rank_process_state {
 
 using rank_process_actor = remote_rank_actor_type::stateful_pointer<rank_process_state>;
 
+// Rank `rank`'s shard of the step's rows from `source` (see rank_process.h), f32.
+void make_shard(const logits_source& source, const std::vector<uint64_t>& contexts, const dist_step& step, int32_t rank,
+                std::vector<float>& row, std::vector<uint8_t>& out) {
+    const int32_t n = step.plan.tokens_per_req;
+    const auto shard_vocab = static_cast<size_t>(step.plan.shard_vocab);
+    row.resize(static_cast<size_t>(source.vocab_size()));
+    out.resize(static_cast<size_t>(step.plan.bs) * static_cast<size_t>(n) * shard_vocab * sizeof(float));
+    auto* shard = reinterpret_cast<float*>(out.data());
+    for (int32_t b = 0; b < step.plan.bs; ++b) {
+        uint64_t context = contexts[static_cast<size_t>(step.slots[static_cast<size_t>(b)])];
+        for (int32_t j = 0; j < n; ++j) {
+            const size_t at = static_cast<size_t>(b) * static_cast<size_t>(n) + static_cast<size_t>(j);
+            if (j > 0) context = logits_source::next_context(context, step.candidates[at]);
+            source.logits(context, row.data());
+            std::copy_n(row.data() + static_cast<size_t>(step.plan.vocab_begin(rank)), shard_vocab, shard + at * shard_vocab);
+        }
+    }
+}
+
+uint64_t context_of(const std::vector<int32_t>& tokens) {
+    uint64_t context = 0;
+    for (int32_t token : tokens) context = logits_source::next_context(context, token);
+    return context;
+}
+
 // Drops the old endpoint and builds one through the epoch's rendezvous, then a fresh engine.
 status form(rank_process_state& st, const group_config& config, int32_t rank, const form_msg& m) {
     st.engine.reset();
+    st.faulty.reset();
     st.endpoint.reset();
+    st.unanswered.clear();  // the coordinator gave up on them before it formed a new epoch
     tcp_bootstrap boot(m.host, m.port, rank, config.tp, config.transport_timeout);
     if (status s = make_rank_transport(config.transport, rank_transport_config(config), boot, st.endpoint); !s.is_ok()) return s;
-    auto engine = std::make_unique<rank_engine>(config, rank, *st.endpoint);
+    st.faulty = std::make_unique<faulty_transport>(*st.endpoint, config.payload_checksums);
+    auto engine = std::make_unique<rank_engine>(config, rank, *st.faulty);
     if (!engine->init_status().is_ok()) return engine->init_status();
+    st.contexts.assign(static_cast<size_t>(config.max_slots), 0);
     for (const register_msg& r : m.registrations) {
         if (status s = engine->register_request(r.slot, r.params, r.history); !s.is_ok()) return s;
+        st.contexts[static_cast<size_t>(r.slot)] = context_of(r.history);
     }
     st.engine = std::move(engine);
     return status::success();
 }
 
-remote_result run_step(rank_process_state& st, int32_t rank, remote_step_msg& m) {
+// The plan's faults for this step, as in-process ranks apply them (actors/rank_actor.cpp), then the
+// step. The caller handles crash (before) and hang (after: the answer is never sent).
+remote_result run_step(rank_process_state& st, int32_t rank, int32_t vocab, const rank_step_faults& faults, remote_step_msg& m) {
     remote_result result;
     result.rank = rank;
     result.step_id = m.step.id;
     status s = st.engine ? status::success() : status{status_code::aborted, "no transport endpoint: the group is not formed"};
+    if (s.is_ok() && st.source != nullptr) {
+        if (!m.logits.empty()) {
+            s = status::invalid(fmt::format("the step carries {} bytes of logits, but this rank makes its own (topology.logits_source): "
+                                            "expected the same topology.logits_source at the coordinator",
+                                            m.logits.size()));
+        } else {
+            make_shard(*st.source, st.contexts, m.step, rank, st.source_row, st.own_logits);
+            m.dtype = logits_dtype::f32;
+        }
+    }
+    const std::vector<uint8_t>& logits = st.source != nullptr ? st.own_logits : m.logits;
     const size_t row_bytes = static_cast<size_t>(m.step.plan.shard_vocab) * dtype_size(m.dtype);
-    if (s.is_ok() && (row_bytes == 0 || m.logits.size() % row_bytes != 0)) {
-        s = status::invalid(fmt::format("logits: {} bytes is not a whole number of {}-byte shard rows", m.logits.size(), row_bytes));
+    if (s.is_ok() && (row_bytes == 0 || logits.size() % row_bytes != 0)) {
+        s = status::invalid(fmt::format("logits: {} bytes is not a whole number of {}-byte shard rows", logits.size(), row_bytes));
     }
     if (s.is_ok()) {
-        const auto rows = static_cast<int64_t>(m.logits.size() / row_bytes);
+        const auto rows = static_cast<int64_t>(logits.size() / row_bytes);
         m.step.shards.assign(static_cast<size_t>(m.step.plan.tp), logits_view{});
-        m.step.shards[static_cast<size_t>(rank)] = logits_view{m.logits.data(), m.dtype, rows, m.step.plan.shard_vocab, m.step.plan.shard_vocab};
+        m.step.shards[static_cast<size_t>(rank)] = logits_view{logits.data(), m.dtype, rows, m.step.plan.shard_vocab, m.step.plan.shard_vocab};
+        if (faults.kernel_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms));
+        st.faulty->arm(faults.transport_delay_ms, faults.corrupt_payload, m.step.id);
         s = st.engine->run(m.step, result.outputs);
+        if (s.is_ok()) alter_outputs(faults.alter_token, faults.alter_accept_length, vocab, m.step.plan.tokens_per_req, result.outputs);
         result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns(), st.engine->last_received_bytes()};
     }
     result.code = static_cast<int32_t>(s.code);
     result.message = s.message;
     if (s.is_ok()) {
         result.digest = result.outputs.digest();
-        m.step.shards.clear();  // they point into the message
+        m.step.shards.clear();  // they point into the message or own_logits
         st.last_step = std::move(m.step);
         st.last_outputs = result.outputs;
     }
     return result;
 }
 
-remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor self, group_config config, int32_t rank) {
+remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor self, group_config config, int32_t rank,
+                                                            const logits_source* source) {
+    self->state.source = source;
     auto ack = [rank](const status& s) -> caf::result<op_ack> {
         if (!s.is_ok()) return make_caf_error(status{s.code, fmt::format("rank {}: {}", rank, s.message)});
         return op_ack{rank};
@@ -83,26 +145,71 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
             if (s.is_ok()) rank_log().info("rank {}: formed epoch {}", rank, m.epoch);
             return ack(s.is_ok() ? s : status{s.code, fmt::format("epoch {}: {}", m.epoch, s.message)});
         },
-        [engine_call](register_msg& m) -> caf::result<op_ack> {
-            return engine_call([&m](rank_engine& e) { return e.register_request(m.slot, m.params, m.history); });
+        [self, engine_call](register_msg& m) -> caf::result<op_ack> {
+            return engine_call([self, &m](rank_engine& e) {
+                status s = e.register_request(m.slot, m.params, m.history);
+                if (s.is_ok()) self->state.contexts[static_cast<size_t>(m.slot)] = context_of(m.history);
+                return s;
+            });
         },
-        [engine_call](release_msg& m) -> caf::result<op_ack> {
-            return engine_call([&m](rank_engine& e) { return e.release(m.slot); });
+        [self, engine_call](release_msg& m) -> caf::result<op_ack> {
+            return engine_call([self, &m](rank_engine& e) {
+                status s = e.release(m.slot);
+                if (s.is_ok()) self->state.contexts[static_cast<size_t>(m.slot)] = 0;
+                return s;
+            });
         },
         [engine_call](health_msg&) -> caf::result<op_ack> {
             return engine_call([](rank_engine& e) { return e.init_status(); });
         },
-        [self, rank](remote_step_msg& m) -> remote_result { return run_step(self->state, rank, m); },
+        [self, rank, vocab = config.vocab_size](remote_step_msg& m) -> caf::result<remote_result> {
+            const rank_step_faults faults = faults_at(self->state.plan, rank, m.step.id);
+            if (faults.crash) {
+                rank_log().warn("rank {}: fault plan: crash at step {}", rank, m.step.id);
+                rank_log().flush();
+                ::_exit(3);
+            }
+            const remote_result result = run_step(self->state, rank, vocab, faults, m);
+            if (faults.hang) {
+                // The step ran, so the peers' collectives completed: over UCX a peer that never
+                // enters them looks slow, not gone, and the peers' timeouts would blame themselves.
+                rank_log().warn("rank {}: fault plan: hang at step {} (not answered)", rank, result.step_id);
+                self->state.unanswered.push_back(self->make_response_promise());
+                return caf::delegated<remote_result>{};
+            }
+            return result;
+        },
+        [self, rank](remote_fault_plan_msg& m) -> caf::result<op_ack> {
+            fault_plan plan;
+            plan.seed = m.seed;
+            for (const std::string& text : m.faults) {
+                fault_spec spec;
+                if (std::string e = parse_fault_spec(text, spec); !e.empty()) return make_caf_error(status::invalid(fmt::format("rank {}: {}", rank, e)));
+                plan.faults.push_back(spec);
+            }
+            self->state.plan = std::move(plan);
+            return op_ack{rank};
+        },
         [self, rank](remote_commit_msg& m) {
             rank_process_state& st = self->state;
             if (!st.engine || m.step_id != st.last_step.id) return;
-            status s = st.engine->commit(st.last_step, m.own ? st.last_outputs : m.agreed);
+            const step_outputs& agreed = m.own ? st.last_outputs : m.agreed;
+            status s = st.engine->commit(st.last_step, agreed);
             if (!s.is_ok()) rank_log().error("rank {}: commit of step {} failed: {}", rank, m.step_id, s.message);
+            // The accepted tokens extend each request's context (gateway/steps.cpp commits the same).
+            const int32_t n = st.last_step.plan.tokens_per_req;
+            for (int32_t b = 0; s.is_ok() && b < agreed.batch_size(); ++b) {
+                uint64_t& context = st.contexts[static_cast<size_t>(st.last_step.slots[static_cast<size_t>(b)])];
+                const int32_t accepted = agreed.packed[static_cast<size_t>(agreed.batch_size()) * static_cast<size_t>(n) + static_cast<size_t>(b)];
+                for (int32_t i = 0; i < accepted; ++i) {
+                    context = logits_source::next_context(context, agreed.packed[static_cast<size_t>(b) * static_cast<size_t>(n) + static_cast<size_t>(i)]);
+                }
+            }
         },
     };
 }
 
-// The coordinator may start after its ranks: retry until the transport timeout.
+// The coordinator may start after its ranks: retry until the join timeout.
 caf::expected<caf::actor> connect(caf::actor_system& system, const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
@@ -114,16 +221,17 @@ caf::expected<caf::actor> connect(caf::actor_system& system, const std::string& 
 
 }  // namespace
 
-status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host, uint16_t port) {
-    auto coordinator = connect(system, host, port, config.transport_timeout);
+status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host, uint16_t port,
+                        const topology_config& topology, const logits_source* source) {
+    auto coordinator = connect(system, host, port, topology.join_timeout);
     if (!coordinator) {
         return {status_code::aborted, fmt::format("rank {}: cannot reach the coordinator at {}:{}: {}", rank, host, port,
                                                   caf::to_string(coordinator.error()))};
     }
-    auto me = system.spawn<caf::detached>(rank_process_behavior, config, rank);
+    auto me = system.spawn<caf::detached>(rank_process_behavior, config, rank, source);
     caf::scoped_actor self{system};
     status joined;
-    self->request(*coordinator, config.step_timeout, join_msg{rank, config.tp, config.vocab_size, config.mode, caf::actor_cast<caf::actor>(me)})
+    self->request(*coordinator, topology.join_timeout, join_msg{rank, config.tp, config.vocab_size, config.mode, caf::actor_cast<caf::actor>(me)})
         .receive([](op_ack&) {}, [&](caf::error& e) { joined = to_status(e, fmt::format("rank {}: the coordinator did not answer the join", rank)); });
     if (joined.is_ok()) {
         rank_log().info("rank {} joined the coordinator at {}:{}", rank, host, port);

@@ -28,8 +28,10 @@ struct pending_call {
 struct membership_state {
     group_config config;
     std::string host;                                  // where each epoch's rendezvous listens
+    uint16_t rendezvous_port = 0;                      // and on which port (0: any free one)
     std::vector<remote_rank_actor_type> ranks;         // null until the rank joins
     std::vector<register_msg> registrations;           // by slot, replayed when the group forms
+    remote_fault_plan_msg faults;                      // every rank's plan, sent again when the group forms
     bool formed = false;
     bool forming = false;
     bool reform_requested = false;                     // while forming: form again when done
@@ -67,8 +69,10 @@ std::pair<int32_t, std::string> not_formed(const membership_state& st, int32_t r
     return {rank, fmt::format("the group is being formed (epoch {})", st.epoch)};
 }
 
-// Copies rank `rank`'s shard rows (row stride = shard vocab) for a remote_step_msg.
+// Copies rank `rank`'s shard rows (row stride = shard vocab) for a remote_step_msg; nothing when
+// the ranks make their own logits (no shards).
 status copy_shard(const dist_step& step, int32_t rank, remote_step_msg& out) {
+    if (step.shards.empty()) return status::success();
     const logits_view& v = step.shards[static_cast<size_t>(rank)];
     if (v.on_device) return {status_code::unsupported, "logits in device memory cannot be sent to a rank process"};
     const size_t row_bytes = static_cast<size_t>(v.vocab) * dtype_size(v.dtype);
@@ -83,6 +87,13 @@ status copy_shard(const dist_step& step, int32_t rank, remote_step_msg& out) {
 }
 
 void try_form(membership_actor* self);
+
+// A plan as it travels to a rank process: its seed and fault texts.
+remote_fault_plan_msg remote_plan(const fault_plan& plan) {
+    remote_fault_plan_msg msg{plan.seed, {}};
+    for (const fault_spec& f : plan.faults) msg.faults.push_back(format_fault_spec(f));
+    return msg;
+}
 
 // The rendezvous blocks until every rank has arrived (bounded): a blocking actor, its own thread.
 // (Arguments passed through spawn, not captured: CAF 0.17 dereferences a null argument tuple for
@@ -128,7 +139,7 @@ void try_form(membership_actor* self) {
     st.forming = true;
     const uint64_t epoch = ++st.epoch;
     auto rendezvous = std::make_shared<tcp_rendezvous>();
-    if (status s = rendezvous->listen(st.host, 0); !s.is_ok()) {
+    if (status s = rendezvous->listen(st.host, st.rendezvous_port); !s.is_ok()) {
         form_done(self, epoch, s);
         return;
     }
@@ -141,6 +152,10 @@ void try_form(membership_actor* self) {
     const form_msg form{epoch, st.host, rendezvous->port(), std::move(live)};
     auto remaining = std::make_shared<int32_t>(st.config.tp);
     for (int32_t r = 0; r < st.config.tp; ++r) {
+        // Before the form_msg (one sender, so in order): a restarted process gets its plan back.
+        // A plan the rank rejects was rejected when it was set, so the answer is only logged.
+        self->request(st.ranks[static_cast<size_t>(r)], 2 * timeout, st.faults)
+            .then([](op_ack&) {}, [r](caf::error& e) { coordinator_log().warn("rank {}: fault plan: {}", r, caf::to_string(e)); });
         self->request(st.ranks[static_cast<size_t>(r)], 2 * timeout, form)
             .then(
                 [self, epoch, remaining](op_ack&) {
@@ -198,10 +213,12 @@ caf::result<op_ack> forward_op(membership_actor* self, int32_t rank, const Msg& 
     return caf::delegated<op_ack>{};
 }
 
-caf::behavior membership_behavior(membership_actor* self, group_config config, std::string host) {
+caf::behavior membership_behavior(membership_actor* self, group_config config, std::string host, uint16_t rendezvous_port) {
     membership_state& st = self->state;
     st.config = config;
     st.host = std::move(host);
+    st.rendezvous_port = rendezvous_port;
+    st.faults = remote_plan(config.faults);
     st.ranks.resize(static_cast<size_t>(config.tp));
     st.registrations.resize(static_cast<size_t>(config.max_slots));
     self->set_down_handler([self](caf::down_msg& d) { on_down(self, d); });
@@ -279,6 +296,12 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
             return forward_op(self, rank, m);
         },
         [self](int32_t rank, health_msg& m) -> caf::result<op_ack> { return forward_op(self, rank, m); },
+        // Every rank gets the same plan; one that is not formed takes it when the group forms.
+        [self](int32_t rank, fault_plan_msg& m) -> caf::result<op_ack> {
+            self->state.faults = remote_plan(m.plan ? *m.plan : fault_plan{});
+            if (!self->state.formed) return op_ack{rank};
+            return forward_op(self, rank, self->state.faults);
+        },
     };
 }
 
@@ -301,8 +324,9 @@ rank_actor_type::behavior_type rank_proxy(rank_actor_type::pointer self, caf::ac
         [rank](fault_msg&) -> caf::result<op_ack> {
             return make_caf_error(status{status_code::unsupported, fmt::format("rank {}: fault hooks are not available in rank processes", rank)});
         },
-        [rank](fault_plan_msg&) -> caf::result<op_ack> {
-            return make_caf_error(status{status_code::unsupported, fmt::format("rank {}: fault plans are not available in rank processes", rank)});
+        [forward](fault_plan_msg& m) -> caf::result<op_ack> {
+            forward(m);
+            return caf::delegated<op_ack>{};
         },
         [forward](run_step_msg& m) -> caf::result<rank_result> {
             forward(m);
@@ -333,19 +357,19 @@ class remote_transport_group final : public transport_group {
 
 }  // namespace
 
-caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config& cfg) {
+caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config& cfg, const topology_config& topology) {
     configure_actor_system(cfg);
     cfg.load<caf::io::middleman>();
     // A rank process whose host vanishes without closing its connection is noticed after
     // connection-timeout without heartbeats; a killed process is noticed at once (connection reset).
-    cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds{250}});
-    cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds{2}});
+    cfg.set("middleman.heartbeat-interval", caf::timespan{topology.heartbeat});
+    cfg.set("middleman.connection-timeout", caf::timespan{topology.connection_timeout});
     return cfg;
 }
 
 status publish_remote_ranks(caf::actor_system& system, const group_config& config, const std::string& host, uint16_t port,
-                            remote_ranks& out) {
-    out.membership = system.spawn(membership_behavior, config, host);
+                            remote_ranks& out, const topology_config& topology) {
+    out.membership = system.spawn(membership_behavior, config, host, static_cast<uint16_t>(topology.rendezvous_port));
     auto published = system.middleman().publish(out.membership, port, host.c_str(), true);
     if (!published) {
         caf::anon_send_exit(out.membership, caf::exit_reason::user_shutdown);

@@ -22,13 +22,14 @@
 
 #include "actors/messages.h"
 #include "config/group_config.h"
+#include "config/topology_config.h"
 #include "transport/transport_group.h"
 
 namespace ds {
 
-// Loads the middleman and sets its heartbeat and connection timeout (Debian's CAF has heartbeats
-// off, and a dead peer would then only be noticed when its connection resets).
-caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config& cfg);
+// Loads the middleman and sets its heartbeat and connection timeout from the topology (Debian's
+// CAF has heartbeats off, and a dead peer would then only be noticed when its connection resets).
+caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config& cfg, const topology_config& topology = {});
 
 struct remote_ranks {
     std::vector<rank_actor_type> proxies;         // rank r's stand-in, for spawn_coordinator_actor
@@ -38,8 +39,8 @@ struct remote_ranks {
 };
 
 // Publishes the membership actor on host:port (port 0: any free port). The rendezvous of each
-// epoch listens on `host` too.
+// epoch listens on `host` too, on topology.rendezvous_port.
 status publish_remote_ranks(caf::actor_system& system, const group_config& config, const std::string& host, uint16_t port,
-                            remote_ranks& out);
+                            remote_ranks& out, const topology_config& topology = {});
 
 }  // namespace ds

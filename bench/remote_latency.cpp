@@ -1,7 +1,9 @@
 // Step latency through rank processes (CAF middleman, ucx between the ranks) against rank threads
 // of one process (the embedded group, on the local and on the ucx transport): p50 and p99 of a
 // small sample step (TP = 4, bs = 4, V = 4096, CPU backend), submit -> reply at the caller.
-// The 4 rank processes are forked from this one before it starts any thread.
+// The 4 rank processes are forked from this one before it starts any thread. They make their own
+// logits (the synthetic model, topology.logits_source): their step messages carry none, as in a
+// deployment; the in-process ranks read the same model's rows in place.
 //
 //   bench_remote_latency [steps=300] [mode=swap]
 #include <caf/io/all.hpp>
@@ -93,6 +95,9 @@ ds::sampling_params params_of(int32_t b) {
     return p;
 }
 
+// A request's history: its context for the ranks' model (two tokens, like a prompt).
+std::vector<int32_t> history_of(int32_t b) { return {b + 1, 7 * b + 3}; }
+
 void print_row(const std::string& path, std::vector<double> us) {
     std::sort(us.begin(), us.end());
     auto at = [&us](double q) { return us[std::min(us.size() - 1, static_cast<size_t>(q * static_cast<double>(us.size())))]; };
@@ -133,7 +138,8 @@ ds::status ask(caf::scoped_actor& self, const ds::coordinator_actor_type& coordi
 }
 
 void bench_rank_processes(const std::string& mode, int steps) {
-    const ds::group_config config = bench_config(mode, "ucx");
+    ds::group_config config = bench_config(mode, "ucx");
+    config.ranks_make_logits = true;
     const uint16_t port = free_port();
     std::vector<pid_t> children;
     for (int32_t r = 0; r < kTp; ++r) {
@@ -142,7 +148,10 @@ void bench_rank_processes(const std::string& mode, int steps) {
             // Never destroyed: the child ends right after (see run_rank_process).
             auto* cfg = new caf::actor_system_config;
             auto* system = new caf::actor_system{ds::configure_remote_actor_system(*cfg)};
-            const ds::status s = ds::run_rank_process(*system, config, r, "127.0.0.1", port);
+            ds::synthetic_lm_config lm;
+            lm.vocab_size = kVocab;
+            const ds::synthetic_lm model(lm);
+            const ds::status s = ds::run_rank_process(*system, config, r, "127.0.0.1", port, ds::topology_config{}, &model);
             ::_exit(s.is_ok() ? 0 : 1);
         }
         children.push_back(pid);
@@ -159,7 +168,7 @@ void bench_rank_processes(const std::string& mode, int steps) {
         caf::scoped_actor self{system};
         // Wait for the group to form (registrations fail fast until then).
         const auto deadline = clock_type::now() + std::chrono::seconds{20};
-        while (!ask<ds::op_ack>(self, coordinator, ds::register_msg{1, params_of(0), {}}).is_ok()) {
+        while (!ask<ds::op_ack>(self, coordinator, ds::register_msg{1, params_of(0), history_of(0)}).is_ok()) {
             if (clock_type::now() > deadline) {
                 fmt::print(stderr, "the rank processes did not form a group\n");
                 std::exit(1);
@@ -167,10 +176,11 @@ void bench_rank_processes(const std::string& mode, int steps) {
             std::this_thread::sleep_for(std::chrono::milliseconds{50});
         }
         for (int32_t b = 1; b < kBatch; ++b) {
-            if (!ask<ds::op_ack>(self, coordinator, ds::register_msg{b + 1, params_of(b), {}}).is_ok()) std::exit(1);
+            if (!ask<ds::op_ack>(self, coordinator, ds::register_msg{b + 1, params_of(b), history_of(b)}).is_ok()) std::exit(1);
         }
-        const step_data d = make_step();
-        auto request = std::make_shared<const ds::step_request>(d.request);
+        ds::step_request own_logits = make_step().request;
+        own_logits.shards.clear();  // the ranks make them
+        auto request = std::make_shared<const ds::step_request>(own_logits);
         std::vector<double> us;
         for (int i = 0; i < steps + 20; ++i) {
             const auto t0 = clock_type::now();
@@ -182,7 +192,7 @@ void bench_rank_processes(const std::string& mode, int steps) {
             }
             if (i >= 20) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
         }
-        print_row("rank processes (CAF middleman, ucx)", std::move(us));
+        print_row("rank processes (middleman, ucx, own logits)", std::move(us));
         self->send_exit(coordinator, caf::exit_reason::user_shutdown);
         for (const auto& proxy : remote.proxies) self->send_exit(proxy, caf::exit_reason::user_shutdown);
         self->send_exit(remote.membership, caf::exit_reason::user_shutdown);

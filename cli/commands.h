@@ -47,18 +47,21 @@ int run_demo_command(const demo_options& options);
 int run_serve_command(const group_options& options);
 
 // A coordinator whose ranks are processes (`distsample rank`): publishes it on `listen`
-// (HOST:PORT) and serves JSON steps on stdin, one per line (cli/remote_commands.cpp).
+// (HOST:PORT; empty: the config key topology.coordinator) and serves JSON steps on stdin, one
+// per line (cli/remote_commands.cpp).
 struct coordinator_options {
-    std::string listen = "127.0.0.1:7710";
+    std::string listen;
     group_options group;
 };
 
 int run_coordinator_command(const coordinator_options& options);
 
-// One rank process joining the coordinator at `coordinator` (HOST:PORT); serves until it is gone.
+// One rank process joining the coordinator at `coordinator` (HOST:PORT; empty: the config key
+// topology.coordinator); serves until it is gone. rank -1: the rank whose topology.hosts entry
+// is an address of this host.
 struct rank_options {
-    std::string coordinator = "127.0.0.1:7710";
-    int32_t rank = 0;
+    std::string coordinator;
+    int32_t rank = -1;
     group_options group;
 };
 

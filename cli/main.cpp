@@ -80,13 +80,14 @@ int main(int argc, char** argv) {
     ds::cli::coordinator_options coordinator;
     CLI::App* coordinator_cmd = app.add_subcommand(
         "coordinator", "Coordinate rank processes (`distsample rank`): JSON steps on stdin, one per line with \"op\": sample|verify|health");
-    coordinator_cmd->add_option("--listen", coordinator.listen, "HOST:PORT the rank processes join (port 0: any free port)")->capture_default_str();
+    coordinator_cmd->add_option("--listen", coordinator.listen,
+                                "HOST:PORT the rank processes join, port 0: any free port (config key topology.coordinator, default 127.0.0.1:7710)");
     add_group_options(coordinator_cmd, coordinator.group);
 
     ds::cli::rank_options rank;
     CLI::App* rank_cmd = app.add_subcommand("rank", "One rank process: join the coordinator and run its steps (transport ucx)");
-    rank_cmd->add_option("--coordinator", rank.coordinator, "HOST:PORT of `distsample coordinator --listen`")->capture_default_str();
-    rank_cmd->add_option("--rank", rank.rank, "This process's rank in [0, tp)")->required();
+    rank_cmd->add_option("--coordinator", rank.coordinator, "HOST:PORT of `distsample coordinator --listen` (config key topology.coordinator)");
+    rank_cmd->add_option("--rank", rank.rank, "This process's rank in [0, tp); default: the rank whose topology.hosts entry is this host");
     add_group_options(rank_cmd, rank.group);
 
     ds::cli::group_options check;

@@ -3,13 +3,21 @@
 // document per line: the input of `distsample kernel` plus "op": "sample" or "verify" (or just
 // {"op": "health"}); it answers each with one line on stdout, the JSON of `distsample kernel`, or
 // {"error": "..."}. Request b is registered into slot b + 1 first, unless "register": false. Its first line is {"listening": "HOST:PORT"}. It stops at the end of stdin.
+// Both take where they run and meet from the config's "topology" section (config/topology_config.h);
+// --listen, --coordinator and --rank override it.
 #include <caf/io/all.hpp>
 #include <fmt/format.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "actors/coordinator_actor.h"
 #include "actors/rank_process.h"
@@ -17,6 +25,7 @@
 #include "cli/commands.h"
 #include "cli/step_json.h"
 #include "config/config_file.h"
+#include "sources/model_factory.h"
 #include "transport/tcp_bootstrap.h"
 
 namespace ds::cli {
@@ -28,6 +37,59 @@ group_config load_config(const group_options& options) {
     if (std::string e = load_group_config(options.config_file, options.overrides, config); !e.empty()) throw input_error(e);
     if (std::string e = validate_group_config(config); !e.empty()) throw input_error(e);
     return config;
+}
+
+topology_config load_topology(const group_options& options, int32_t tp) {
+    topology_config topology;
+    if (std::string e = load_topology_config(options.config_file, options.overrides, topology); !e.empty()) throw input_error(e);
+    if (std::string e = validate_topology_config(topology, tp); !e.empty()) throw input_error(e);
+    return topology;
+}
+
+// This host's names for itself: its interfaces' addresses and its host name.
+std::vector<std::string> local_names() {
+    std::vector<std::string> names;
+    ifaddrs* list = nullptr;
+    if (::getifaddrs(&list) == 0) {
+        for (const ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+            if (a->ifa_addr == nullptr || (a->ifa_addr->sa_family != AF_INET && a->ifa_addr->sa_family != AF_INET6)) continue;
+            char text[NI_MAXHOST];
+            const socklen_t size = a->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+            if (::getnameinfo(a->ifa_addr, size, text, sizeof text, nullptr, 0, NI_NUMERICHOST) == 0) names.emplace_back(text);
+        }
+        ::freeifaddrs(list);
+    }
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) == 0) names.emplace_back(host);
+    return names;
+}
+
+// --rank, else the one rank whose topology.hosts entry names this host.
+int32_t rank_of_this_host(const rank_options& options, const topology_config& topology, int32_t tp) {
+    if (options.rank >= 0) {
+        if (options.rank >= tp) throw input_error(fmt::format("--rank {}: expected a rank in [0, {})", options.rank, tp));
+        return options.rank;
+    }
+    if (options.rank != -1) throw input_error(fmt::format("--rank {}: expected a rank in [0, {})", options.rank, tp));
+    if (topology.hosts.empty()) throw input_error("--rank is not given and topology.hosts is empty: expected one or the other");
+    const std::vector<std::string> names = local_names();
+    std::vector<int32_t> here;
+    for (int32_t r = 0; r < tp; ++r) {
+        if (std::find(names.begin(), names.end(), topology.hosts[static_cast<size_t>(r)]) != names.end()) here.push_back(r);
+    }
+    if (here.size() != 1) {
+        throw input_error(fmt::format("--rank is not given and {} entries of topology.hosts name this host: expected exactly one "
+                                      "(give --rank when a host runs several ranks)",
+                                      here.size()));
+    }
+    return here.front();
+}
+
+// What the topology says about a rank process's libraries, set before they start.
+void set_rank_environment(const topology_config& topology, int32_t rank) {
+    if (!topology.ucx_tls.empty()) ::setenv("UCX_TLS", topology.ucx_tls.c_str(), 1);
+    if (!topology.ucx_net_devices.empty()) ::setenv("UCX_NET_DEVICES", topology.ucx_net_devices.c_str(), 1);
+    if (!topology.devices.empty()) ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(topology.devices[static_cast<size_t>(rank)]).c_str(), 1);
 }
 
 void parse_address(const std::string& text, const char* flag, std::string& host, uint16_t& port) {
@@ -62,7 +124,7 @@ nlohmann::json serve_line(caf::actor_system& system, const coordinator_actor_typ
     const bool register_requests = doc.value("register", true);
     doc.erase("op");
     doc.erase("register");
-    const json_step step = parse_step(doc, kind);
+    const json_step step = parse_step(doc, kind, !config.ranks_make_logits);
     if (step.vocab_size != config.vocab_size) {
         throw input_error(fmt::format("vocab_size = {}: the coordinator has vocab_size = {}", step.vocab_size, config.vocab_size));
     }
@@ -71,7 +133,7 @@ nlohmann::json serve_line(caf::actor_system& system, const coordinator_actor_typ
         throw_unless_ok(ask(system, coordinator, config, register_msg{b + 1, r.params, r.history}, ack));
     }
     auto request = std::make_shared<step_request>(step.request);
-    request->shards = split_vocab(step.as_input().logits, config.tp);
+    if (!config.ranks_make_logits) request->shards = split_vocab(step.as_input().logits, config.tp);
     step_answer answer;
     throw_unless_ok(ask(system, coordinator, config, submit_msg{request}, answer));
     step_result result(step.batch_size(), step.request.tokens_per_req);
@@ -86,14 +148,20 @@ nlohmann::json serve_line(caf::actor_system& system, const coordinator_actor_typ
 
 int run_coordinator_command(const coordinator_options& options) {
     return run_json_command([&] {
-        const group_config config = load_config(options.group);
+        group_config config = load_config(options.group);
+        const topology_config topology = load_topology(options.group, config.tp);
+        config.ranks_make_logits = topology.ranks_make_logits();
         std::string host;
         uint16_t port = 0;
-        parse_address(options.listen, "--listen", host, port);
+        if (options.listen.empty()) {
+            parse_address(topology.coordinator, "topology.coordinator =", host, port);
+        } else {
+            parse_address(options.listen, "--listen", host, port);
+        }
         caf::actor_system_config cfg;
-        caf::actor_system system{configure_remote_actor_system(cfg)};
+        caf::actor_system system{configure_remote_actor_system(cfg, topology)};
         remote_ranks remote;
-        throw_unless_ok(publish_remote_ranks(system, config, host, port, remote));
+        throw_unless_ok(publish_remote_ranks(system, config, host, port, remote, topology));
         const coordinator_actor_type coordinator = spawn_coordinator_actor(system, config, remote.proxies, *remote.transport);
         std::cout << nlohmann::json{{"listening", fmt::format("{}:{}", host, remote.port)}}.dump() << std::endl;
         for (std::string line; std::getline(std::cin, line);) {
@@ -116,16 +184,28 @@ int run_coordinator_command(const coordinator_options& options) {
 int run_rank_command(const rank_options& options) {
     return run_json_command([&]() -> int {
         const group_config config = load_config(options.group);
+        const topology_config topology = load_topology(options.group, config.tp);
         std::string host;
         uint16_t port = 0;
-        parse_address(options.coordinator, "--coordinator", host, port);
-        if (options.rank < 0 || options.rank >= config.tp) {
-            throw input_error(fmt::format("--rank {}: expected a rank in [0, {})", options.rank, config.tp));
+        if (options.coordinator.empty()) {
+            parse_address(topology.coordinator, "topology.coordinator =", host, port);
+        } else {
+            parse_address(options.coordinator, "--coordinator", host, port);
+        }
+        const int32_t rank = rank_of_this_host(options, topology, config.tp);
+        set_rank_environment(topology, rank);
+        std::unique_ptr<logits_source> source;  // null: "wire"
+        if (std::string e = make_logits_source(topology.logits_source, config.vocab_size, topology.model_seed, topology.corpus, source); !e.empty()) {
+            throw input_error(fmt::format("topology.corpus = '{}': {}", topology.corpus, e));
+        }
+        if (source && source->vocab_size() != config.vocab_size) {
+            throw input_error(fmt::format("vocab_size = {}: topology.logits_source = {} has a vocabulary of {}", config.vocab_size,
+                                          topology.logits_source, source->vocab_size()));
         }
         // Never destroyed: the process ends right after (see run_rank_process).
         auto* cfg = new caf::actor_system_config;
-        auto* system = new caf::actor_system{configure_remote_actor_system(*cfg)};
-        const status s = run_rank_process(*system, config, options.rank, host, port);
+        auto* system = new caf::actor_system{configure_remote_actor_system(*cfg, topology)};
+        const status s = run_rank_process(*system, config, rank, host, port, topology, source.get());
         if (!s.is_ok()) std::cerr << "error: " << s.message << std::endl;
         std::fflush(nullptr);
         std::_Exit(s.is_ok() ? 0 : (s.code == status_code::invalid_argument ? 2 : 1));

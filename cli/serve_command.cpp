@@ -12,37 +12,17 @@
 #include "config/config_file.h"
 #include "config/gateway_config.h"
 #include "gateway/server.h"
-#include "sources/ngram_lm.h"
-#include "sources/synthetic_logits.h"
+#include "sources/model_factory.h"
 
 namespace ds::cli {
-
-namespace {
-
-// The model that fills the logits of steps without a payload (gateway.model), or null.
-std::string make_model(const gateway_config& gateway, int32_t vocab_size, std::unique_ptr<logits_source>& out) {
-    if (gateway.model == "ngram") {
-        auto model = std::make_unique<ngram_lm>();
-        if (std::string e = ngram_lm::train_file(gateway.corpus, 3, *model); !e.empty()) return e;
-        out = std::move(model);
-    } else if (gateway.model == "synthetic") {
-        synthetic_lm_config c;
-        c.vocab_size = vocab_size;
-        c.seed = static_cast<uint64_t>(gateway.model_seed);
-        out = std::make_unique<synthetic_lm>(c);
-    }
-    return {};
-}
-
-}  // namespace
 
 int run_serve_command(const group_options& options) {
     group_config config;
     gateway_config gateway;
     std::string e = load_group_config(options.config_file, options.overrides, config);
     if (e.empty()) e = load_gateway_config(options.config_file, options.overrides, gateway);
-    std::unique_ptr<logits_source> model;
-    if (e.empty()) e = make_model(gateway, config.vocab_size, model);
+    std::unique_ptr<logits_source> model;  // fills the logits of steps without a payload (gateway.model), or null
+    if (e.empty()) e = make_logits_source(gateway.model, config.vocab_size, gateway.model_seed, gateway.corpus, model);
     // The n-gram model's vocabulary is the corpus's: the group is sized to it.
     if (e.empty() && gateway.model == "ngram") config.vocab_size = model->vocab_size();
     if (e.empty()) e = validate_group_config(config);

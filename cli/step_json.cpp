@@ -126,7 +126,7 @@ void throw_unless_ok(const status& s) {
     if (!s.is_ok()) throw std::runtime_error(s.message);
 }
 
-json_step parse_step(const json& doc, step_kind kind) {
+json_step parse_step(const json& doc, step_kind kind, bool with_logits) {
     if (!doc.is_object()) fail("input", "one JSON object");
     json_step step;
     step.request.kind = kind;
@@ -166,13 +166,17 @@ json_step parse_step(const json& doc, step_kind kind) {
     }
     const size_t rows = bs * static_cast<size_t>(step.request.tokens_per_req);
     const auto vocab = static_cast<size_t>(step.vocab_size);
-    const json& logits = array_of(require(doc, "logits", ""), "logits", rows,
-                                  kind == step_kind::verify ? "rows (batch_size * N)" : "rows (one per request)");
-    step.logits.reserve(rows * vocab);
-    for (size_t r = 0; r < rows; ++r) {
-        const std::string field = fmt::format("logits[{}]", r);
-        array_of(logits[r], field, vocab, "numbers (vocab_size)");
-        for (size_t i = 0; i < vocab; ++i) step.logits.push_back(logit(logits[r][i], fmt::format("{}[{}]", field, i)));
+    if (!with_logits) {
+        if (doc.contains("logits")) fail("logits", "none: the ranks make their own (topology.logits_source)");
+    } else {
+        const json& logits = array_of(require(doc, "logits", ""), "logits", rows,
+                                      kind == step_kind::verify ? "rows (batch_size * N)" : "rows (one per request)");
+        step.logits.reserve(rows * vocab);
+        for (size_t r = 0; r < rows; ++r) {
+            const std::string field = fmt::format("logits[{}]", r);
+            array_of(logits[r], field, vocab, "numbers (vocab_size)");
+            for (size_t i = 0; i < vocab; ++i) step.logits.push_back(logit(logits[r][i], fmt::format("{}[{}]", field, i)));
+        }
     }
     if (auto it = doc.find("bitmask"); it != doc.end()) {
         const auto words = static_cast<size_t>(bitmask_words(step.vocab_size));

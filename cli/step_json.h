@@ -55,7 +55,8 @@ nlohmann::json read_json_input(std::istream& in);
 void throw_unless_ok(const status& s);
 
 // Throws input_error on malformed or out-of-range input.
-json_step parse_step(const nlohmann::json& doc, step_kind kind);
+// Without `with_logits`, the step must carry none (the ranks make them).
+json_step parse_step(const nlohmann::json& doc, step_kind kind, bool with_logits = true);
 
 // Owns the outputs of one step.
 struct step_result {

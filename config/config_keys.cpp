@@ -15,7 +15,7 @@ using json = nlohmann::json;
 
 // Sections other than the top level; the top-level loader leaves them to their own tables.
 const std::vector<std::string>& sections() {
-    static const std::vector<std::string> names = {"gateway", "faults"};
+    static const std::vector<std::string> names = {"gateway", "faults", "topology"};
     return names;
 }
 

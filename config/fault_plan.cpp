@@ -15,6 +15,7 @@ const char* fault_kind_name(fault_kind kind) {
         case fault_kind::delay_transport: return "delay_transport";
         case fault_kind::corrupt_payload: return "corrupt_payload";
         case fault_kind::hang: return "hang";
+        case fault_kind::crash: return "crash";
     }
     return "unknown";
 }
@@ -146,6 +147,7 @@ rank_step_faults faults_at(const fault_plan& plan, int32_t rank, uint64_t step) 
             case fault_kind::delay_transport: out.transport_delay_ms = std::max(out.transport_delay_ms, f.delay_ms); break;
             case fault_kind::corrupt_payload: out.corrupt_payload = true; break;
             case fault_kind::hang: out.hang = true; break;
+            case fault_kind::crash: out.crash = true; break;
         }
     }
     return out;

@@ -21,11 +21,13 @@ enum class fault_kind {
     delay_transport,      // the rank sleeps `delay_ms` before its first collective of the step
     corrupt_payload,      // one bit of a peer's block flips in the rank's first checked collective
     hang,                 // the rank never answers the step
+    crash,                // a rank process exits abruptly (_exit(3)) at the step; in-process ranks ignore it
 };
 
 inline constexpr fault_kind kAllFaultKinds[] = {fault_kind::alter_token,     fault_kind::alter_accept_length,
                                                fault_kind::delay_kernel,    fault_kind::delay_transport,
-                                               fault_kind::corrupt_payload, fault_kind::hang};
+                                               fault_kind::corrupt_payload, fault_kind::hang,
+                                               fault_kind::crash};
 
 const char* fault_kind_name(fault_kind kind);
 bool parse_fault_kind(const std::string& name, fault_kind& kind);
@@ -65,9 +67,10 @@ struct rank_step_faults {
     int32_t transport_delay_ms = 0;
     bool corrupt_payload = false;
     bool hang = false;
+    bool crash = false;
 
     bool any() const {
-        return alter_token || alter_accept_length || kernel_delay_ms > 0 || transport_delay_ms > 0 || corrupt_payload || hang;
+        return alter_token || alter_accept_length || kernel_delay_ms > 0 || transport_delay_ms > 0 || corrupt_payload || hang || crash;
     }
 };
 

@@ -67,6 +67,9 @@ struct group_config {
     bool payload_checksums = false;
     // Faults to inject from the first step (config/fault_plan.h; config section "faults").
     fault_plan faults;
+    // The ranks make their own logits (rank processes with a local source, topology.logits_source):
+    // steps come without shards. Not a config key: set by `distsample coordinator` / `rank`.
+    bool ranks_make_logits = false;
 
     group_limits limits() const { return {tp, vocab_size, max_batch, max_tokens_per_req}; }
 };

@@ -1,245 +1,13 @@
-// A coordinator (`distsample coordinator`) and 4 rank processes (`distsample rank`) on loopback over
-// the ucx transport: steps in every mode equal `distsample kernel` on the full logits; a killed rank
-// process fails the step in flight naming it, the coordinator stays up, and a restarted rank
-// re-forms the group. Every child is killed and reaped in TearDown.
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
+// A coordinator (`distsample coordinator`) and 4 rank processes (`distsample rank`) over the ucx
+// transport: steps in every mode equal `distsample kernel` on the full logits, on loopback and with
+// every process on a host of its own (network namespaces); a killed rank process fails the step in
+// flight naming it, the coordinator stays up, and a restarted rank re-forms the group.
+#include "multiprocess/remote_group.h"
+#include "support/netns_hosts.h"
 
-#include <chrono>
-#include <csignal>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
-#include <random>
-#include <sstream>
-#include <thread>
-#include <string>
-#include <vector>
-
-using nlohmann::json;
-using clock_type = std::chrono::steady_clock;
-using std::chrono::milliseconds;
+using namespace ds::remote_test;
 
 namespace {
-
-constexpr int kTp = 4;
-constexpr int kVocab = 64;
-constexpr milliseconds kStepTimeout{4000};
-constexpr milliseconds kTransportTimeout{2000};
-
-std::string tool_path() {
-    std::string self(4096, '\0');
-    const ssize_t size = readlink("/proc/self/exe", self.data(), self.size());
-    self.resize(size > 0 ? static_cast<size_t>(size) : 0);
-    return self.substr(0, self.rfind('/') + 1) + "distsample";
-}
-
-std::string slurp(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-std::string test_stem() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string(info->test_suite_name()) + "_" + info->name();
-    for (char& c : name) {
-        if (c == '/') c = '_';
-    }
-    return ::testing::TempDir() + "/ds_remote_" + name;
-}
-
-// `distsample kernel sample|verify` on the same input: the reference.
-json kernel_output(const std::string& op, const json& step) {
-    const std::string stem = test_stem() + "_kernel";
-    std::ofstream(stem + "_in.json") << step.dump();
-    const std::string cmd = tool_path() + " kernel " + op + " < " + stem + "_in.json > " + stem + "_out.json 2>&1";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(stem + "_out.json");
-    return json::parse(slurp(stem + "_out.json"));
-}
-
-json random_step(bool verify, uint32_t seed) {
-    std::mt19937 gen(seed);
-    std::normal_distribution<float> logit(0.0f, 2.0f);
-    const int bs = 5;  // pads to 8 with TP = 4
-    const int n = verify ? 3 : 1;
-    json step{{"vocab_size", kVocab}};
-    json rows = json::array();
-    for (int r = 0; r < bs * n; ++r) {
-        json row = json::array();
-        for (int i = 0; i < kVocab; ++i) row.push_back(logit(gen));
-        rows.push_back(row);
-    }
-    step["logits"] = rows;
-    json requests = json::array();
-    for (int b = 0; b < bs; ++b) {
-        json r{{"seed", 100 + b}, {"position", 7 * b}, {"temperature", b == 0 ? 0.0 : 0.7 + 0.1 * b}};
-        if (b == 2) r["top_k"] = 8;
-        if (b == 3) r["top_p"] = 0.8;
-        if (b == 4) r["min_p"] = 0.05;
-        requests.push_back(r);
-    }
-    step["requests"] = requests;
-    if (verify) {
-        std::uniform_int_distribution<int> token(0, kVocab - 1);
-        json candidates = json::array();
-        for (int b = 0; b < bs; ++b) candidates.push_back(json{token(gen), token(gen), token(gen)});
-        step["candidates"] = candidates;
-    }
-    return step;
-}
-
-// Equal token for token; logprobs within float rounding (the sharded mode sums in another order).
-void expect_same_outputs(const json& got, const json& want) {
-    ASSERT_FALSE(got.contains("error")) << got.dump();
-    for (const auto& [key, value] : want.items()) {
-        ASSERT_TRUE(got.contains(key)) << key << " missing in " << got.dump();
-        if (key != "logprobs") {
-            EXPECT_EQ(got[key], value) << key;
-            continue;
-        }
-        ASSERT_EQ(got[key].size(), value.size());
-        for (size_t i = 0; i < value.size(); ++i) {
-            if (value[i].is_null()) {
-                EXPECT_TRUE(got[key][i].is_null()) << "logprobs[" << i << "]";
-            } else {
-                EXPECT_NEAR(got[key][i].get<double>(), value[i].get<double>(), 1e-5) << "logprobs[" << i << "]";
-            }
-        }
-    }
-}
-
-class RemoteRanks : public ::testing::Test {
-   protected:
-    // The children append to their logs (a restarted rank to its predecessor's): start empty.
-    void SetUp() override {
-        std::signal(SIGPIPE, SIG_IGN);  // a dead coordinator fails the test, not the test binary
-        std::remove((test_stem() + "_coordinator.log").c_str());
-        for (int r = 0; r < kTp; ++r) std::remove((test_stem() + "_rank" + std::to_string(r) + ".log").c_str());
-    }
-
-    void TearDown() override {
-        if (coordinator_in_ >= 0) ::close(coordinator_in_);
-        if (coordinator_out_ >= 0) ::close(coordinator_out_);
-        for (pid_t pid : children_) {
-            ::kill(pid, SIGKILL);
-            ::waitpid(pid, nullptr, 0);
-        }
-    }
-
-    std::vector<std::string> group_args(const std::string& mode) const {
-        return {"--tp", std::to_string(kTp), "--mode", mode, "--transport", "ucx", "--threads", "1",
-                "--set", "vocab_size=" + std::to_string(kVocab), "--set", "max_batch=8", "--set", "max_tokens_per_req=3",
-                "--set", "max_slots=16", "--set", "step_timeout_ms=" + std::to_string(kStepTimeout.count()),
-                "--set", "transport_timeout_ms=" + std::to_string(kTransportTimeout.count())};
-    }
-
-    // fork + exec with stdin/stdout as given (-1: /dev/null and the test's log file).
-    pid_t spawn(std::vector<std::string> args, int in_fd, int out_fd, const std::string& log) {
-        args.insert(args.begin(), tool_path());
-        std::vector<char*> argv;
-        for (std::string& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        const pid_t pid = ::fork();
-        if (pid == 0) {
-            if (in_fd >= 0) ::dup2(in_fd, STDIN_FILENO);
-            if (out_fd >= 0) ::dup2(out_fd, STDOUT_FILENO);
-            if (FILE* f = std::fopen(log.c_str(), "a")) {
-                ::dup2(fileno(f), STDERR_FILENO);
-                if (out_fd < 0) ::dup2(fileno(f), STDOUT_FILENO);
-            }
-            ::execv(argv[0], argv.data());
-            ::_exit(127);
-        }
-        children_.push_back(pid);
-        return pid;
-    }
-
-    void start_coordinator(const std::string& mode) {
-        mode_ = mode;
-        int to_child[2];
-        int from_child[2];
-        ASSERT_EQ(::pipe(to_child), 0);
-        ASSERT_EQ(::pipe(from_child), 0);
-        std::vector<std::string> args{"coordinator", "--listen", "127.0.0.1:0"};
-        for (const std::string& a : group_args(mode)) args.push_back(a);
-        spawn(args, to_child[0], from_child[1], test_stem() + "_coordinator.log");
-        ::close(to_child[0]);
-        ::close(from_child[1]);
-        coordinator_in_ = to_child[1];
-        coordinator_out_ = from_child[0];
-        const json first = read_reply(milliseconds(10000));
-        ASSERT_TRUE(first.contains("listening")) << first.dump();
-        address_ = first["listening"].get<std::string>();
-    }
-
-    pid_t start_rank(int rank) {
-        std::vector<std::string> args{"rank", "--coordinator", address_, "--rank", std::to_string(rank)};
-        for (const std::string& a : group_args(mode_)) args.push_back(a);
-        return spawn(args, -1, -1, test_stem() + "_rank" + std::to_string(rank) + ".log");
-    }
-
-    // One line from the coordinator, or {"error": "test: ..."} after `timeout`.
-    json read_reply(milliseconds timeout) {
-        const auto deadline = clock_type::now() + timeout;
-        for (;;) {
-            if (const size_t eol = pending_.find('\n'); eol != std::string::npos) {
-                const std::string line = pending_.substr(0, eol);
-                pending_.erase(0, eol + 1);
-                return json::parse(line);
-            }
-            const auto left = std::chrono::duration_cast<milliseconds>(deadline - clock_type::now()).count();
-            pollfd p{coordinator_out_, POLLIN, 0};
-            if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return json{{"error", "test: no reply in time"}};
-            char buf[65536];
-            const ssize_t got = ::read(coordinator_out_, buf, sizeof buf);
-            if (got <= 0) return json{{"error", "test: the coordinator closed its output"}};
-            pending_.append(buf, static_cast<size_t>(got));
-        }
-    }
-
-    void send(const std::string& op, json step) {
-        step["op"] = op;
-        const std::string line = step.dump() + "\n";
-        ASSERT_EQ(::write(coordinator_in_, line.data(), line.size()), static_cast<ssize_t>(line.size()));
-    }
-
-    json call(const std::string& op, const json& step) {
-        send(op, step);
-        return read_reply(kStepTimeout + milliseconds(10000));
-    }
-
-    // Retries while the group forms (each attempt fails fast then).
-    json call_until_ok(const std::string& op, const json& step, milliseconds within) {
-        const auto deadline = clock_type::now() + within;
-        json reply;
-        do {
-            reply = call(op, step);
-            if (!reply.contains("error")) break;
-            std::this_thread::sleep_for(milliseconds(100));
-        } while (clock_type::now() < deadline);
-        return reply;
-    }
-
-    void start_group(const std::string& mode) {
-        start_coordinator(mode);
-        for (int r = 0; r < kTp; ++r) ranks_.push_back(start_rank(r));
-    }
-
-    std::vector<pid_t> children_;
-    std::vector<pid_t> ranks_;
-    int coordinator_in_ = -1;
-    int coordinator_out_ = -1;
-    std::string pending_;
-    std::string address_;
-    std::string mode_;
-};
 
 class RemoteRanksModes : public RemoteRanks, public ::testing::WithParamInterface<const char*> {};
 
@@ -297,6 +65,87 @@ TEST_F(RemoteRanks, AKilledRankFailsTheStepInFlightNamingItAndARestartedRankReFo
     expect_same_outputs(call_until_ok("verify", step, milliseconds(20000)), want);
     const json sample = random_step(false, 8);
     expect_same_outputs(call("sample", sample), kernel_output("sample", sample));
+}
+
+}  // namespace
+
+namespace {
+
+// The same group with every process on a host of its own (a network namespace, netns_hosts.h):
+// the coordinator on the hub, rank r on host r. Where they run and how they meet comes from the
+// topology section of a config file the test writes: the coordinator's address, the ranks' hosts
+// (each rank process finds its rank from its host's address), UCX over tcp on the host's one
+// interface, the timeouts.
+class RemoteHosts : public RemoteRanks, public ::testing::WithParamInterface<const char*> {
+   protected:
+    void SetUp() override {
+        if (!hosts_.unavailable().empty()) GTEST_SKIP() << "no network namespaces: " << hosts_.unavailable();
+        RemoteRanks::SetUp();
+        json topology{{"coordinator", hosts_.hub_address() + ":7710"},  // a fresh namespace: the port is free
+                      {"hosts", json::array()},
+                      {"ucx_tls", "tcp"},
+                      {"ucx_net_devices", ds::test_support::netns_hosts::interface()},
+                      {"join_timeout_ms", 10000},
+                      {"heartbeat_ms", 200},
+                      {"connection_timeout_ms", 2000}};
+        for (int r = 0; r < kTp; ++r) topology["hosts"].push_back(hosts_.host_address(r));
+        const std::string path = test_stem() + "_topology.json";
+        std::ofstream(path) << json{{"topology", topology}}.dump(2);
+        extra_args_ = {"--config", path};
+    }
+    std::vector<std::string> coordinator_launcher() const override { return ds::test_support::netns_hosts::exec_in(hosts_.hub()); }
+    std::vector<std::string> rank_launcher(int rank) const override { return ds::test_support::netns_hosts::exec_in(hosts_.host(rank)); }
+    std::vector<std::string> listen_args() const override { return {}; }
+    std::vector<std::string> rank_args(int) const override { return {}; }
+
+    // Another prefix and subnet than test_ucx_transport's, so both can run at once.
+    ds::test_support::netns_hosts hosts_{"dsrh", "10.214.0", kTp};
+};
+
+TEST_P(RemoteHosts, OneHostPerRankEqualsTheLocalTransportAndTheKernel) {
+    const std::string mode = GetParam();
+    start_group(mode);
+    const json sample = random_step(false, 11);
+    const json sampled = call_until_ok("sample", sample, milliseconds(20000));
+    expect_same_outputs(sampled, kernel_output("sample", sample));
+    expect_same_outputs(sampled, local_transport_output("sample", sample, mode));
+    for (uint32_t seed = 12; seed < 15; ++seed) {
+        const json verify = random_step(true, seed);
+        const json verified = call("verify", verify);
+        expect_same_outputs(verified, kernel_output("verify", verify));
+        expect_same_outputs(verified, local_transport_output("verify", verify, mode));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, RemoteHosts, ::testing::Values("swap", "sharded", "gathered"));
+
+}  // namespace
+
+namespace {
+
+// `distsample config check` prints the topology section; the rank and coordinator commands refuse
+// a bad one naming the key and what is allowed.
+TEST(RemoteTopology, ConfigCheckPrintsItAndTheCommandsNameABadKey) {
+    const std::string path = test_stem() + "_config.json";
+    std::ofstream(path) << json{{"tp", 2}, {"vocab_size", 64},
+                                {"topology", {{"coordinator", "10.1.0.254:7800"}, {"hosts", {"10.1.0.1", "10.1.0.2"}}, {"devices", {1, 0}}}}}
+                               .dump();
+    const std::string out = test_stem() + "_out.txt";
+    const std::string check = tool_path() + " config check " + path + " > " + out + " 2>&1";
+    ASSERT_EQ(std::system(check.c_str()), 0) << slurp(out);
+    const json printed = json::parse(slurp(out));
+    EXPECT_EQ(printed["topology"]["coordinator"], "10.1.0.254:7800");
+    EXPECT_EQ(printed["topology"]["devices"], (json{1, 0}));
+    EXPECT_EQ(printed["topology"]["join_timeout_ms"], 10000);
+
+    // Neither --rank nor an entry of topology.hosts that is this host.
+    const std::string rank = tool_path() + " rank --config " + path + " > " + out + " 2>&1";
+    EXPECT_EQ(WEXITSTATUS(std::system(rank.c_str())), 2);
+    EXPECT_NE(slurp(out).find("0 entries of topology.hosts name this host"), std::string::npos) << slurp(out);
+    const std::string bad = tool_path() + " coordinator --config " + path + " --set topology.heartbeat_ms=5000 < /dev/null > " + out + " 2>&1";
+    EXPECT_EQ(WEXITSTATUS(std::system(bad.c_str())), 2);
+    EXPECT_NE(slurp(out).find("topology.heartbeat_ms = 5000: expected less than topology.connection_timeout_ms (2000)"), std::string::npos)
+        << slurp(out);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 
 #include "collective_script.h"
 #include "support/child_processes.h"
+#include "support/netns_hosts.h"
 #include "transport/local_transport.h"
 #include "transport/tcp_bootstrap.h"
 #include "transport/ucx/ucx_transport.h"
@@ -34,15 +35,9 @@ using clock = std::chrono::steady_clock;
 
 // The script's transcript of every rank over the local transport: what every backend must match.
 std::vector<std::vector<unsigned char>> local_transcripts() {
-    local_group group(script_transport_config());
-    std::vector<std::vector<unsigned char>> transcripts(static_cast<size_t>(group.config().world_size));
-    std::vector<status> results(transcripts.size());
-    std::vector<std::thread> threads;
-    for (int32_t r = 0; r < group.config().world_size; ++r) {
-        threads.emplace_back([&, r] { results[static_cast<size_t>(r)] = run_collective_script(group.endpoint(r), transcripts[static_cast<size_t>(r)]); });
-    }
-    for (std::thread& t : threads) t.join();
-    for (const status& s : results) EXPECT_TRUE(s.is_ok()) << s.message;
+    std::vector<std::vector<unsigned char>> transcripts;
+    const status s = local_script_transcripts(script_transport_config().world_size, transcripts);
+    EXPECT_TRUE(s.is_ok()) << s.message;
     return transcripts;
 }
 
@@ -350,59 +345,20 @@ TEST(UcxTransport, ANewEpochRecoversFromAnAbortWhileARankStalled) {
 namespace ds {
 namespace {
 
-// Hosts of their own: one network namespace per rank plus one for the rendezvous (the
-// coordinator's host), joined by veth pairs to a bridge in that last one, on 10.213.0.0/24.
-// Deleted on destruction, whatever happened; ok() is false when they could not be made (not
-// root, no `ip`, no bridge support), and the test then skips.
-class network_namespaces {
-   public:
-    explicit network_namespaces(int32_t ranks) : prefix_("dstr" + std::to_string(::getpid()) + "_") {
-        ok_ = run("ip netns add " + hub()) && run("ip -n " + hub() + " link set lo up") &&
-              run("ip -n " + hub() + " link add br0 type bridge") && run("ip -n " + hub() + " addr add " + hub_address() + "/24 dev br0") &&
-              run("ip -n " + hub() + " link set br0 up");
-        for (int32_t r = 0; ok_ && r < ranks; ++r) {
-            const std::string ns = rank_namespace(r);
-            const std::string port = "h" + std::to_string(r);
-            ok_ = run("ip netns add " + ns) && run("ip -n " + ns + " link set lo up") &&
-                  run("ip -n " + hub() + " link add " + port + " type veth peer name eth0 netns " + ns) &&
-                  run("ip -n " + hub() + " link set " + port + " master br0") && run("ip -n " + hub() + " link set " + port + " up") &&
-                  run("ip -n " + ns + " addr add " + rank_address(r) + "/24 dev eth0") && run("ip -n " + ns + " link set eth0 up");
-        }
-    }
-    ~network_namespaces() {
-        for (const std::string& ns : created_) run("ip netns del " + ns);
-    }
-    bool ok() const { return ok_; }
-    std::string hub() const { return prefix_ + "hub"; }
-    std::string rank_namespace(int32_t r) const { return prefix_ + "r" + std::to_string(r); }
-    static std::string hub_address() { return "10.213.0.254"; }
-    static std::string rank_address(int32_t r) { return "10.213.0." + std::to_string(r + 1); }
-
-   private:
-    bool run(const std::string& command) {
-        const bool done = std::system((command + " >/dev/null 2>&1").c_str()) == 0;
-        if (done && command.rfind("ip netns add ", 0) == 0) created_.push_back(command.substr(13));
-        return done;
-    }
-
-    std::string prefix_;
-    std::vector<std::string> created_;
-    bool ok_ = false;
-};
-
 TEST(UcxAcrossNamespaces, OneHostPerRankMatchesTheLocalTransport) {
     constexpr int32_t kWorld = 4;
-    network_namespaces hosts(kWorld);
-    if (!hosts.ok()) GTEST_SKIP() << "cannot create network namespaces here (needs root and ip with veth and bridge support)";
+    // One host per rank, the rendezvous on the hub (the coordinator's host).
+    test_support::netns_hosts hosts("dsut", "10.213.0", kWorld);
+    if (!hosts.unavailable().empty()) GTEST_SKIP() << "no network namespaces here: " << hosts.unavailable();
     const auto expected = local_transcripts();
-    const std::string rendezvous = network_namespaces::hub_address() + ":4100";
+    const std::string rendezvous = hosts.hub_address() + ":4100";
     const std::string timeout_ms = "5000";
     child_processes processes;
     processes.start({"ip", "netns", "exec", hosts.hub(), UCX_PEER_BINARY, "rendezvous", rendezvous, std::to_string(kWorld), timeout_ms});
     for (int32_t r = 0; r < kWorld; ++r) {
         // UCX over tcp on the namespace's veth only: no shared memory or loopback shortcuts
         // between ranks that only look like separate hosts.
-        processes.start({"ip", "netns", "exec", hosts.rank_namespace(r), "env", "UCX_TLS=tcp", "UCX_NET_DEVICES=eth0",
+        processes.start({"ip", "netns", "exec", hosts.host(r), "env", "UCX_TLS=tcp", std::string("UCX_NET_DEVICES=") + hosts.interface(),
                          UCX_PEER_BINARY, std::to_string(r), std::to_string(kWorld), rendezvous, "script", out_path(r), timeout_ms});
     }
     const auto codes = processes.wait_all(milliseconds(30000));
