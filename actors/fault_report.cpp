@@ -27,10 +27,34 @@ std::set<int32_t> ranks_named(const std::string& message) {
 
 bool can_fail_a_step(fault_kind kind) {
     return kind == fault_kind::hang || kind == fault_kind::delay_kernel || kind == fault_kind::delay_transport ||
-           kind == fault_kind::corrupt_payload;
+           kind == fault_kind::corrupt_payload || kind == fault_kind::alter_logit || kind == fault_kind::drop_put ||
+           kind == fault_kind::duplicate_put || kind == fault_kind::drop_control;
 }
 
 bool is_desync(fault_kind kind) { return kind == fault_kind::alter_token || kind == fault_kind::alter_accept_length; }
+
+// Faults the output digests catch, and which desync events they explain: a rank's own change
+// shows at that rank (or, for rank 0, the reference, at every other rank); a stale duplicate of
+// a rank's payload shows at the peer that received it (or, for rank 0, at every other rank).
+bool digest_catches(fault_kind kind) {
+    return is_desync(kind) || kind == fault_kind::corrupt_payload || kind == fault_kind::duplicate_put;
+}
+bool explains_event(const fault_record& fault, const desync_event& e) {
+    return fault.kind == fault_kind::duplicate_put || e.rank == fault.rank || fault.rank == 0;
+}
+
+// Why a fault that neither failed its step nor showed as a desync is harmless, or empty.
+const char* masked_by_design(fault_kind kind) {
+    switch (kind) {
+        case fault_kind::delay_kernel:
+        case fault_kind::delay_transport: return "masked: the delay stayed within the timeouts";
+        case fault_kind::duplicate_put: return "masked: the stale copy carried the same bytes as the fresh payload";
+        case fault_kind::duplicate_control:
+            return "masked: the rank refused the repeated step by its id and CAF dropped the second reply, which the coordinator "
+                   "no longer awaited";
+        default: return "";
+    }
+}
 
 }  // namespace
 
@@ -54,14 +78,19 @@ void fault_ledger::record(uint64_t step_id, const step_reply& reply, int64_t lat
         // A desync of rank 0, the reference, shows as every other rank differing from it.
         std::vector<const desync_event*> events;
         for (const desync_event& e : reply.desyncs) {
-            if (e.rank == r.rank || r.rank == 0) events.push_back(&e);
+            if (explains_event(r, e)) events.push_back(&e);
         }
-        const bool digest_caught = is_desync(r.kind) || r.kind == fault_kind::corrupt_payload;
-        if (ok && digest_caught && !events.empty()) {
+        if (ok && digest_catches(r.kind) && !events.empty()) {
             r.detected = true;
             r.first_row = events.front()->first_row;
             for (const desync_event* e : events) explained_events.insert(e->rank);
-            if (r.rank == 0) {
+            // Rank 0's outputs are the answer: wrong when rank 0 altered them or received the stale
+            // copy (then the duplicating rank, which received nothing stale, differs from it).
+            const bool reference_wrong =
+                r.kind == fault_kind::duplicate_put
+                    ? std::any_of(events.begin(), events.end(), [&](const desync_event* e) { return e->rank == r.rank; })
+                    : r.rank == 0;
+            if (reference_wrong) {
                 r.action = "answered with rank 0's outputs, which are the altered ones (rank 0 is the reference)";
             } else {
                 r.repaired = true;
@@ -72,13 +101,17 @@ void fault_ledger::record(uint64_t step_id, const step_reply& reply, int64_t lat
             r.detected = true;
             r.failed_step = true;
             failure_explained = true;
-            r.action = fmt::format("step failed: {}", reply.result.message);
+            r.action = r.kind == fault_kind::alter_logit
+                           ? fmt::format("step failed, nothing committed: rank {}'s shard changed after it was handed in, and the "
+                                         "rank sampling that row would have used it ({})",
+                                         r.rank, reply.result.message)
+                           : fmt::format("step failed: {}", reply.result.message);
         } else if (!ok) {
             r.masked = true;
             r.action = "masked: the step failed for another fault";
-        } else if (r.kind == fault_kind::delay_kernel || r.kind == fault_kind::delay_transport) {
+        } else if (*masked_by_design(r.kind) != '\0') {
             r.masked = true;
-            r.action = "masked: the delay stayed within the timeouts";
+            r.action = masked_by_design(r.kind);
         } else {
             r.action = "NOT DETECTED";
         }

@@ -15,6 +15,11 @@ const char* fault_kind_name(fault_kind kind) {
         case fault_kind::delay_transport: return "delay_transport";
         case fault_kind::corrupt_payload: return "corrupt_payload";
         case fault_kind::hang: return "hang";
+        case fault_kind::alter_logit: return "alter_logit";
+        case fault_kind::drop_put: return "drop_put";
+        case fault_kind::duplicate_put: return "duplicate_put";
+        case fault_kind::drop_control: return "drop_control";
+        case fault_kind::duplicate_control: return "duplicate_control";
     }
     return "unknown";
 }
@@ -146,6 +151,11 @@ rank_step_faults faults_at(const fault_plan& plan, int32_t rank, uint64_t step) 
             case fault_kind::delay_transport: out.transport_delay_ms = std::max(out.transport_delay_ms, f.delay_ms); break;
             case fault_kind::corrupt_payload: out.corrupt_payload = true; break;
             case fault_kind::hang: out.hang = true; break;
+            case fault_kind::alter_logit: out.alter_logit = true; break;
+            case fault_kind::drop_put: out.drop_put = true; break;
+            case fault_kind::duplicate_put: out.duplicate_put = true; break;
+            case fault_kind::drop_control: out.drop_control = true; break;
+            case fault_kind::duplicate_control: out.duplicate_control = true; break;
         }
     }
     return out;

@@ -21,11 +21,19 @@ enum class fault_kind {
     delay_transport,      // the rank sleeps `delay_ms` before its first collective of the step
     corrupt_payload,      // one bit of a peer's block flips in the rank's first checked collective
     hang,                 // the rank never answers the step
+    alter_logit,          // the rank's shard gets one logit raised after the model handed it in, before sampling
+    drop_put,             // the rank's outgoing payload of its first collective never reaches its peers
+    duplicate_put,        // a stale copy of the rank's last payload reaches the next rank again
+    drop_control,         // the rank drops the step message: it never runs or answers the step
+    duplicate_control,    // the rank receives the step message twice and answers both
 };
 
 inline constexpr fault_kind kAllFaultKinds[] = {fault_kind::alter_token,     fault_kind::alter_accept_length,
                                                fault_kind::delay_kernel,    fault_kind::delay_transport,
-                                               fault_kind::corrupt_payload, fault_kind::hang};
+                                               fault_kind::corrupt_payload, fault_kind::hang,
+                                               fault_kind::alter_logit,     fault_kind::drop_put,
+                                               fault_kind::duplicate_put,   fault_kind::drop_control,
+                                               fault_kind::duplicate_control};
 
 const char* fault_kind_name(fault_kind kind);
 bool parse_fault_kind(const std::string& name, fault_kind& kind);
@@ -65,9 +73,15 @@ struct rank_step_faults {
     int32_t transport_delay_ms = 0;
     bool corrupt_payload = false;
     bool hang = false;
+    bool alter_logit = false;
+    bool drop_put = false;
+    bool duplicate_put = false;
+    bool drop_control = false;
+    bool duplicate_control = false;
 
     bool any() const {
-        return alter_token || alter_accept_length || kernel_delay_ms > 0 || transport_delay_ms > 0 || corrupt_payload || hang;
+        return alter_token || alter_accept_length || kernel_delay_ms > 0 || transport_delay_ms > 0 || corrupt_payload || hang ||
+               alter_logit || drop_put || duplicate_put || drop_control || duplicate_control;
     }
 };
 

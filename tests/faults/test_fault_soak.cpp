@@ -10,11 +10,14 @@
 // A group's heap grows by about 400 bytes a step for its first ~16,000 steps with no fault plan at
 // all (freed when the group is destroyed; issue 7's 5 % criterion is not met at 10,000 steps, and
 // the cause is not found yet), so a 5 % bound here would measure that, not the faults.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -63,6 +66,11 @@ fault_plan soak_plan() {
         add(fault_kind::delay_kernel, rank, 0.001, kShortDelayMs);
         add(fault_kind::delay_transport, rank, 0.0002, kLongDelayMs);
         add(fault_kind::delay_transport, rank, 0.001, kShortDelayMs);
+        add(fault_kind::alter_logit, rank, 0.001, 0);
+        add(fault_kind::drop_put, rank, 0.0002, 0);
+        add(fault_kind::duplicate_put, rank, 0.001, 0);
+        add(fault_kind::drop_control, rank, 0.0002, 0);
+        add(fault_kind::duplicate_control, rank, 0.001, 0);
     }
     return plan;
 }
@@ -75,7 +83,27 @@ int64_t rss_kib() {
     return 0;
 }
 
-// Runs the soak; the report's JSON without timings.
+// What a replay must reproduce: every injected fault (step, rank, kind) with what became of it.
+// In a step that failed with several faults that can each fail it, which one the failure names
+// depends on which detector fires first (a timing race), so there the key keeps only that the
+// step failed.
+std::string replay_key(const std::vector<fault_record>& records) {
+    std::map<uint64_t, int> failing_faults;  // per failed step
+    for (const fault_record& r : records) {
+        if (r.failed_step || r.action == "masked: the step failed for another fault") ++failing_faults[r.step];
+    }
+    std::string key;
+    for (const fault_record& r : records) {
+        key += fmt::format("{} {} {}: ", r.step, r.rank, fault_kind_name(r.kind));
+        const auto failed = failing_faults.find(r.step);
+        key += failed != failing_faults.end() && failed->second > 1
+                   ? std::string("step failed with several faults\n")
+                   : fmt::format("{} {} {} {} {}\n", r.detected, r.masked, r.repaired, r.first_row, r.action);
+    }
+    return key;
+}
+
+// Runs the soak; its replay key.
 std::string run_soak(bool print_table) {
     const group_config config = tiny_config(kTp);
     std::unique_ptr<group> faulty, clean;
@@ -137,14 +165,16 @@ std::string run_soak(bool print_table) {
                   << ", " << failed << " failed steps, RSS " << warm_rss << " -> " << end_rss << " KiB\n"
                   << ledger.table();
     }
-    return ledger.json(false);
+    return replay_key(ledger.records());
 }
 
 TEST(FaultSoak, EveryStepAnsweredOnceEveryFaultAccountedForAndTheRunReplays) {
     const std::string first = run_soak(true);
     ASSERT_FALSE(first.empty());
     const std::string replay = run_soak(false);
-    EXPECT_EQ(first, replay) << "a replay from the same seed gives the same report";
+    const auto differ = std::mismatch(first.begin(), first.end(), replay.begin(), replay.end());
+    EXPECT_TRUE(first == replay) << "a replay from the same seed gives the same report; first difference in the line of:\n"
+                                 << first.substr(first.rfind('\n', static_cast<size_t>(differ.first - first.begin())) + 1, 200);
 }
 
 }  // namespace
