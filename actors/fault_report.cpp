@@ -31,6 +31,16 @@ bool can_fail_a_step(fault_kind kind) {
            kind == fault_kind::duplicate_put || kind == fault_kind::drop_control;
 }
 
+void count_record(std::vector<fault_kind_summary>& summary, const fault_record& r) {
+    fault_kind_summary& s = summary[static_cast<size_t>(r.kind)];
+    ++s.injected;
+    s.detected += r.detected ? 1 : 0;
+    s.masked += r.masked ? 1 : 0;
+    s.repaired += r.repaired ? 1 : 0;
+    s.failed_steps += r.failed_step ? 1 : 0;
+    s.worst_latency_ns = std::max(s.worst_latency_ns, r.latency_ns);
+}
+
 bool is_desync(fault_kind kind) { return kind == fault_kind::alter_token || kind == fault_kind::alter_accept_length; }
 
 // Faults the output digests catch, and which desync events they explain: a rank's own change
@@ -58,9 +68,20 @@ const char* masked_by_design(fault_kind kind) {
 
 }  // namespace
 
-fault_ledger::fault_ledger(fault_plan plan, rank0_policy policy) : plan_(std::move(plan)), policy_(policy) {}
+fault_ledger::fault_ledger(fault_plan plan, rank0_policy policy, std::size_t kept)
+    : plan_(std::move(plan)), policy_(policy), kept_(kept) {
+    report_.summary = empty_fault_summary();
+}
 
-void fault_ledger::record(uint64_t step_id, const step_reply& reply, int64_t latency_ns) {
+void fault_ledger::keep_unexplained(std::string event) {
+    report_.unexplained.push_back(std::move(event));
+    if (report_.unexplained.size() > kept_) {
+        report_.unexplained.pop_front();
+        ++report_.unexplained_left_out;
+    }
+}
+
+std::vector<fault_record> fault_ledger::record(uint64_t step_id, const step_reply& reply, int64_t latency_ns) {
     std::vector<fault_record> injected;
     for (std::size_t i = 0; i < plan_.faults.size(); ++i) {
         if (!fault_fires(plan_, i, step_id)) continue;
@@ -119,29 +140,28 @@ void fault_ledger::record(uint64_t step_id, const step_reply& reply, int64_t lat
     }
     for (const desync_event& e : reply.desyncs) {
         if (explained_events.count(e.rank) == 0) {
-            unexplained_.push_back(fmt::format("step {}: desync of rank {} at request {} with no fault injected", step_id, e.rank, e.first_row));
+            keep_unexplained(fmt::format("step {}: desync of rank {} at request {} with no fault injected", step_id, e.rank, e.first_row));
         }
     }
     if (!ok && !failure_explained && std::none_of(injected.begin(), injected.end(), [](const fault_record& r) { return r.detected; })) {
-        unexplained_.push_back(fmt::format("step {} failed with no fault to blame: {}", step_id, reply.result.message));
+        keep_unexplained(fmt::format("step {} failed with no fault to blame: {}", step_id, reply.result.message));
     }
-    records_.insert(records_.end(), injected.begin(), injected.end());
+    for (const fault_record& r : injected) {
+        count_record(report_.summary, r);
+        report_.records.push_back(r);
+        if (report_.records.size() > kept_) {
+            report_.records.pop_front();
+            ++report_.records_left_out;
+        }
+    }
+    return injected;
 }
 
-std::vector<fault_kind_summary> summarize_faults(const std::vector<fault_record>& records) {
+std::vector<fault_kind_summary> empty_fault_summary() {
     std::vector<fault_kind_summary> out;
     for (fault_kind kind : kAllFaultKinds) {
         fault_kind_summary s;
         s.kind = kind;
-        for (const fault_record& r : records) {
-            if (r.kind != kind) continue;
-            ++s.injected;
-            s.detected += r.detected ? 1 : 0;
-            s.masked += r.masked ? 1 : 0;
-            s.repaired += r.repaired ? 1 : 0;
-            s.failed_steps += r.failed_step ? 1 : 0;
-            s.worst_latency_ns = std::max(s.worst_latency_ns, r.latency_ns);
-        }
         out.push_back(s);
     }
     return out;
@@ -158,9 +178,9 @@ std::string fault_table(const std::vector<fault_kind_summary>& summary) {
     return text;
 }
 
-std::string fault_report_json(const std::vector<fault_record>& records, const std::vector<std::string>& unexplained, bool with_latency) {
+std::string fault_report_json(const fault_report& report, bool with_latency) {
     nlohmann::json events = nlohmann::json::array();
-    for (const fault_record& r : records) {
+    for (const fault_record& r : report.records) {
         nlohmann::json e = {{"step", r.step},         {"rank", r.rank},     {"kind", fault_kind_name(r.kind)},
                             {"detected", r.detected}, {"masked", r.masked}, {"repaired", r.repaired},
                             {"failed_step", r.failed_step}, {"first_row", r.first_row}, {"action", r.action}};
@@ -168,18 +188,23 @@ std::string fault_report_json(const std::vector<fault_record>& records, const st
         events.push_back(std::move(e));
     }
     nlohmann::json kinds = nlohmann::json::array();
-    for (const fault_kind_summary& s : summarize_faults(records)) {
+    for (const fault_kind_summary& s : report.summary) {
         nlohmann::json k = {{"kind", fault_kind_name(s.kind)}, {"injected", s.injected}, {"detected", s.detected},
                             {"masked", s.masked},               {"repaired", s.repaired}, {"failed_steps", s.failed_steps}};
         if (with_latency) k["worst_latency_ns"] = s.worst_latency_ns;
         kinds.push_back(std::move(k));
     }
-    return nlohmann::json{{"events", events}, {"summary", kinds}, {"unexplained", unexplained}}.dump(2);
+    return nlohmann::json{{"events", events},
+                          {"summary", kinds},
+                          {"unexplained", report.unexplained},
+                          {"events_left_out", report.records_left_out},
+                          {"unexplained_left_out", report.unexplained_left_out}}
+        .dump(2);
 }
 
-std::string parse_fault_report_json(const std::string& text, std::vector<fault_record>& records, std::vector<std::string>& unexplained) {
-    records.clear();
-    unexplained.clear();
+std::string parse_fault_report_json(const std::string& text, fault_report& report) {
+    report = fault_report{};
+    report.summary = empty_fault_summary();
     try {
         const nlohmann::json doc = nlohmann::json::parse(text);
         for (const nlohmann::json& e : doc.at("events")) {
@@ -195,9 +220,26 @@ std::string parse_fault_report_json(const std::string& text, std::vector<fault_r
             r.first_row = e.at("first_row").get<int32_t>();
             r.action = e.at("action").get<std::string>();
             r.latency_ns = e.value("latency_ns", int64_t{0});
-            records.push_back(std::move(r));
+            report.records.push_back(std::move(r));
         }
-        unexplained = doc.at("unexplained").get<std::vector<std::string>>();
+        for (const nlohmann::json& k : doc.at("summary")) {
+            fault_kind kind{};
+            const std::string name = k.at("kind").get<std::string>();
+            if (!parse_fault_kind(name, kind)) return fmt::format("summary: unknown fault kind '{}'", name);
+            fault_kind_summary& s = report.summary[static_cast<size_t>(kind)];
+            s.injected = k.at("injected").get<int64_t>();
+            s.detected = k.at("detected").get<int64_t>();
+            s.masked = k.at("masked").get<int64_t>();
+            s.repaired = k.at("repaired").get<int64_t>();
+            s.failed_steps = k.at("failed_steps").get<int64_t>();
+            s.worst_latency_ns = k.value("worst_latency_ns", int64_t{0});
+        }
+        if (doc.at("summary").empty()) {
+            for (const fault_record& r : report.records) count_record(report.summary, r);
+        }
+        for (const nlohmann::json& u : doc.at("unexplained")) report.unexplained.push_back(u.get<std::string>());
+        report.records_left_out = doc.value("events_left_out", int64_t{0});
+        report.unexplained_left_out = doc.value("unexplained_left_out", int64_t{0});
     } catch (const nlohmann::json::exception& e) {
         return fmt::format("not a fault report ({})", e.what());
     }

@@ -6,10 +6,10 @@
 // (bench/RESULTS.md), and writes the report to $DISTSAMPLE_FAULT_REPORT when it is set (for
 // `distsample faults report`).
 //
-// Memory: the RSS after warm-up and at the end is printed, but only a gross leak fails the test.
-// A group's heap grows by about 400 bytes a step for its first ~16,000 steps with no fault plan at
-// all (freed when the group is destroyed; issue 7's 5 % criterion is not met at 10,000 steps, and
-// the cause is not found yet), so a 5 % bound here would measure that, not the faults.
+// Memory: the RSS after warm-up and at the end must differ by less than 5 % (issue 7). What grew
+// before (21 %): the client actor's per-request timer, which CAF 0.17 keeps until it fires even
+// after the answer, for the step timeout + 5 s (actors/group.cpp). The fault ledger and the
+// coordinator's desync log keep only their latest entries.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -33,7 +33,7 @@ constexpr int32_t kTp = 4;
 constexpr uint64_t kSteps = 10000;
 constexpr uint64_t kWarmUpSteps = 1000;
 constexpr uint64_t kSeed = 2026;
-constexpr double kGrossLeak = 0.5;  // see the memory note above
+constexpr double kMaxRssGrowth = 0.05;  // after warm-up, see the memory note above
 #if defined(__SANITIZE_ADDRESS__)
 // ASan's quarantine holds up to 256 MB of freed memory, so RSS says nothing there; LeakSanitizer
 // checks leaks instead.
@@ -87,7 +87,7 @@ int64_t rss_kib() {
 // In a step that failed with several faults that can each fail it, which one the failure names
 // depends on which detector fires first (a timing race), so there the key keeps only that the
 // step failed.
-std::string replay_key(const std::vector<fault_record>& records) {
+std::string replay_key(const std::deque<fault_record>& records) {
     std::map<uint64_t, int> failing_faults;  // per failed step
     for (const fault_record& r : records) {
         if (r.failed_step || r.action == "masked: the step failed for another fault") ++failing_faults[r.step];
@@ -141,7 +141,7 @@ std::string run_soak(bool print_table) {
     }
     const int64_t end_rss = rss_kib();
     if (kCheckRss) {
-        EXPECT_LT(static_cast<double>(end_rss - warm_rss), kGrossLeak * static_cast<double>(warm_rss))
+        EXPECT_LT(static_cast<double>(end_rss - warm_rss), kMaxRssGrowth * static_cast<double>(warm_rss))
             << "RSS " << warm_rss << " KiB after warm-up, " << end_rss << " KiB at the end";
     }
     for (const std::string& u : ledger.unexplained()) ADD_FAILURE() << u;

@@ -96,10 +96,9 @@ TEST_P(EveryFaultKind, IsDetectedInTimeByRankAndTheOtherStepsMatchAFaultFreeRun)
     EXPECT_TRUE(ledger.unexplained().empty()) << ledger.unexplained().front();
     EXPECT_EQ(r.failed_step, param.expected == outcome::checksum || param.expected == outcome::timeout);
     // The report reads back as it was written (`distsample faults report`).
-    std::vector<fault_record> read;
-    std::vector<std::string> unexplained;
-    ASSERT_EQ(parse_fault_report_json(ledger.json(true), read, unexplained), "");
-    EXPECT_EQ(fault_report_json(read, unexplained, true), ledger.json(true));
+    fault_report read;
+    ASSERT_EQ(parse_fault_report_json(ledger.json(true), read), "");
+    EXPECT_EQ(fault_report_json(read, true), ledger.json(true));
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, EveryFaultKind,
@@ -157,6 +156,49 @@ TEST(Faults, WithoutChecksumsTheDigestCatchesACorruptedGatherAndRepairsIt) {
     ASSERT_EQ(reply.desyncs.size(), 1u);
     EXPECT_EQ(reply.desyncs[0].rank, 2);
     EXPECT_TRUE(same_outputs(clean->step(s.request).outputs, reply.outputs));
+}
+
+TEST(Faults, ALedgerKeepsTheLatestRecordsAndCountsThemAll) {
+    fault_plan plan;
+    plan.faults.push_back(fault_spec{fault_kind::delay_kernel, 1, 1, 100, 1.0, 5});
+    fault_ledger ledger(plan, rank0_policy::on_mismatch, 2);
+    step_reply failed;
+    failed.result = status{status_code::timeout, "the coordinator's words, with no rank"};
+    for (uint64_t id = 1; id <= 5; ++id) {
+        const std::vector<fault_record> step = ledger.record(id, id == 5 ? failed : step_reply{}, 0);
+        ASSERT_EQ(step.size(), 1u);
+        EXPECT_EQ(step[0].step, id);
+    }
+    ASSERT_EQ(ledger.records().size(), 2u);
+    EXPECT_EQ(ledger.records().front().step, 4u);
+    EXPECT_EQ(ledger.report().records_left_out, 3);
+    const fault_kind_summary& delays = ledger.summary()[static_cast<size_t>(fault_kind::delay_kernel)];
+    EXPECT_EQ(delays.kind, fault_kind::delay_kernel);
+    EXPECT_EQ(delays.injected, 5);
+    EXPECT_EQ(delays.masked, 5) << "four within the timeouts, one in a step failed for no fault of its own";
+    ASSERT_EQ(ledger.unexplained().size(), 1u);
+    fault_report read;
+    ASSERT_EQ(parse_fault_report_json(ledger.json(true), read), "");
+    EXPECT_EQ(read.records_left_out, 3);
+    EXPECT_EQ(read.summary[static_cast<size_t>(fault_kind::delay_kernel)].injected, 5);
+}
+
+TEST(Faults, TheGroupKeepsOnlyTheLatestDesyncEvents) {
+    std::unique_ptr<group> g;
+    ASSERT_TRUE(group::create(tiny_config(kTp), g).is_ok());
+    register_requests(*g);
+    fault_plan plan;
+    plan.faults.push_back(fault_spec{fault_kind::alter_token, 1, 1, kKeptDesyncEvents + 10, 1.0, 0});
+    ASSERT_TRUE(g->set_fault_plan(plan).is_ok());
+    tiny_step s;
+    for (uint64_t index = 0; index < kKeptDesyncEvents + 10; ++index) {
+        make_tiny_step(index, kTp, s);
+        ASSERT_EQ(g->step(s.request).desyncs.size(), 1u);
+    }
+    const std::vector<desync_event> events = g->desync_events();
+    ASSERT_EQ(events.size(), kKeptDesyncEvents);
+    EXPECT_EQ(events.front().step, 11u);
+    EXPECT_EQ(events.back().step, kKeptDesyncEvents + 10);
 }
 
 TEST(Faults, APlanIsValidatedAndAnEmptyPlanClearsIt) {
