@@ -2,6 +2,7 @@
 // Counters are atomics; histograms take a lock (they are observed by the one completion thread).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include <distsample/group.h>
+
+#include "actors/fault_report.h"
 
 namespace ds::gateway {
 
@@ -47,9 +50,20 @@ struct gateway_metrics {
         histogram transport{{10e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3, 250e-3}};
     };
     std::vector<std::unique_ptr<rank_histograms>> ranks;
+    // Per fault kind (in kAllFaultKinds order), what became of the injected faults
+    // (actors/fault_report.h): counted over every step the gateway answered under a fault plan.
+    struct fault_counts {
+        std::atomic<uint64_t> injected{0};
+        std::atomic<uint64_t> detected{0};
+        std::atomic<uint64_t> masked{0};
+        std::atomic<uint64_t> repaired{0};
+        std::atomic<uint64_t> failed_steps{0};
+    };
+    std::array<fault_counts, std::size(kAllFaultKinds)> faults;
 
     explicit gateway_metrics(int32_t tp);
     void observe_ranks(const std::vector<step_timing>& timing);
+    void observe_faults(const std::vector<fault_record>& step_faults);
     std::string render() const;
 };
 

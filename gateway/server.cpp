@@ -165,9 +165,34 @@ struct server::impl {
     uint16_t bound_metrics_port = 0;
     std::mutex stop_mutex;
     bool stopped = false;
+    // The fault plan's ledger (actors/fault_report.h), replaced by Inject / Clear; each step's
+    // completion records into the ledger of the plan it was submitted under.
+    std::mutex ledger_mutex;
+    std::shared_ptr<fault_ledger> ledger;
+    uint64_t next_step_id = 1;  // the group's id of the next step to complete (completion thread only)
 
     impl(const gateway_config& c, group& g, const logits_source* m)
-        : config(c), ranks(g), group_limits(g.config()), model(m), metrics(g.config().tp), slots(g.config().max_slots) {}
+        : config(c),
+          ranks(g),
+          group_limits(g.config()),
+          model(m),
+          metrics(g.config().tp),
+          slots(g.config().max_slots),
+          ledger(std::make_shared<fault_ledger>(g.config().faults, g.config().policy)) {}
+
+    std::shared_ptr<fault_ledger> current_ledger() {
+        std::lock_guard<std::mutex> lock(ledger_mutex);
+        return ledger;
+    }
+    // On the completion thread, in submission order: every submitted step took the group's next
+    // id, and an answered step says its own.
+    void record_faults(fault_ledger& step_ledger, const step_reply& reply, clock_type::time_point arrived) {
+        const uint64_t id = reply.result.is_ok() ? reply.step_id : next_step_id;
+        next_step_id = id + 1;
+        if (step_ledger.plan().empty()) return;
+        const int64_t latency_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - arrived).count();
+        metrics.observe_faults(step_ledger.record(id, reply, latency_ns));
+    }
 
     status start();
     void stop();
@@ -543,6 +568,10 @@ void server::impl::handle(const std::shared_ptr<connection_base>& conn, uint64_t
                     }
                 }
                 if (status s = ranks.set_fault_plan(plan); !s.is_ok()) return conn->deliver(seq, error_frame(id, error_of(s)), false);
+                {
+                    std::lock_guard<std::mutex> lock(ledger_mutex);
+                    ledger = std::make_shared<fault_ledger>(plan, group_limits.policy);
+                }
                 conn->deliver(seq, reply_frame(id, [](wire::Reply& r) { r.set_ok(true); }), false);
             });
             return;
@@ -564,6 +593,16 @@ std::string server::impl::stats_frame(uint64_t request_id) {
         s.set_max_tokens_per_req(group_limits.max_tokens_per_req);
         s.set_max_slots(group_limits.max_slots);
         s.set_protocol_version(kProtocolVersion);
+        for (fault_kind kind : kAllFaultKinds) {
+            const gateway_metrics::fault_counts& c = metrics.faults[static_cast<size_t>(kind)];
+            wire::FaultCounts& f = *s.add_faults();
+            f.set_kind(fault_kind_name(kind));
+            f.set_injected(c.injected.load());
+            f.set_detected(c.detected.load());
+            f.set_masked(c.masked.load());
+            f.set_repaired(c.repaired.load());
+            f.set_failed_steps(c.failed_steps.load());
+        }
     });
 }
 
@@ -579,10 +618,12 @@ void server::impl::run_step(const std::shared_ptr<connection_base>& conn, uint64
     }
     const int32_t bs = step->request.batch_size();
     const int32_t n = step->request.tokens_per_req;
+    std::shared_ptr<fault_ledger> step_ledger = current_ledger();
     auto future = std::make_shared<std::future<step_reply>>(ranks.submit(step->request));
     // `step` keeps the logits alive until the ranks have answered.
-    completer->push([this, conn, seq, id, step, future, arrived, bs, n] {
+    completer->push([this, conn, seq, id, step, future, arrived, bs, n, step_ledger] {
         const step_reply reply = future->get();
+        record_faults(*step_ledger, reply, arrived);
         if (!reply.result.is_ok()) {
             ++metrics.step_errors;
             if (reply.result.code != status_code::invalid_argument) ++metrics.rank_failures;
