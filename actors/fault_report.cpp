@@ -62,6 +62,7 @@ const char* masked_by_design(fault_kind kind) {
         case fault_kind::duplicate_control:
             return "masked: the rank refused the repeated step by its id and CAF dropped the second reply, which the coordinator "
                    "no longer awaited";
+        case fault_kind::slow_connection: return "masked: the gateway sent the reply late by the delay";
         default: return "";
     }
 }
@@ -135,6 +136,12 @@ std::vector<fault_record> fault_ledger::record(uint64_t step_id, const step_repl
             r.action = masked_by_design(r.kind);
         } else {
             r.action = "NOT DETECTED";
+        }
+        if (r.kind == fault_kind::cut_connection && ok) {
+            // The client sees it at once: its connection closes instead of the reply.
+            r.detected = true;
+            r.action = "the gateway closed the connection instead of replying; the ranks answered and committed the step, its "
+                       "reply was dropped and counted";
         }
         if (r.detected) r.latency_ns = latency_ns;
     }

@@ -64,6 +64,8 @@ std::string gateway_metrics::render() const {
     counter("distsample_frames_rejected_total", "Frames that closed their connection (malformed, too large, wrong version, unauthenticated).",
             frames_rejected.load());
     counter("distsample_connections_accepted_total", "Scheduler connections accepted.", connections_accepted.load());
+    counter("distsample_replies_dropped_total", "Answered steps whose reply was dropped: a cut_connection fault closed their connection.",
+            replies_dropped.load());
     out += fmt::format("# HELP distsample_connections_open Scheduler connections open.\n# TYPE distsample_connections_open gauge\n"
                        "distsample_connections_open {}\n",
                        connections_open.load());

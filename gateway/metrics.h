@@ -40,6 +40,7 @@ struct gateway_metrics {
     std::atomic<uint64_t> frames_rejected{0}; // malformed, oversized, wrong version, unauthenticated
     std::atomic<uint64_t> connections_accepted{0};
     std::atomic<int64_t> connections_open{0};
+    std::atomic<uint64_t> replies_dropped{0};  // answered steps whose connection a cut_connection fault closed
     // Seconds from a step's frame arriving to its reply being queued.
     histogram step_latency{{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1.0}};
     histogram accept_length{{1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 32, 64}};

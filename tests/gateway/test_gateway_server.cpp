@@ -241,6 +241,47 @@ TEST(GatewayServer, InjectAndClearAFaultPlan) {
     EXPECT_EQ(gw.gateway->metrics().desync_events.load(), 1u);
 }
 
+TEST(GatewayServer, ConnectionFaultsSlowOrCutOneStepsReplyAndTheClientReconnects) {
+    running_gateway gw;
+    auto c = gw.connect();
+    auto bystander = gw.connect();
+    wire::Step step;
+    ASSERT_NO_FATAL_FAILURE(register_one_request(*c, 5, step));
+    wire::Request inject;
+    inject.mutable_inject()->add_faults("slow_connection:steps=1:ms=200");
+    inject.mutable_inject()->add_faults("cut_connection:steps=2");
+    wire::Reply ok;
+    ASSERT_TRUE(c->call(inject, ok).is_ok());
+    wire::StepReply reply;
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(c->step(step, false, reply).is_ok());
+    EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200)) << "step 1's reply held 200 ms";
+    const status cut = c->step(step, false, reply);
+    EXPECT_EQ(cut.code, status_code::aborted);
+    EXPECT_NE(cut.message.find("closed the connection before replying"), std::string::npos) << cut.message;
+    ASSERT_TRUE(bystander->step(step, false, reply).is_ok()) << "another connection is unaffected";
+    EXPECT_EQ(reply.step_id(), 3u);
+    c = gw.connect();  // the client reconnects and goes on
+    ASSERT_TRUE(c->step(step, false, reply).is_ok());
+    EXPECT_EQ(reply.step_id(), 4u);
+    // The cut step was answered by the ranks and counted once; its reply dropped and counted.
+    EXPECT_EQ(gw.gateway->metrics().steps.load(), 4u);
+    EXPECT_EQ(gw.gateway->metrics().replies_dropped.load(), 1u);
+    wire::StatsReply stats;
+    ASSERT_TRUE(c->stats(stats).is_ok());
+    for (const wire::FaultCounts& f : stats.faults()) {
+        if (f.kind() == "cut_connection") {
+            EXPECT_EQ(f.injected(), 1u);
+            EXPECT_EQ(f.detected(), 1u);
+        } else if (f.kind() == "slow_connection") {
+            EXPECT_EQ(f.injected(), 1u);
+            EXPECT_EQ(f.masked(), 1u);
+        } else {
+            EXPECT_EQ(f.injected(), 0u) << f.kind();
+        }
+    }
+}
+
 TEST(GatewayServer, BadFramesGetTheirErrorAndCloseOnlyTheirConnection) {
     running_gateway gw(/*secret=*/"", /*max_frame_bytes=*/4096);
     auto bystander = gw.connect();
