@@ -108,7 +108,7 @@ std::string run_soak(bool print_table) {
     const group_config config = tiny_config(kTp);
     std::unique_ptr<group> faulty, clean;
     EXPECT_TRUE(group::create(config, faulty).is_ok());
-    EXPECT_TRUE(group::create(config, clean).is_ok());
+    EXPECT_TRUE(group::create(reference_config(kTp), clean).is_ok());
     register_requests(*faulty);
     register_requests(*clean);
     const fault_plan plan = soak_plan();

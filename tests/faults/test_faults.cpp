@@ -41,7 +41,7 @@ TEST_P(EveryFaultKind, IsDetectedInTimeByRankAndTheOtherStepsMatchAFaultFreeRun)
     const group_config config = tiny_config(kTp);
     std::unique_ptr<group> faulty, clean;
     ASSERT_TRUE(group::create(config, faulty).is_ok());
-    ASSERT_TRUE(group::create(config, clean).is_ok());
+    ASSERT_TRUE(group::create(reference_config(kTp), clean).is_ok());
     register_requests(*faulty);
     register_requests(*clean);
     fault_plan plan;
@@ -142,7 +142,7 @@ TEST(Faults, WithoutChecksumsTheDigestCatchesACorruptedGatherAndRepairsIt) {
     config.payload_checksums = false;
     std::unique_ptr<group> g, clean;
     ASSERT_TRUE(group::create(config, g).is_ok());
-    ASSERT_TRUE(group::create(config, clean).is_ok());
+    ASSERT_TRUE(group::create(reference_config(kTp), clean).is_ok());
     register_requests(*g);
     register_requests(*clean);
     fault_plan plan;
