@@ -108,7 +108,10 @@ std::string run_soak(bool print_table) {
     const group_config config = tiny_config(kTp);
     std::unique_ptr<group> faulty, clean;
     EXPECT_TRUE(group::create(config, faulty).is_ok());
-    EXPECT_TRUE(group::create(reference_config(kTp), clean).is_ok());
+    // The reference keeps the 200 ms step timeout: CAF 0.17 holds each request's timer until it
+    // fires, so a longer one (4 ranks a step) would hold more memory than the RSS bound allows
+    // until well past warm-up. On a heavily loaded machine a reference step can then time out.
+    EXPECT_TRUE(group::create(config, clean).is_ok());
     register_requests(*faulty);
     register_requests(*clean);
     const fault_plan plan = soak_plan();
