@@ -89,11 +89,14 @@ status faulty_transport::check_gathered(const void* sent, std::size_t bytes, voi
 }
 
 logits_view faulty_transport::altered_copy(const logits_view& shard) {
+    if (shard.rows == 0 || shard.vocab == 0) return shard;
     const std::size_t element = dtype_size(shard.dtype);
-    const std::size_t bytes = static_cast<std::size_t>(shard.rows) * static_cast<std::size_t>(shard.row_stride) * element;
+    // A shard's rows are strided views into the full rows: the last one ends after `vocab` values.
+    const std::size_t bytes =
+        (static_cast<std::size_t>(shard.rows - 1) * static_cast<std::size_t>(shard.row_stride) + static_cast<std::size_t>(shard.vocab)) * element;
     const auto* data = static_cast<const unsigned char*>(shard.data);
     altered_shard_.assign(data, data + bytes);
-    if (shard.rows > 0 && shard.vocab > 0) write_dominant_logit(altered_shard_.data(), shard.dtype);
+    write_dominant_logit(altered_shard_.data(), shard.dtype);
     logits_view altered = shard;
     altered.data = altered_shard_.data();
     return altered;
