@@ -131,6 +131,7 @@ void finish_step(coordinator* self) {
         found.push_back(desync_event{step.id, r.rank, row});
     }
     st.desyncs.insert(st.desyncs.end(), found.begin(), found.end());
+    if (st.desyncs.size() > kKeptDesyncEvents) st.desyncs.erase(st.desyncs.begin(), st.desyncs.end() - static_cast<std::ptrdiff_t>(kKeptDesyncEvents));
     for (const desync_event& e : found) {
         coordinator_log().warn("desync in step {}: rank {} differs from rank 0 at request {}", e.step, e.rank, e.first_row);
     }

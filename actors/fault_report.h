@@ -3,9 +3,12 @@
 // fired where (config/fault_plan.h), every injected fault is accounted for as detected (a desync
 // event or a failed step naming its rank) or masked by design (a delay within the timeout, a
 // fault in a step that failed for another fault), and every event no fault explains is counted.
+// The counts cover the whole run; the records are the latest `kept` ones (a gateway records
+// every step for as long as it runs).
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -36,36 +39,53 @@ struct fault_kind_summary {
     int64_t worst_latency_ns = 0;
 };
 
-// Per kind, in kAllFaultKinds order.
-std::vector<fault_kind_summary> summarize_faults(const std::vector<fault_record>& records);
+// A report: the counts per kind over every step recorded, and the latest records and
+// unexplained events (a long run keeps only the most recent, so its memory stays flat).
+struct fault_report {
+    std::vector<fault_kind_summary> summary;  // per kind, in kAllFaultKinds order
+    std::deque<fault_record> records;
+    std::deque<std::string> unexplained;      // desync events and failed steps that no injected fault explains
+    int64_t records_left_out = 0;             // older records no longer kept
+    int64_t unexplained_left_out = 0;
+};
+
+// Zero counts for every kind, in kAllFaultKinds order.
+std::vector<fault_kind_summary> empty_fault_summary();
 // One line per kind: injected, detected, masked, repaired, failed steps, worst latency.
 std::string fault_table(const std::vector<fault_kind_summary>& summary);
-// Every record, the summary and the unexplained events; latencies left out when `with_latency`
-// is false (a replay gives the same report but not the same timings).
-std::string fault_report_json(const std::vector<fault_record>& records, const std::vector<std::string>& unexplained, bool with_latency);
-// Reads what fault_report_json wrote; empty on success, else what is wrong.
-std::string parse_fault_report_json(const std::string& text, std::vector<fault_record>& records, std::vector<std::string>& unexplained);
+// The summary, every record kept and the unexplained events; latencies left out when
+// `with_latency` is false (a replay gives the same report but not the same timings).
+std::string fault_report_json(const fault_report& report, bool with_latency);
+// Reads what fault_report_json wrote (a report whose summary is empty gets one counted from its
+// records); empty on success, else what is wrong.
+std::string parse_fault_report_json(const std::string& text, fault_report& report);
+
+// How many records and unexplained events a ledger keeps by default.
+inline constexpr std::size_t kKeptFaultRecords = 4096;
 
 class fault_ledger {
    public:
-    fault_ledger(fault_plan plan, rank0_policy policy);
+    fault_ledger(fault_plan plan, rank0_policy policy, std::size_t kept = kKeptFaultRecords);
 
     // Accounts for the faults the plan injected into step `step_id`, answered by `reply`
-    // `latency_ns` after its submission.
-    void record(uint64_t step_id, const step_reply& reply, int64_t latency_ns);
+    // `latency_ns` after its submission; returns that step's records.
+    std::vector<fault_record> record(uint64_t step_id, const step_reply& reply, int64_t latency_ns);
 
-    const std::vector<fault_record>& records() const { return records_; }
-    // Desync events and failed steps that no injected fault explains.
-    const std::vector<std::string>& unexplained() const { return unexplained_; }
-    std::vector<fault_kind_summary> summary() const { return summarize_faults(records_); }
-    std::string table() const { return fault_table(summary()); }
-    std::string json(bool with_latency) const { return fault_report_json(records_, unexplained_, with_latency); }
+    const fault_plan& plan() const { return plan_; }
+    const fault_report& report() const { return report_; }
+    const std::deque<fault_record>& records() const { return report_.records; }
+    const std::deque<std::string>& unexplained() const { return report_.unexplained; }
+    const std::vector<fault_kind_summary>& summary() const { return report_.summary; }
+    std::string table() const { return fault_table(report_.summary); }
+    std::string json(bool with_latency) const { return fault_report_json(report_, with_latency); }
 
    private:
+    void keep_unexplained(std::string event);
+
     fault_plan plan_;
     rank0_policy policy_;
-    std::vector<fault_record> records_;
-    std::vector<std::string> unexplained_;
+    std::size_t kept_;
+    fault_report report_;
 };
 
 }  // namespace ds

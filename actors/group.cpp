@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <unordered_map>
+
 #include "actors/coordinator_actor.h"
 #include "actors/messages.h"
 #include "actors/rank_actor.h"
@@ -20,14 +22,46 @@ constexpr std::chrono::seconds kReplyMargin{5};
 
 // Forwards the caller's steps to the coordinator in arrival order and turns each answer into the
 // fulfilment of a std::promise, without blocking a scheduler thread.
-client_actor_type::behavior_type client_actor(client_actor_type::pointer self, coordinator_actor_type coordinator,
-                                              std::chrono::milliseconds timeout) {
+//
+// The requests carry no timer: the coordinator answers every step within its step timeout, and a
+// coordinator that is gone fails every step still pending (its down message). A timer per request
+// would stay in CAF 0.17's clock until it fires even after the answer came, about 400 bytes a
+// step for the whole timeout: the soak's memory growth.
+struct client_state {
+    std::unordered_map<uint64_t, std::shared_ptr<std::promise<step_reply>>> pending;  // by submission
+    uint64_t submitted = 0;
+    static inline const char* name = "distsample.client";
+};
+
+std::shared_ptr<std::promise<step_reply>> take_pending(client_state& st, uint64_t id) {
+    const auto found = st.pending.find(id);
+    if (found == st.pending.end()) return nullptr;  // already failed by the coordinator's down message
+    std::shared_ptr<std::promise<step_reply>> reply = std::move(found->second);
+    st.pending.erase(found);
+    return reply;
+}
+
+void fail_step(std::promise<step_reply>& reply, const caf::error& e) {
+    step_reply r;
+    r.result = to_status(e, "coordinator");
+    reply.set_value(std::move(r));
+}
+
+client_actor_type::behavior_type client_actor(client_actor_type::stateful_pointer<client_state> self, coordinator_actor_type coordinator) {
+    self->monitor(coordinator);
+    self->set_down_handler([self](caf::down_msg& down) {
+        for (auto& pending : self->state.pending) fail_step(*pending.second, down.reason ? down.reason : make_error(caf::sec::request_receiver_down));
+        self->state.pending.clear();
+    });
     return {
-        [self, coordinator, timeout](client_submit_msg& m) {
-            auto reply = m.reply;
-            self->request(coordinator, timeout, submit_msg{m.request})
+        [self, coordinator](client_submit_msg& m) {
+            const uint64_t id = self->state.submitted++;
+            self->state.pending.emplace(id, m.reply);
+            self->request(coordinator, caf::infinite, submit_msg{m.request})
                 .then(
-                    [reply](step_answer& answer) {
+                    [self, id](step_answer& answer) {
+                        const auto reply = take_pending(self->state, id);
+                        if (!reply) return;
                         step_reply r;
                         r.step_id = answer.step_id;
                         r.outputs = *answer.outputs;
@@ -36,10 +70,8 @@ client_actor_type::behavior_type client_actor(client_actor_type::pointer self, c
                         r.rank_timing = std::move(answer.rank_timing);
                         reply->set_value(std::move(r));
                     },
-                    [reply](caf::error& e) {
-                        step_reply r;
-                        r.result = to_status(e, "coordinator");
-                        reply->set_value(std::move(r));
+                    [self, id](caf::error& e) {
+                        if (const auto reply = take_pending(self->state, id)) fail_step(*reply, e);
                     });
         },
     };
@@ -81,7 +113,7 @@ status group::create(const group_config& config, std::unique_ptr<group>& out) {
     auto state = std::make_unique<impl>(config, std::move(transport));
     for (int32_t r = 0; r < config.tp; ++r) state->ranks.push_back(spawn_rank_actor(state->system, config, r, *state->transport));
     state->coordinator = spawn_coordinator_actor(state->system, config, state->ranks, *state->transport);
-    state->client = state->system.spawn(client_actor, state->coordinator, config.step_timeout + kReplyMargin);
+    state->client = state->system.spawn(client_actor, state->coordinator);
     out.reset(new group(std::move(state)));
     // Building a rank's backend can fail (e.g. cuda not built): say so now, naming the rank.
     status s = out->health();

@@ -17,6 +17,8 @@ namespace ds {
 
 namespace {
 
+const fault_plan no_faults;
+
 struct rank_state {
     std::unique_ptr<faulty_transport> endpoint;  // declared first: the engine uses it
     std::unique_ptr<rank_engine> engine;
@@ -25,14 +27,25 @@ struct rank_state {
     std::shared_ptr<const fault_plan> plan;
     std::shared_ptr<const step_outputs> last_outputs;  // committed when the coordinator says "your own"
     std::vector<caf::response_promise> unanswered;      // steps swallowed by the stall hook or a hang fault
+    uint64_t last_step = 0;                             // the latest step id this rank received
     static inline const char* name = "distsample.rank";
 };
+
+// The step message arrives a second time, as the coordinator's same request, after this run.
+template <class Self>
+void deliver_again(Self* self, const run_step_msg& m) {
+    const caf::mailbox_element* current = self->current_mailbox_element();
+    self->enqueue(caf::make_mailbox_element(current->sender, current->mid, {}, m), nullptr);
+}
 
 rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank_state> self, group_config config, int32_t rank,
                                          transport_group* transport) {
     self->state.transport = transport;
     self->state.endpoint = std::make_unique<faulty_transport>(transport->endpoint(rank), config.payload_checksums);
     self->state.engine = std::make_unique<rank_engine>(config, rank, *self->state.endpoint);
+    // A rank whose put was dropped gives up once the coordinator has named it (a step timeout),
+    // so it is back for the next step.
+    const std::chrono::milliseconds drop_wait = config.step_timeout + std::chrono::milliseconds(20);
     auto ack = [self, rank](const status& s) -> caf::result<op_ack> {
         if (!s.is_ok()) return make_caf_error(status{s.code, fmt::format("rank {}: {}", rank, s.message)});
         return op_ack{rank};
@@ -51,18 +64,30 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
             self->state.plan = m.plan;
             return op_ack{rank};
         },
-        [self, rank, vocab = config.vocab_size](run_step_msg& m) -> caf::result<rank_result> {
+        [self, rank, vocab = config.vocab_size, drop_wait](run_step_msg& m) -> caf::result<rank_result> {
             rank_state& st = self->state;
-            const rank_step_faults faults = st.plan ? faults_at(*st.plan, rank, m.step->id) : rank_step_faults{};
+            if (m.step->id <= st.last_step) {
+                // A repeated step message: step ids only grow, so the rank refuses it by its id.
+                // The coordinator answered the step from the first reply and no longer awaits
+                // one, so CAF drops this one.
+                rank_log().warn("rank {}: step {} repeated after step {}: refused", rank, m.step->id, st.last_step);
+                return make_caf_error(status{status_code::aborted, fmt::format("rank {}: step {} already ran", rank, m.step->id)});
+            }
+            st.last_step = m.step->id;
+            const fault_plan& plan = st.plan ? *st.plan : no_faults;
+            const rank_step_faults faults = faults_at(plan, rank, m.step->id);
             const rank_fault hook = st.fault;  // the test hooks fire once
             st.fault = rank_fault::none;
             if (hook == rank_fault::stall || faults.hang) {
                 st.unanswered.push_back(self->make_response_promise());
                 return caf::delegated<rank_result>{};
             }
+            // A dropped message never reached the rank: no promise is kept, nothing answers.
+            if (faults.drop_control) return caf::delegated<rank_result>{};
+            if (faults.duplicate_control) deliver_again(self, m);
             st.transport->enter_epoch(rank, m.step->id);
             if (faults.kernel_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms));
-            st.endpoint->arm(faults.transport_delay_ms, faults.corrupt_payload, m.step->id);
+            st.endpoint->arm(transport_faults_at(plan, faults, rank, st.endpoint->world_size(), m.step->id, drop_wait));
             auto outputs = std::make_shared<step_outputs>();
             status s = st.engine->run(*m.step, *outputs);
             if (s.is_ok()) {

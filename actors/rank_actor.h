@@ -3,8 +3,9 @@
 //
 // Messages: register_msg / release_msg / health_msg -> op_ack; run_step_msg -> rank_result (failures are
 // results too, so the coordinator can name the rank); commit_msg (no reply); fault_msg, fault_plan_msg -> op_ack.
-// A fault plan (config/fault_plan.h) makes the rank hang, sleep, alter its outputs, or arm its
-// transport decorator (transport/faulty_transport.h) on the steps it names.
+// A fault plan (config/fault_plan.h) makes the rank hang, sleep, alter its outputs, drop or
+// re-deliver a step message, or arm its transport decorator (transport/faulty_transport.h) on the
+// steps it names. A step id the rank has already received is refused: ids only grow.
 #pragma once
 
 #include <caf/all.hpp>

@@ -17,6 +17,24 @@ void alter_outputs(bool token, bool accept_length, int32_t vocab, int32_t n, ste
     }
 }
 
+armed_transport_faults transport_faults_at(const fault_plan& plan, const rank_step_faults& own, int32_t rank, int32_t world,
+                                           uint64_t step, std::chrono::milliseconds drop_wait) {
+    armed_transport_faults armed;
+    armed.delay_ms = own.transport_delay_ms;
+    armed.corrupt = own.corrupt_payload;
+    armed.corrupt_seed = step;
+    armed.alter_logit = own.alter_logit;
+    armed.drop_put_ms = own.drop_put ? static_cast<int32_t>(drop_wait.count()) : 0;
+    for (std::size_t i = 0; i < plan.faults.size(); ++i) {
+        const fault_spec& f = plan.faults[i];
+        if (f.kind == fault_kind::duplicate_put && f.rank != rank && (f.rank + 1) % world == rank && fault_fires(plan, i, step)) {
+            armed.stale_put_from = f.rank;
+            break;
+        }
+    }
+    return armed;
+}
+
 namespace {
 
 kernel_config rank_kernel_config(const group_config& config, int32_t max_batch) {

@@ -17,6 +17,12 @@ namespace ds {
 // (DESIGN.md §4 catches both by the digest). Used by in-process ranks and rank processes alike.
 void alter_outputs(bool token, bool accept_length, int32_t vocab, int32_t n, step_outputs& out);
 
+// The transport faults of step `step` on rank `rank` of `world`: its own, and the stale
+// duplicate of the previous rank's payload when that rank's duplicate_put fires. A rank whose put
+// is dropped gives up after `drop_wait`.
+armed_transport_faults transport_faults_at(const fault_plan& plan, const rank_step_faults& own, int32_t rank, int32_t world,
+                                           uint64_t step, std::chrono::milliseconds drop_wait);
+
 // What the group's mode needs of each rank's transport endpoint (swap rows, collective bytes).
 transport_config rank_transport_config(const group_config& config);
 

@@ -87,7 +87,8 @@ status form(rank_process_state& st, const group_config& config, int32_t rank, co
 
 // The plan's faults for this step, as in-process ranks apply them (actors/rank_actor.cpp), then the
 // step. The caller handles crash (before) and hang (after: the answer is never sent).
-remote_result run_step(rank_process_state& st, int32_t rank, int32_t vocab, const rank_step_faults& faults, remote_step_msg& m) {
+remote_result run_step(rank_process_state& st, int32_t rank, int32_t vocab, const rank_step_faults& faults,
+                       const armed_transport_faults& transport_faults, remote_step_msg& m) {
     remote_result result;
     result.rank = rank;
     result.step_id = m.step.id;
@@ -112,7 +113,7 @@ remote_result run_step(rank_process_state& st, int32_t rank, int32_t vocab, cons
         m.step.shards.assign(static_cast<size_t>(m.step.plan.tp), logits_view{});
         m.step.shards[static_cast<size_t>(rank)] = logits_view{logits.data(), m.dtype, rows, m.step.plan.shard_vocab, m.step.plan.shard_vocab};
         if (faults.kernel_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms));
-        st.faulty->arm(faults.transport_delay_ms, faults.corrupt_payload, m.step.id);
+        st.faulty->arm(transport_faults);
         s = st.engine->run(m.step, result.outputs);
         if (s.is_ok()) alter_outputs(faults.alter_token, faults.alter_accept_length, vocab, m.step.plan.tokens_per_req, result.outputs);
         result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns(), st.engine->last_received_bytes()};
@@ -162,14 +163,17 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
         [engine_call](health_msg&) -> caf::result<op_ack> {
             return engine_call([](rank_engine& e) { return e.init_status(); });
         },
-        [self, rank, vocab = config.vocab_size](remote_step_msg& m) -> caf::result<remote_result> {
+        [self, rank, vocab = config.vocab_size, drop_wait = config.step_timeout + std::chrono::milliseconds(20)](
+            remote_step_msg& m) -> caf::result<remote_result> {
             const rank_step_faults faults = faults_at(self->state.plan, rank, m.step.id);
             if (faults.crash) {
                 rank_log().warn("rank {}: fault plan: crash at step {}", rank, m.step.id);
                 rank_log().flush();
                 ::_exit(3);
             }
-            const remote_result result = run_step(self->state, rank, vocab, faults, m);
+            const armed_transport_faults transport_faults =
+                transport_faults_at(self->state.plan, faults, rank, self->state.faulty ? self->state.faulty->world_size() : 0, m.step.id, drop_wait);
+            const remote_result result = run_step(self->state, rank, vocab, faults, transport_faults, m);
             if (faults.hang) {
                 // The step ran, so the peers' collectives completed: over UCX a peer that never
                 // enters them looks slow, not gone, and the peers' timeouts would blame themselves.

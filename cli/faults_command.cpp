@@ -20,23 +20,24 @@ int run_faults_report_command(const faults_report_options& options) {
     }
     std::stringstream text;
     text << in.rdbuf();
-    std::vector<fault_record> records;
-    std::vector<std::string> unexplained;
-    if (std::string e = parse_fault_report_json(text.str(), records, unexplained); !e.empty()) {
+    fault_report report;
+    if (std::string e = parse_fault_report_json(text.str(), report); !e.empty()) {
         std::cerr << "error: fault report '" << options.file << "': " << e << '\n';
         return 2;
     }
     if (options.json) {
-        std::cout << fault_report_json(records, unexplained, true) << '\n';
+        std::cout << fault_report_json(report, true) << '\n';
         return 0;
     }
-    std::cout << fault_table(summarize_faults(records));
-    for (const fault_record& r : records) {
+    std::cout << fault_table(report.summary);
+    if (report.records_left_out > 0) fmt::print("({} older faults not kept in the report)\n", report.records_left_out);
+    for (const fault_record& r : report.records) {
         if (r.masked) continue;
         fmt::print("step {} rank {} {}: {}{}\n", r.step, r.rank, fault_kind_name(r.kind), r.action,
                    r.first_row >= 0 ? fmt::format(" (first differing request {})", r.first_row) : std::string{});
     }
-    for (const std::string& u : unexplained) fmt::print("unexplained: {}\n", u);
+    for (const std::string& u : report.unexplained) fmt::print("unexplained: {}\n", u);
+    if (report.unexplained_left_out > 0) fmt::print("({} older unexplained events not kept)\n", report.unexplained_left_out);
     return 0;
 }
 

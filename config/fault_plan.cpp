@@ -15,6 +15,13 @@ const char* fault_kind_name(fault_kind kind) {
         case fault_kind::delay_transport: return "delay_transport";
         case fault_kind::corrupt_payload: return "corrupt_payload";
         case fault_kind::hang: return "hang";
+        case fault_kind::alter_logit: return "alter_logit";
+        case fault_kind::drop_put: return "drop_put";
+        case fault_kind::duplicate_put: return "duplicate_put";
+        case fault_kind::drop_control: return "drop_control";
+        case fault_kind::duplicate_control: return "duplicate_control";
+        case fault_kind::slow_connection: return "slow_connection";
+        case fault_kind::cut_connection: return "cut_connection";
         case fault_kind::crash: return "crash";
     }
     return "unknown";
@@ -40,7 +47,7 @@ std::string validate_fault_plan(const fault_plan& plan, int32_t tp) {
         if (!(f.probability >= 0.0 && f.probability <= 1.0)) {
             return fmt::format("faults[{}].p = {}: expected a probability in [0, 1]", i, f.probability);
         }
-        const bool delays = f.kind == fault_kind::delay_kernel || f.kind == fault_kind::delay_transport;
+        const bool delays = f.kind == fault_kind::delay_kernel || f.kind == fault_kind::delay_transport || f.kind == fault_kind::slow_connection;
         if (delays ? f.delay_ms <= 0 : f.delay_ms != 0) {
             return fmt::format("faults[{}].ms = {}: {}", i, f.delay_ms, delays ? "expected a delay > 0" : "only delays take ms");
         }
@@ -110,13 +117,15 @@ std::string parse_fault_spec(const std::string& text, fault_spec& out) {
         }
         if (!ok) return fmt::format("fault '{}': bad value '{}' for {}", text, value, key);
     }
-    if (!has_rank) return fmt::format("fault '{}': rank=R is required", text);
+    if (is_connection_fault(spec.kind) && has_rank) return fmt::format("fault '{}': a connection fault takes no rank", text);
+    if (!is_connection_fault(spec.kind) && !has_rank) return fmt::format("fault '{}': rank=R is required", text);
     out = spec;
     return {};
 }
 
 std::string format_fault_spec(const fault_spec& spec) {
-    std::string text = fmt::format("{}:rank={}", fault_kind_name(spec.kind), spec.rank);
+    std::string text = is_connection_fault(spec.kind) ? std::string(fault_kind_name(spec.kind))
+                                                      : fmt::format("{}:rank={}", fault_kind_name(spec.kind), spec.rank);
     const fault_spec defaults;
     if (spec.first_step != defaults.first_step || spec.last_step != defaults.last_step) {
         text += fmt::format(":steps={}-{}", spec.first_step, spec.last_step);
@@ -147,8 +156,26 @@ rank_step_faults faults_at(const fault_plan& plan, int32_t rank, uint64_t step) 
             case fault_kind::delay_transport: out.transport_delay_ms = std::max(out.transport_delay_ms, f.delay_ms); break;
             case fault_kind::corrupt_payload: out.corrupt_payload = true; break;
             case fault_kind::hang: out.hang = true; break;
+            case fault_kind::alter_logit: out.alter_logit = true; break;
+            case fault_kind::drop_put: out.drop_put = true; break;
+            case fault_kind::duplicate_put: out.duplicate_put = true; break;
+            case fault_kind::drop_control: out.drop_control = true; break;
+            case fault_kind::duplicate_control: out.duplicate_control = true; break;
+            case fault_kind::slow_connection:
+            case fault_kind::cut_connection: break;  // the gateway's
             case fault_kind::crash: out.crash = true; break;
         }
+    }
+    return out;
+}
+
+connection_step_faults connection_faults_at(const fault_plan& plan, uint64_t step) {
+    connection_step_faults out;
+    for (std::size_t i = 0; i < plan.faults.size(); ++i) {
+        const fault_spec& f = plan.faults[i];
+        if (!is_connection_fault(f.kind) || !fault_fires(plan, i, step)) continue;
+        if (f.kind == fault_kind::slow_connection) out.reply_delay_ms = std::max(out.reply_delay_ms, f.delay_ms);
+        if (f.kind == fault_kind::cut_connection) out.cut = true;
     }
     return out;
 }

@@ -41,6 +41,17 @@ void gateway_metrics::observe_ranks(const std::vector<step_timing>& timing) {
     }
 }
 
+void gateway_metrics::observe_faults(const std::vector<fault_record>& step_faults) {
+    for (const fault_record& r : step_faults) {
+        fault_counts& c = faults[static_cast<size_t>(r.kind)];
+        ++c.injected;
+        c.detected += r.detected ? 1 : 0;
+        c.masked += r.masked ? 1 : 0;
+        c.repaired += r.repaired ? 1 : 0;
+        c.failed_steps += r.failed_step ? 1 : 0;
+    }
+}
+
 std::string gateway_metrics::render() const {
     std::string out;
     auto counter = [&out](const char* name, const char* help, uint64_t value) {
@@ -53,9 +64,29 @@ std::string gateway_metrics::render() const {
     counter("distsample_frames_rejected_total", "Frames that closed their connection (malformed, too large, wrong version, unauthenticated).",
             frames_rejected.load());
     counter("distsample_connections_accepted_total", "Scheduler connections accepted.", connections_accepted.load());
+    counter("distsample_replies_dropped_total", "Answered steps whose reply was dropped: a cut_connection fault closed their connection.",
+            replies_dropped.load());
     out += fmt::format("# HELP distsample_connections_open Scheduler connections open.\n# TYPE distsample_connections_open gauge\n"
                        "distsample_connections_open {}\n",
                        connections_open.load());
+    const struct {
+        const char* name;
+        const char* help;
+        std::atomic<uint64_t> fault_counts::*count;
+    } fault_families[] = {
+        {"distsample_faults_injected_total", "Faults a fault plan injected, per kind.", &fault_counts::injected},
+        {"distsample_faults_detected_total", "Injected faults detected (a desync event or a failed step naming the rank), per kind.",
+         &fault_counts::detected},
+        {"distsample_faults_masked_total", "Injected faults masked by design (harmless), per kind.", &fault_counts::masked},
+        {"distsample_faults_repaired_total", "Injected faults whose step was answered with outputs every rank committed alike, per kind.",
+         &fault_counts::repaired},
+        {"distsample_faults_failed_steps_total", "Steps failed because of an injected fault, per kind.", &fault_counts::failed_steps}};
+    for (const auto& family : fault_families) {
+        out += fmt::format("# HELP {} {}\n# TYPE {} counter\n", family.name, family.help, family.name);
+        for (fault_kind kind : kAllFaultKinds) {
+            out += fmt::format("{}{{kind=\"{}\"}} {}\n", family.name, fault_kind_name(kind), (faults[static_cast<size_t>(kind)].*family.count).load());
+        }
+    }
     step_latency.render("distsample_step_latency_seconds", "From a step's frame arriving to its reply.", out);
     accept_length.render("distsample_accept_length", "Tokens emitted per request per step (accepted drafts + 1).", out);
     const std::pair<const char*, const char*> families[] = {

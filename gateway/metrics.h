@@ -2,6 +2,7 @@
 // Counters are atomics; histograms take a lock (they are observed by the one completion thread).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include <distsample/group.h>
+
+#include "actors/fault_report.h"
 
 namespace ds::gateway {
 
@@ -37,6 +40,7 @@ struct gateway_metrics {
     std::atomic<uint64_t> frames_rejected{0}; // malformed, oversized, wrong version, unauthenticated
     std::atomic<uint64_t> connections_accepted{0};
     std::atomic<int64_t> connections_open{0};
+    std::atomic<uint64_t> replies_dropped{0};  // answered steps whose connection a cut_connection fault closed
     // Seconds from a step's frame arriving to its reply being queued.
     histogram step_latency{{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1.0}};
     histogram accept_length{{1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 32, 64}};
@@ -47,9 +51,20 @@ struct gateway_metrics {
         histogram transport{{10e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3, 250e-3}};
     };
     std::vector<std::unique_ptr<rank_histograms>> ranks;
+    // Per fault kind (in kAllFaultKinds order), what became of the injected faults
+    // (actors/fault_report.h): counted over every step the gateway answered under a fault plan.
+    struct fault_counts {
+        std::atomic<uint64_t> injected{0};
+        std::atomic<uint64_t> detected{0};
+        std::atomic<uint64_t> masked{0};
+        std::atomic<uint64_t> repaired{0};
+        std::atomic<uint64_t> failed_steps{0};
+    };
+    std::array<fault_counts, std::size(kAllFaultKinds)> faults;
 
     explicit gateway_metrics(int32_t tp);
     void observe_ranks(const std::vector<step_timing>& timing);
+    void observe_faults(const std::vector<fault_record>& step_faults);
     std::string render() const;
 };
 

@@ -139,6 +139,10 @@ class connection_base : public std::enable_shared_from_this<connection_base> {
     virtual ~connection_base() = default;
     // Queues the reply of request number `seq`; `close_after`: close once it has been written.
     virtual void deliver(uint64_t seq, std::string frame, bool close_after) = 0;
+    // deliver() after `delay` (slow_connection): the connection's later replies wait behind it.
+    virtual void deliver_late(uint64_t seq, std::string frame, std::chrono::milliseconds delay) = 0;
+    // Closes the connection now (cut_connection); the replies it still owes are dropped.
+    virtual void cut() = 0;
 };
 
 }  // namespace
@@ -165,9 +169,45 @@ struct server::impl {
     uint16_t bound_metrics_port = 0;
     std::mutex stop_mutex;
     bool stopped = false;
+    // The fault plan's ledger (actors/fault_report.h), replaced by Inject / Clear; each step's
+    // completion records into the ledger of the plan it was submitted under.
+    std::mutex ledger_mutex;
+    std::shared_ptr<fault_ledger> ledger;
+    uint64_t next_step_id = 1;  // the group's id of the next step to complete (completion thread only)
 
     impl(const gateway_config& c, group& g, const logits_source* m)
-        : config(c), ranks(g), group_limits(g.config()), model(m), metrics(g.config().tp), slots(g.config().max_slots) {}
+        : config(c),
+          ranks(g),
+          group_limits(g.config()),
+          model(m),
+          metrics(g.config().tp),
+          slots(g.config().max_slots),
+          ledger(std::make_shared<fault_ledger>(g.config().faults, g.config().policy)) {}
+
+    std::shared_ptr<fault_ledger> current_ledger() {
+        std::lock_guard<std::mutex> lock(ledger_mutex);
+        return ledger;
+    }
+    // On the completion thread, in submission order: every submitted step took the group's next
+    // id, and an answered step says its own. Returns the step's id.
+    uint64_t record_faults(fault_ledger& step_ledger, const step_reply& reply, clock_type::time_point arrived) {
+        const uint64_t id = reply.result.is_ok() ? reply.step_id : next_step_id;
+        next_step_id = id + 1;
+        if (step_ledger.plan().empty()) return id;
+        const int64_t latency_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - arrived).count();
+        metrics.observe_faults(step_ledger.record(id, reply, latency_ns));
+        return id;
+    }
+    // A step's reply, through the connection faults that fire on it: the step itself was answered
+    // and counted either way.
+    void send_step_reply(connection_base& conn, uint64_t seq, std::string frame, const connection_step_faults& faults) {
+        if (faults.cut) {
+            ++metrics.replies_dropped;
+            return conn.cut();
+        }
+        if (faults.reply_delay_ms > 0) return conn.deliver_late(seq, std::move(frame), std::chrono::milliseconds(faults.reply_delay_ms));
+        conn.deliver(seq, std::move(frame), false);
+    }
 
     status start();
     void stop();
@@ -214,6 +254,21 @@ class connection final : public connection_base {
         asio::post(strand_, [self = shared(), seq, frame = std::move(frame), close_after]() mutable {
             self->ready_.emplace(seq, std::make_pair(std::move(frame), close_after));
             self->flush();
+        });
+    }
+
+    void deliver_late(uint64_t seq, std::string frame, std::chrono::milliseconds delay) override {
+        auto timer = std::make_shared<asio::steady_timer>(strand_, delay);
+        timer->async_wait(asio::bind_executor(strand_, [self = shared(), timer, seq, frame = std::move(frame)](boost::system::error_code) mutable {
+            self->ready_.emplace(seq, std::make_pair(std::move(frame), false));
+            self->flush();
+        }));
+    }
+
+    void cut() override {
+        asio::post(strand_, [self = shared()] {
+            gateway_log().warn("cut the connection from {} (fault cut_connection)", self->peer_);
+            self->close();
         });
     }
 
@@ -543,6 +598,10 @@ void server::impl::handle(const std::shared_ptr<connection_base>& conn, uint64_t
                     }
                 }
                 if (status s = ranks.set_fault_plan(plan); !s.is_ok()) return conn->deliver(seq, error_frame(id, error_of(s)), false);
+                {
+                    std::lock_guard<std::mutex> lock(ledger_mutex);
+                    ledger = std::make_shared<fault_ledger>(plan, group_limits.policy);
+                }
                 conn->deliver(seq, reply_frame(id, [](wire::Reply& r) { r.set_ok(true); }), false);
             });
             return;
@@ -564,6 +623,16 @@ std::string server::impl::stats_frame(uint64_t request_id) {
         s.set_max_tokens_per_req(group_limits.max_tokens_per_req);
         s.set_max_slots(group_limits.max_slots);
         s.set_protocol_version(kProtocolVersion);
+        for (fault_kind kind : kAllFaultKinds) {
+            const gateway_metrics::fault_counts& c = metrics.faults[static_cast<size_t>(kind)];
+            wire::FaultCounts& f = *s.add_faults();
+            f.set_kind(fault_kind_name(kind));
+            f.set_injected(c.injected.load());
+            f.set_detected(c.detected.load());
+            f.set_masked(c.masked.load());
+            f.set_repaired(c.repaired.load());
+            f.set_failed_steps(c.failed_steps.load());
+        }
     });
 }
 
@@ -579,15 +648,17 @@ void server::impl::run_step(const std::shared_ptr<connection_base>& conn, uint64
     }
     const int32_t bs = step->request.batch_size();
     const int32_t n = step->request.tokens_per_req;
+    std::shared_ptr<fault_ledger> step_ledger = current_ledger();
     auto future = std::make_shared<std::future<step_reply>>(ranks.submit(step->request));
     // `step` keeps the logits alive until the ranks have answered.
-    completer->push([this, conn, seq, id, step, future, arrived, bs, n] {
+    completer->push([this, conn, seq, id, step, future, arrived, bs, n, step_ledger] {
         const step_reply reply = future->get();
+        const connection_step_faults connection_faults = connection_faults_at(step_ledger->plan(), record_faults(*step_ledger, reply, arrived));
         if (!reply.result.is_ok()) {
             ++metrics.step_errors;
             if (reply.result.code != status_code::invalid_argument) ++metrics.rank_failures;
             metrics.desync_events += reply.desyncs.size();
-            return conn->deliver(seq, error_frame(id, error_of(reply.result)), false);
+            return send_step_reply(*conn, seq, error_frame(id, error_of(reply.result)), connection_faults);
         }
         const std::vector<int32_t>& packed = reply.outputs.packed;
         const int32_t* accept_length = packed.data() + static_cast<size_t>(bs) * n;
@@ -610,7 +681,7 @@ void server::impl::run_step(const std::shared_ptr<connection_base>& conn, uint64
         metrics.desync_events += reply.desyncs.size();
         metrics.step_latency.observe(std::chrono::duration<double>(clock_type::now() - arrived).count());
         metrics.observe_ranks(reply.rank_timing);
-        conn->deliver(seq, std::move(frame), false);
+        send_step_reply(*conn, seq, std::move(frame), connection_faults);
     });
 }
 

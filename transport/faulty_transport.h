@@ -2,14 +2,20 @@
 // the collectives whose result is a copy of what some rank sent.
 //
 // Faults are armed per step by the rank (from its fault plan): a delay before the step's first
-// collective, and a corruption that flips one bit of a peer's block in what this rank received
-// from its first checked collective (as a bad link or NIC would).
+// collective; a corruption that flips one bit of a peer's block in what this rank received from
+// its first checked gather or broadcast (as a bad link or NIC would); one logit of this rank's
+// shard raised after the model handed it in (alter_logit); this rank's payload of its first
+// collective lost on the way (drop_put: the rank never joins it, its peers wait for it); a stale
+// copy of a peer's previous payload arriving again in place of its fresh one (duplicate_put, on
+// the receiving side).
 //
 // Payload checksums (when enabled, on every rank of the group alike): after all_gather,
 // gather_verify_outputs and broadcast, the ranks all-gather an FNV-1a checksum of what each sent,
-// and each rank compares it with what it received; a difference fails the receiver's call with an
-// `internal` status naming the sender, within the step. swap_batch_vocab and all_reduce are not
-// checked.
+// and each rank compares it with what it received; after swap_batch_vocab they all-gather one
+// checksum per row of the shard as it was handed in, and each rank compares the slices it
+// received. A difference fails the receiver's call with an `internal` status naming the sender,
+// within the step. A duplicate with the same bytes as the fresh payload passes: it is harmless by
+// design (the same bytes in the same place). all_reduce is not checked.
 #pragma once
 
 #include <cstdint>
@@ -19,13 +25,21 @@
 
 namespace ds {
 
+// The transport faults of one step, armed before its first collective.
+struct armed_transport_faults {
+    int32_t delay_ms = 0;         // sleep before the first collective
+    bool corrupt = false;         // flip one bit (chosen from corrupt_seed) in the first checked gather
+    uint64_t corrupt_seed = 0;
+    bool alter_logit = false;     // raise row 0's first logit of the shard this rank sends
+    int32_t drop_put_ms = 0;      // > 0: drop the first collective's payload and give up after this long
+    int32_t stale_put_from = -1;  // a peer whose previous payload replaces its fresh one in the first checked gather
+};
+
 class faulty_transport final : public transport {
    public:
     faulty_transport(transport& inner, bool checksums);
 
-    // The faults of the next step: sleep `delay_ms` before its first collective; flip one bit
-    // (chosen from `corrupt_seed`) in its first checked collective when `corrupt`.
-    void arm(int32_t delay_ms, bool corrupt, uint64_t corrupt_seed);
+    void arm(const armed_transport_faults& faults);
 
     int32_t rank() const override { return inner_.rank(); }
     int32_t world_size() const override { return inner_.world_size(); }
@@ -40,16 +54,27 @@ class faulty_transport final : public transport {
     void abort(const char* reason) override { inner_.abort(reason); }
 
    private:
-    void delay_if_armed();
-    // Corrupts (when armed) and checks `world_size` blocks of `bytes` each that ranks sent as `sent`.
+    // Sleeps when a delay is armed; true (with `dropped` the rank's failure) when this
+    // collective's payload is to be dropped.
+    bool before_collective(const char* what, status& dropped);
+    // Replaces (when armed) a peer's block with its stale copy, corrupts (when armed) and checks
+    // `world_size` blocks of `bytes` each that ranks sent as `sent`.
     status check_gathered(const void* sent, std::size_t bytes, void* received, const char* what);
+    // Checks the slices of `full_rows` (rows [first_row, first_row + row_count)) against the
+    // senders' checksums of their shards' rows as handed in.
+    status check_swapped(const logits_view& handed_in, int64_t first_row, const logits_view& full_rows);
+    // A copy of `shard` with row 0's first logit raised to a value that dominates the row.
+    logits_view altered_copy(const logits_view& shard);
 
     transport& inner_;
     bool checksums_;
-    int32_t delay_ms_ = 0;
-    bool corrupt_ = false;
-    uint64_t corrupt_seed_ = 0;
-    std::vector<uint64_t> sent_sums_;  // one per rank, sized once
+    armed_transport_faults armed_;
+    std::vector<uint64_t> sent_sums_;                // one per rank, sized once
+    std::vector<uint64_t> row_sums_;                 // this rank's shard, one per row
+    std::vector<uint64_t> gathered_row_sums_;        // every rank's row_sums_
+    std::vector<unsigned char> altered_shard_;       // alter_logit's copy of the shard
+    std::vector<unsigned char> last_received_;       // the previous checked gather, for duplicate_put
+    std::size_t last_block_bytes_ = 0;
 };
 
 }  // namespace ds

@@ -84,6 +84,7 @@ status gateway_client::receive(wire::Reply& reply) {
         if (r == gateway::frame_reader::result::frame) break;
         boost::system::error_code ec;
         const size_t n = impl_->socket.read_some(asio::buffer(impl_->chunk), ec);
+        if (ec == asio::error::eof) return {status_code::aborted, "gateway read: the gateway closed the connection before replying; reconnect"};
         if (ec) return io_error("read", ec);
         impl_->reader.append(impl_->chunk.data(), n);
     }

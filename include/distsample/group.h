@@ -58,6 +58,8 @@ enum class rank_fault {
     stall,        // the rank never answers (a hung rank)
 };
 
+inline constexpr std::size_t kKeptDesyncEvents = 1024;
+
 class group {
    public:
     static status create(const group_config& config, std::unique_ptr<group>& out);
@@ -80,7 +82,8 @@ class group {
     // Ok when every rank answers and its backend works; else the first rank's error.
     status health();
 
-    // Every desync event so far.
+    // The latest desync events, at most kKeptDesyncEvents (a long run's memory stays flat; the
+    // gateway's metrics count them all).
     std::vector<desync_event> desync_events();
 
     status inject_fault(int32_t rank, rank_fault fault);

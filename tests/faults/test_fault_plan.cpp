@@ -26,6 +26,9 @@ TEST(FaultPlan, ParsesAndFormatsTheTextForm) {
     ASSERT_EQ(parse_fault_spec("hang:rank=1:steps=7", f), "");
     EXPECT_EQ(f.first_step, 7u);
     EXPECT_EQ(f.last_step, 7u);
+    ASSERT_EQ(parse_fault_spec("slow_connection:steps=4:ms=250", f), "");
+    EXPECT_EQ(f.kind, fault_kind::slow_connection);
+    EXPECT_EQ(format_fault_spec(f), "slow_connection:steps=4-4:ms=250");
     for (fault_kind k : kAllFaultKinds) {
         fault_kind parsed;
         ASSERT_TRUE(parse_fault_kind(fault_kind_name(k), parsed));
@@ -37,6 +40,7 @@ TEST(FaultPlan, BadTextNamesWhatIsWrong) {
     fault_spec f;
     EXPECT_NE(parse_fault_spec("melt:rank=1", f).find("unknown kind 'melt'"), std::string::npos);
     EXPECT_NE(parse_fault_spec("hang", f).find("rank=R is required"), std::string::npos);
+    EXPECT_NE(parse_fault_spec("cut_connection:rank=1", f).find("a connection fault takes no rank"), std::string::npos);
     EXPECT_NE(parse_fault_spec("hang:rank=x", f).find("bad value 'x' for rank"), std::string::npos);
     EXPECT_NE(parse_fault_spec("hang:rank=1:when=now", f).find("unknown field 'when'"), std::string::npos);
     EXPECT_NE(parse_fault_spec("hang:rank=1:p=", f).find("for p"), std::string::npos);

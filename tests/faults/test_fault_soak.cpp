@@ -6,15 +6,18 @@
 // (bench/RESULTS.md), and writes the report to $DISTSAMPLE_FAULT_REPORT when it is set (for
 // `distsample faults report`).
 //
-// Memory: the RSS after warm-up and at the end is printed, but only a gross leak fails the test.
-// A group's heap grows by about 400 bytes a step for its first ~16,000 steps with no fault plan at
-// all (freed when the group is destroyed; issue 7's 5 % criterion is not met at 10,000 steps, and
-// the cause is not found yet), so a 5 % bound here would measure that, not the faults.
+// Memory: the RSS after warm-up and at the end must differ by less than 5 % (issue 7). What grew
+// before (21 %): the client actor's per-request timer, which CAF 0.17 keeps until it fires even
+// after the answer, for the step timeout + 5 s (actors/group.cpp). The fault ledger and the
+// coordinator's desync log keep only their latest entries.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -30,7 +33,7 @@ constexpr int32_t kTp = 4;
 constexpr uint64_t kSteps = 10000;
 constexpr uint64_t kWarmUpSteps = 1000;
 constexpr uint64_t kSeed = 2026;
-constexpr double kGrossLeak = 0.5;  // see the memory note above
+constexpr double kMaxRssGrowth = 0.05;  // after warm-up, see the memory note above
 #if defined(__SANITIZE_ADDRESS__)
 // ASan's quarantine holds up to 256 MB of freed memory, so RSS says nothing there; LeakSanitizer
 // checks leaks instead.
@@ -63,6 +66,11 @@ fault_plan soak_plan() {
         add(fault_kind::delay_kernel, rank, 0.001, kShortDelayMs);
         add(fault_kind::delay_transport, rank, 0.0002, kLongDelayMs);
         add(fault_kind::delay_transport, rank, 0.001, kShortDelayMs);
+        add(fault_kind::alter_logit, rank, 0.001, 0);
+        add(fault_kind::drop_put, rank, 0.0002, 0);
+        add(fault_kind::duplicate_put, rank, 0.001, 0);
+        add(fault_kind::drop_control, rank, 0.0002, 0);
+        add(fault_kind::duplicate_control, rank, 0.001, 0);
     }
     return plan;
 }
@@ -75,11 +83,34 @@ int64_t rss_kib() {
     return 0;
 }
 
-// Runs the soak; the report's JSON without timings.
+// What a replay must reproduce: every injected fault (step, rank, kind) with what became of it.
+// In a step that failed with several faults that can each fail it, which one the failure names
+// depends on which detector fires first (a timing race), so there the key keeps only that the
+// step failed.
+std::string replay_key(const std::deque<fault_record>& records) {
+    std::map<uint64_t, int> failing_faults;  // per failed step
+    for (const fault_record& r : records) {
+        if (r.failed_step || r.action == "masked: the step failed for another fault") ++failing_faults[r.step];
+    }
+    std::string key;
+    for (const fault_record& r : records) {
+        key += fmt::format("{} {} {}: ", r.step, r.rank, fault_kind_name(r.kind));
+        const auto failed = failing_faults.find(r.step);
+        key += failed != failing_faults.end() && failed->second > 1
+                   ? std::string("step failed with several faults\n")
+                   : fmt::format("{} {} {} {} {}\n", r.detected, r.masked, r.repaired, r.first_row, r.action);
+    }
+    return key;
+}
+
+// Runs the soak; its replay key.
 std::string run_soak(bool print_table) {
     const group_config config = tiny_config(kTp);
     std::unique_ptr<group> faulty, clean;
     EXPECT_TRUE(group::create(config, faulty).is_ok());
+    // The reference keeps the 200 ms step timeout: CAF 0.17 holds each request's timer until it
+    // fires, so a longer one (4 ranks a step) would hold more memory than the RSS bound allows
+    // until well past warm-up. On a heavily loaded machine a reference step can then time out.
     EXPECT_TRUE(group::create(config, clean).is_ok());
     register_requests(*faulty);
     register_requests(*clean);
@@ -113,13 +144,16 @@ std::string run_soak(bool print_table) {
     }
     const int64_t end_rss = rss_kib();
     if (kCheckRss) {
-        EXPECT_LT(static_cast<double>(end_rss - warm_rss), kGrossLeak * static_cast<double>(warm_rss))
+        EXPECT_LT(static_cast<double>(end_rss - warm_rss), kMaxRssGrowth * static_cast<double>(warm_rss))
             << "RSS " << warm_rss << " KiB after warm-up, " << end_rss << " KiB at the end";
     }
     for (const std::string& u : ledger.unexplained()) ADD_FAILURE() << u;
     for (const fault_kind_summary& k : ledger.summary()) {
         EXPECT_EQ(k.injected, k.detected + k.masked) << fault_kind_name(k.kind);
-        EXPECT_GT(k.injected, 0) << fault_kind_name(k.kind) << ": the rate should inject some";
+        // Connection faults are the gateway's (tests/gateway): a group alone has no connection.
+        if (!is_connection_fault(k.kind)) {
+            EXPECT_GT(k.injected, 0) << fault_kind_name(k.kind) << ": the rate should inject some";
+        }
     }
     for (const fault_record& r : ledger.records()) {
         EXPECT_TRUE(r.detected || r.masked) << "step " << r.step << " rank " << r.rank << " " << fault_kind_name(r.kind) << ": " << r.action;
@@ -137,14 +171,16 @@ std::string run_soak(bool print_table) {
                   << ", " << failed << " failed steps, RSS " << warm_rss << " -> " << end_rss << " KiB\n"
                   << ledger.table();
     }
-    return ledger.json(false);
+    return replay_key(ledger.records());
 }
 
 TEST(FaultSoak, EveryStepAnsweredOnceEveryFaultAccountedForAndTheRunReplays) {
     const std::string first = run_soak(true);
     ASSERT_FALSE(first.empty());
     const std::string replay = run_soak(false);
-    EXPECT_EQ(first, replay) << "a replay from the same seed gives the same report";
+    const auto differ = std::mismatch(first.begin(), first.end(), replay.begin(), replay.end());
+    EXPECT_TRUE(first == replay) << "a replay from the same seed gives the same report; first difference in the line of:\n"
+                                 << first.substr(first.rfind('\n', static_cast<size_t>(differ.first - first.begin())) + 1, 200);
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 // The fault-injecting transport decorator over the local backend: a flipped bit in a gathered or
 // broadcast payload fails the receiving rank's call by name when checksums are on (and slips
-// through when they are off), a clean call passes, and an armed delay holds the first collective.
+// through when they are off), a clean call passes, an armed delay holds the first collective, a
+// stale duplicate of a peer's payload fails its checksum unless it carries the same bytes, and a
+// logit raised after the shard was handed in fails the swap's checksum naming the sender.
 #include "transport/faulty_transport.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <algorithm>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -63,7 +66,7 @@ TEST(FaultyTransport, AFlippedBitFailsTheReceiverNamingTheSender) {
         SCOPED_TRACE(gather ? "all_gather" : "broadcast");
         local_group group(small_group());
         const auto results = on_every_rank(group, true, [&](int32_t r, faulty_transport& ep) {
-            if (r == 1) ep.arm(0, true, 12345);
+            if (r == 1) ep.arm({0, true, 12345});
             if (gather) {
                 const uint64_t mine = 0x1111111111111111ULL * static_cast<uint64_t>(r + 1);
                 uint64_t all[kWorld];
@@ -86,7 +89,7 @@ TEST(FaultyTransport, WithoutChecksumsACorruptionGoesThroughUnseen) {
     local_group group(small_group());
     std::vector<uint64_t> received(kWorld * kWorld);
     const auto results = on_every_rank(group, false, [&](int32_t r, faulty_transport& ep) {
-        if (r == 1) ep.arm(0, true, 3);
+        if (r == 1) ep.arm({0, true, 3});
         const uint64_t mine = static_cast<uint64_t>(r);
         return ep.all_gather(&mine, sizeof mine, received.data() + static_cast<size_t>(r) * kWorld);
     });
@@ -99,7 +102,7 @@ TEST(FaultyTransport, AnArmedDelayHoldsOnlyTheFirstCollective) {
     local_group group(small_group());
     std::vector<int64_t> elapsed_ms(kWorld);
     const auto results = on_every_rank(group, true, [&](int32_t r, faulty_transport& ep) {
-        if (r == 2) ep.arm(150, false, 0);
+        if (r == 2) ep.arm({150, false, 0});
         const auto start = std::chrono::steady_clock::now();
         status s = ep.barrier();
         elapsed_ms[static_cast<size_t>(r)] =
@@ -111,6 +114,65 @@ TEST(FaultyTransport, AnArmedDelayHoldsOnlyTheFirstCollective) {
     });
     for (const status& s : results) EXPECT_TRUE(s.is_ok()) << s.message;
     for (int64_t ms : elapsed_ms) EXPECT_GE(ms, 140) << "every rank waits for the delayed one";
+}
+
+// Two gathers: rank 1 receives rank 2's first payload again during the second one.
+std::vector<status> gather_twice_with_a_stale_copy(bool same_bytes) {
+    local_group group(small_group());
+    return on_every_rank(group, true, [&](int32_t r, faulty_transport& ep) {
+        uint64_t all[kWorld];
+        const uint64_t first = static_cast<uint64_t>(r);
+        if (status s = ep.all_gather(&first, sizeof first, all); !s.is_ok()) return s;
+        if (r == 1) {
+            armed_transport_faults stale;
+            stale.stale_put_from = 2;
+            ep.arm(stale);
+        }
+        const uint64_t second = same_bytes ? first : first + 100;
+        return ep.all_gather(&second, sizeof second, all);
+    });
+}
+
+TEST(FaultyTransport, AStaleDuplicateFailsItsChecksumNamingTheSenderUnlessItIsTheSameBytes) {
+    const std::vector<status> changed = gather_twice_with_a_stale_copy(false);
+    EXPECT_TRUE(changed[0].is_ok()) << changed[0].message;
+    EXPECT_EQ(changed[1].message, "the payload from rank 2 failed its checksum in all_gather");
+    for (const status& s : gather_twice_with_a_stale_copy(true)) EXPECT_TRUE(s.is_ok()) << s.message;
+}
+
+TEST(FaultyTransport, ALogitRaisedAfterTheHandInFailsTheSwapNamingTheSender) {
+    for (const bool checksums : {true, false}) {
+        SCOPED_TRACE(checksums ? "checksums" : "no checksums");
+        local_group group(small_group());
+        // Two rows of V 6 over 3 ranks: each rank's shard is 2 logits a row; each rank takes both rows.
+        std::vector<std::vector<float>> shards(kWorld, std::vector<float>(4, 0.5f));
+        std::vector<float> rank0_row0(6);
+        const auto results = on_every_rank(group, checksums, [&](int32_t r, faulty_transport& ep) {
+            if (r == 2) {
+                armed_transport_faults alter;
+                alter.alter_logit = true;
+                ep.arm(alter);
+            }
+            const logits_view shard{shards[static_cast<size_t>(r)].data(), logits_dtype::f32, 2, 2, 2};
+            logits_view full;
+            status s = ep.swap_batch_vocab(shard, 0, 2, full);
+            if (s.is_ok() && r == 0) std::copy_n(static_cast<const float*>(full.data), 6, rank0_row0.begin());
+            return s;
+        });
+        EXPECT_EQ(shards[2][0], 0.5f) << "the caller's shard is left alone";
+        for (int32_t r = 0; r < kWorld; ++r) {
+            const status& s = results[static_cast<size_t>(r)];
+            if (!checksums) {
+                EXPECT_TRUE(s.is_ok()) << s.message;
+                continue;
+            }
+            ASSERT_EQ(s.code, status_code::internal) << "rank " << r << ": " << s.message;
+            EXPECT_NE(s.message.find("the logits from rank 2 (row 0)"), std::string::npos) << s.message;
+        }
+        if (!checksums) {
+            EXPECT_EQ(rank0_row0[4], 10000.0f) << "every rank receives the raised logit";
+        }
+    }
 }
 
 }  // namespace

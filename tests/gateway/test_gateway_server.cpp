@@ -1,6 +1,7 @@
 // The gateway end to end over real sockets: steps equal the group's own outputs; bad frames get
 // their typed error and close only their connection; authentication; 16 connections pipelining
 // 1,000 steps each; /metrics and /healthz; a fault plan injected and cleared.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -174,8 +175,12 @@ TEST(GatewayServer, AStalledRankIsATimeoutAndTheNextStepWorks) {
     EXPECT_EQ(gw.gateway->metrics().rank_failures.load(), 1u);
 }
 
+std::string http_get(uint16_t port, const std::string& target);
+
 TEST(GatewayServer, InjectAndClearAFaultPlan) {
-    running_gateway gw;
+    group_config settings = testing::small_group_config();
+    settings.step_timeout = std::chrono::milliseconds(300);  // the hang below
+    running_gateway gw("", 1 << 20, settings);
     auto c = gw.connect();
     wire::Step step;
     ASSERT_NO_FATAL_FAILURE(register_one_request(*c, 4, step));
@@ -192,6 +197,37 @@ TEST(GatewayServer, InjectAndClearAFaultPlan) {
     ASSERT_TRUE(c->call(clear, ok).is_ok());
     ASSERT_TRUE(c->step(step, false, reply).is_ok());
     EXPECT_EQ(reply.desync_events(), 0u);
+    // The fault counts per kind, in the stats reply and /metrics: one alter_token injected,
+    // detected and repaired; nothing else.
+    wire::StatsReply stats;
+    ASSERT_TRUE(c->stats(stats).is_ok());
+    ASSERT_EQ(stats.faults_size(), static_cast<int>(std::size(kAllFaultKinds)));
+    for (const wire::FaultCounts& f : stats.faults()) {
+        const uint64_t expected = f.kind() == "alter_token" ? 1 : 0;
+        EXPECT_EQ(f.injected(), expected) << f.kind();
+        EXPECT_EQ(f.detected(), expected) << f.kind();
+        EXPECT_EQ(f.repaired(), expected) << f.kind();
+        EXPECT_EQ(f.masked(), 0u) << f.kind();
+        EXPECT_EQ(f.failed_steps(), 0u) << f.kind();
+    }
+    const std::string metrics = http_get(gw.gateway->metrics_port(), "/metrics");
+    for (const char* family : {"injected", "detected", "repaired"}) {
+        const std::string series = fmt::format("distsample_faults_{}_total{{kind=\"alter_token\"}} 1\n", family);
+        EXPECT_NE(metrics.find(series), std::string::npos) << series << metrics;
+    }
+    EXPECT_NE(metrics.find("distsample_faults_failed_steps_total{kind=\"hang\"} 0\n"), std::string::npos) << metrics;
+    // A failed step carries no step id: the gateway counts the group's ids in submission order,
+    // so a plan naming step 3 is accounted to step 3.
+    wire::Request hang;
+    hang.mutable_inject()->add_faults("hang:rank=1:steps=3");
+    ASSERT_TRUE(c->call(hang, ok).is_ok());
+    EXPECT_FALSE(c->step(step, false, reply).is_ok());
+    ASSERT_TRUE(c->step(step, false, reply).is_ok());
+    EXPECT_EQ(reply.step_id(), 4u);
+    const gateway_metrics::fault_counts& hangs = gw.gateway->metrics().faults[static_cast<size_t>(fault_kind::hang)];
+    EXPECT_EQ(hangs.injected.load(), 1u);
+    EXPECT_EQ(hangs.detected.load(), 1u);
+    EXPECT_EQ(hangs.failed_steps.load(), 1u);
     wire::Request bad;
     bad.mutable_inject()->add_faults("hang:rank=1");
     bad.mutable_inject()->add_faults("melt:rank=1");
@@ -203,6 +239,47 @@ TEST(GatewayServer, InjectAndClearAFaultPlan) {
     const status no_such_rank = c->call(bad, error);
     EXPECT_NE(no_such_rank.message.find("faults[1].rank = 2"), std::string::npos) << "tp is 2: " << no_such_rank.message;
     EXPECT_EQ(gw.gateway->metrics().desync_events.load(), 1u);
+}
+
+TEST(GatewayServer, ConnectionFaultsSlowOrCutOneStepsReplyAndTheClientReconnects) {
+    running_gateway gw;
+    auto c = gw.connect();
+    auto bystander = gw.connect();
+    wire::Step step;
+    ASSERT_NO_FATAL_FAILURE(register_one_request(*c, 5, step));
+    wire::Request inject;
+    inject.mutable_inject()->add_faults("slow_connection:steps=1:ms=200");
+    inject.mutable_inject()->add_faults("cut_connection:steps=2");
+    wire::Reply ok;
+    ASSERT_TRUE(c->call(inject, ok).is_ok());
+    wire::StepReply reply;
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(c->step(step, false, reply).is_ok());
+    EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200)) << "step 1's reply held 200 ms";
+    const status cut = c->step(step, false, reply);
+    EXPECT_EQ(cut.code, status_code::aborted);
+    EXPECT_NE(cut.message.find("closed the connection before replying"), std::string::npos) << cut.message;
+    ASSERT_TRUE(bystander->step(step, false, reply).is_ok()) << "another connection is unaffected";
+    EXPECT_EQ(reply.step_id(), 3u);
+    c = gw.connect();  // the client reconnects and goes on
+    ASSERT_TRUE(c->step(step, false, reply).is_ok());
+    EXPECT_EQ(reply.step_id(), 4u);
+    // The cut step was answered by the ranks and counted once; its reply dropped and counted.
+    EXPECT_EQ(gw.gateway->metrics().steps.load(), 4u);
+    EXPECT_EQ(gw.gateway->metrics().replies_dropped.load(), 1u);
+    wire::StatsReply stats;
+    ASSERT_TRUE(c->stats(stats).is_ok());
+    for (const wire::FaultCounts& f : stats.faults()) {
+        if (f.kind() == "cut_connection") {
+            EXPECT_EQ(f.injected(), 1u);
+            EXPECT_EQ(f.detected(), 1u);
+        } else if (f.kind() == "slow_connection") {
+            EXPECT_EQ(f.injected(), 1u);
+            EXPECT_EQ(f.masked(), 1u);
+        } else {
+            EXPECT_EQ(f.injected(), 0u) << f.kind();
+        }
+    }
 }
 
 TEST(GatewayServer, BadFramesGetTheirErrorAndCloseOnlyTheirConnection) {
