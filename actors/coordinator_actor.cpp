@@ -3,10 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <deque>
 #include <memory>
-#include <optional>
 
 #include "actors/log.h"
 #include "actors/messages.h"
@@ -32,24 +30,14 @@ struct coordinator_state {
     std::deque<job> queue;
     bool busy = false;
     uint64_t next_step_id = 1;
-    // The job in flight: `current_job` counts every job, so a late answer to an earlier one is
-    // told apart; `current_id` is the step id (0 for other jobs).
-    uint64_t current_job = 0;
+    // The job in flight.
     uint64_t current_id = 0;
     std::shared_ptr<const dist_step> current_step;
     caf::response_promise current_promise;
     std::vector<rank_result> results;
-    std::vector<bool> answered;  // per rank, for the job in flight
     int32_t pending = 0;
-    // The job in flight fails at `deadline`. One deadline check at a time is scheduled: a timer per
-    // rank request would cost a round trip to CAF's clock thread per request and per answer.
-    std::chrono::steady_clock::time_point deadline;
-    bool deadline_check_scheduled = false;
     status first_failure;
     std::vector<desync_event> desyncs;
-    // The last answered step's commit, sent to each rank just ahead of the next job's message: the
-    // rank takes both in one wake-up, and the answer does not wait behind the ranks' wake-ups.
-    std::optional<commit_msg> pending_commit;
     static inline const char* name = "distsample.coordinator";
 };
 
@@ -62,7 +50,6 @@ void finish_job(coordinator* self) {
     st.busy = false;
     st.current_step.reset();
     st.results.clear();
-    st.answered.clear();
     st.pending = 0;
     st.first_failure = status::success();
     pump(self);
@@ -148,6 +135,11 @@ void finish_step(coordinator* self) {
         finish_job(self);
         return;
     }
+    // always: every rank commits rank 0's outputs; on_mismatch: only after a desync, else their own.
+    const bool ship = st.config.policy == rank0_policy::always || !found.empty();
+    for (const rank_actor_type& rank : st.ranks) {
+        self->send(rank, commit_msg{st.current_step, ship ? reference.outputs : nullptr});
+    }
     step_timing slowest;
     std::vector<step_timing> rank_timing;
     for (const rank_result& r : st.results) {
@@ -156,9 +148,6 @@ void finish_step(coordinator* self) {
         slowest.rank_received_bytes = std::max(slowest.rank_received_bytes, r.timing.rank_received_bytes);
         rank_timing.push_back(r.timing);
     }
-    // always: every rank commits rank 0's outputs; on_mismatch: only after a desync, else their own.
-    const bool ship = st.config.policy == rank0_policy::always || !found.empty();
-    st.pending_commit = commit_msg{st.current_step, ship ? reference.outputs : nullptr};
     st.current_promise.deliver(step_answer{step.id, reference.outputs, std::move(found), slowest, std::move(rank_timing)});
     finish_job(self);
 }
@@ -170,58 +159,20 @@ void on_rank_result(coordinator* self, uint64_t id, rank_result& r) {
         fail_current(self, status{static_cast<status_code>(r.code), fmt::format("step {}: rank {}: {}", id, r.rank, r.message)});
         return;
     }
-    st.answered[static_cast<size_t>(r.rank)] = true;
     st.results[static_cast<size_t>(r.rank)] = std::move(r);
     if (--st.pending == 0) finish_step(self);
 }
 
-// A rank's request failed without an answer (the rank actor is gone).
-void on_rank_error(coordinator* self, uint64_t id, int32_t rank, const caf::error& e) {
+void on_rank_timeout(coordinator* self, uint64_t id, int32_t rank, const caf::error& e) {
     coordinator_state& st = self->state;
     if (!st.busy || id != st.current_id) return;
-    fail_current(self, to_status(e, fmt::format("step {}: rank {}", id, rank)));
-}
-
-void schedule_deadline_check(coordinator* self, std::chrono::steady_clock::duration after) {
-    self->state.deadline_check_scheduled = true;
-    self->delayed_send(self, after, deadline_atom::value);
-}
-
-// Starts the clock of the job just started. A check already scheduled comes no later than this
-// job's deadline (every job has the same timeout), and reschedules itself for it.
-void start_deadline(coordinator* self) {
-    coordinator_state& st = self->state;
-    st.deadline = std::chrono::steady_clock::now() + st.config.step_timeout;
-    if (!st.deadline_check_scheduled) schedule_deadline_check(self, st.config.step_timeout);
-}
-
-// Fails the job in flight when it is past its deadline, naming the ranks it waits for: when some
-// ranks wait in a collective, the ones they wait for; else the ranks that have not answered.
-void check_deadline(coordinator* self) {
-    coordinator_state& st = self->state;
-    st.deadline_check_scheduled = false;
-    if (!st.busy) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (now < st.deadline) {
-        schedule_deadline_check(self, st.deadline - now);
-        return;
-    }
-    std::vector<int32_t> culprits = st.current_step ? st.transport->missing_ranks() : std::vector<int32_t>{};
-    if (culprits.empty()) {
-        for (size_t r = 0; r < st.answered.size(); ++r) {
-            if (!st.answered[r]) culprits.push_back(static_cast<int32_t>(r));
-        }
-    }
+    // When some ranks wait in a collective, the ones they wait for are the culprits.
+    std::vector<int32_t> culprits = st.transport->missing_ranks();
+    if (culprits.empty()) culprits.push_back(rank);
     std::string names;
     for (int32_t r : culprits) names += fmt::format("{}rank {}", names.empty() ? "" : ", ", r);
-    const std::string job = st.current_step ? fmt::format("step {}: ", st.current_id) : std::string{};
-    fail_current(self, status{status_code::timeout, fmt::format("{}{} did not answer within {} ms", job, names, st.config.step_timeout.count())});
-}
-
-// Sends rank `r` the last step's commit, if any, just ahead of the next job's message.
-void commit_ahead(coordinator* self, size_t r) {
-    const std::optional<commit_msg>& commit = self->state.pending_commit;
-    if (commit) self->send(self->state.ranks[r], *commit);
+    const status why = to_status(e, fmt::format("step {}: {} did not answer within {} ms", id, names, st.config.step_timeout.count()));
+    fail_current(self, why);
 }
 
 void start_step(coordinator* self, job& j) {
@@ -233,24 +184,18 @@ void start_step(coordinator* self, job& j) {
         return;
     }
     st.busy = true;
-    ++st.current_job;
     st.current_id = id;
     st.current_promise = j.promise;
     st.current_step = std::make_shared<const dist_step>(make_dist_step(id, *j.request, plan, st.config.vocab_size));
     st.results.assign(st.ranks.size(), rank_result{});
-    st.answered.assign(st.ranks.size(), false);
     st.pending = static_cast<int32_t>(st.ranks.size());
     st.transport->begin_epoch(id);  // no rank runs a step now: the last one finished or failed
-    start_deadline(self);
     for (size_t r = 0; r < st.ranks.size(); ++r) {
         const auto rank = static_cast<int32_t>(r);
-        commit_ahead(self, r);
-        // No timeout per request: the job's deadline covers every rank (start_deadline).
-        self->request(st.ranks[r], caf::infinite, run_step_msg{st.current_step})
+        self->request(st.ranks[r], st.config.step_timeout, run_step_msg{st.current_step})
             .then([self, id](rank_result& result) { on_rank_result(self, id, result); },
-                  [self, id, rank](caf::error& e) { on_rank_error(self, id, rank, e); });
+                  [self, id, rank](caf::error& e) { on_rank_timeout(self, id, rank, e); });
     }
-    st.pending_commit.reset();
 }
 
 // Registration and release go to every rank; the first failure answers the job.
@@ -258,32 +203,24 @@ template <class Msg>
 void start_fan_out(coordinator* self, job& j, const Msg& msg) {
     coordinator_state& st = self->state;
     st.busy = true;
-    const uint64_t job = ++st.current_job;
     st.current_id = 0;
     st.current_promise = j.promise;
-    st.answered.assign(st.ranks.size(), false);
     st.pending = static_cast<int32_t>(st.ranks.size());
-    start_deadline(self);
-    auto in_flight = [self, job] { return self->state.busy && self->state.current_job == job; };
     for (size_t r = 0; r < st.ranks.size(); ++r) {
         const auto rank = static_cast<int32_t>(r);
-        commit_ahead(self, r);
-        self->request(st.ranks[r], caf::infinite, msg)
+        self->request(st.ranks[r], st.config.step_timeout, msg)
             .then(
-                [self, r, in_flight](op_ack&) {
-                    if (!in_flight()) return;  // a late answer to a job that failed
-                    self->state.answered[r] = true;
+                [self](op_ack&) {
                     if (--self->state.pending == 0) {
                         self->state.current_promise.deliver(op_ack{0});
                         finish_job(self);
                     }
                 },
-                [self, rank, in_flight](caf::error& e) {
-                    if (!in_flight()) return;
-                    fail_current(self, to_status(e, fmt::format("rank {}", rank)));
+                [self, rank](caf::error& e) {
+                    if (!self->state.busy) return;
+                    fail_current(self, to_status(e, fmt::format("rank {} did not answer within {} ms", rank, self->state.config.step_timeout.count())));
                 });
     }
-    st.pending_commit.reset();
 }
 
 void pump(coordinator* self) {
@@ -353,7 +290,6 @@ coordinator_actor_type::behavior_type coordinator_actor(coordinator* self, group
             self->delegate(self->state.ranks[static_cast<size_t>(m.rank)], m);
             return caf::delegated<op_ack>{};
         },
-        [self](deadline_atom) { check_deadline(self); },
     };
 }
 

@@ -19,15 +19,13 @@ namespace {
 constexpr std::chrono::seconds kReplyMargin{5};
 
 // Forwards the caller's steps to the coordinator in arrival order and turns each answer into the
-// fulfilment of a std::promise, without blocking a scheduler thread. No timeout per request: the
-// coordinator answers every step within its step timeout (it runs on the shared scheduler and
-// never blocks), and a timeout here would cost two round trips to CAF's clock thread per step.
-// The coordinator stops only with this actor (group::~group), which breaks the promises left.
-client_actor_type::behavior_type client_actor(client_actor_type::pointer self, coordinator_actor_type coordinator) {
+// fulfilment of a std::promise, without blocking a scheduler thread.
+client_actor_type::behavior_type client_actor(client_actor_type::pointer self, coordinator_actor_type coordinator,
+                                              std::chrono::milliseconds timeout) {
     return {
-        [self, coordinator](client_submit_msg& m) {
+        [self, coordinator, timeout](client_submit_msg& m) {
             auto reply = m.reply;
-            self->request(coordinator, caf::infinite, submit_msg{m.request})
+            self->request(coordinator, timeout, submit_msg{m.request})
                 .then(
                     [reply](step_answer& answer) {
                         step_reply r;
@@ -83,7 +81,7 @@ status group::create(const group_config& config, std::unique_ptr<group>& out) {
     auto state = std::make_unique<impl>(config, std::move(transport));
     for (int32_t r = 0; r < config.tp; ++r) state->ranks.push_back(spawn_rank_actor(state->system, config, r, *state->transport));
     state->coordinator = spawn_coordinator_actor(state->system, config, state->ranks, *state->transport);
-    state->client = state->system.spawn(client_actor, state->coordinator);
+    state->client = state->system.spawn(client_actor, state->coordinator, config.step_timeout + kReplyMargin);
     out.reset(new group(std::move(state)));
     // Building a rank's backend can fail (e.g. cuda not built): say so now, naming the rank.
     status s = out->health();

@@ -299,9 +299,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::fault_plan_msg)
 
 namespace ds {
 
-// The coordinator to itself: check whether the job in flight is past its deadline.
-using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
-
 // The typed interfaces of the three actors (checked at compile time by CAF).
 using rank_actor_type = caf::typed_actor<caf::replies_to<register_msg>::with<op_ack>,
                                          caf::replies_to<release_msg>::with<op_ack>,
@@ -316,8 +313,7 @@ using coordinator_actor_type = caf::typed_actor<caf::replies_to<submit_msg>::wit
                                                 caf::replies_to<release_msg>::with<op_ack>,
                                                 caf::replies_to<health_msg>::with<op_ack>,
                                                 caf::replies_to<desync_query>::with<desync_log>,
-                                                caf::replies_to<fault_msg>::with<op_ack>,
-                                                caf::reacts_to<deadline_atom>>;
+                                                caf::replies_to<fault_msg>::with<op_ack>>;
 
 // A rank in another process (actors/rank_process.h); its coordinator side is actors/remote_ranks.h.
 using remote_rank_actor_type = caf::typed_actor<caf::replies_to<form_msg>::with<op_ack>,
