@@ -90,7 +90,7 @@ struct group::impl {
     client_actor_type client;
 
     impl(const group_config& c, std::unique_ptr<transport_group> t)
-        : config(c), transport(std::move(t)), system(configure_actor_system(system_config)) {}
+        : config(c), transport(std::move(t)), system(configure_actor_system(system_config, c.scheduler())) {}
 
     // Sends `msg` to the coordinator and waits for its answer (bounded).
     template <class Answer, class Msg>
@@ -150,7 +150,14 @@ std::future<step_reply> group::submit(step_request step) {
     return future;
 }
 
-step_reply group::step(step_request step) { return submit(std::move(step)).get(); }
+step_reply group::step(step_request step) {
+    std::future<step_reply> reply = submit(std::move(step));
+    // Polling first spares the wake-up of a thread asleep on the future when the answer is near.
+    const auto poll_until = std::chrono::steady_clock::now() + std::chrono::microseconds(impl_->config.reply_spin_us);
+    while (std::chrono::steady_clock::now() < poll_until && reply.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    }
+    return reply.get();
+}
 
 status group::health() {
     op_ack ack;

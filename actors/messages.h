@@ -156,7 +156,7 @@ caf::error make_caf_error(const status& s);
 status to_status(const caf::error& e, const std::string& what);
 
 // Registers the type-ID block and sizes the shared scheduler for the coordinator's few actors.
-caf::actor_system_config& configure_actor_system(caf::actor_system_config& cfg);
+caf::actor_system_config& configure_actor_system(caf::actor_system_config& cfg, const scheduler_config& scheduler = {});
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, logit_bias_entry& x) {

@@ -56,6 +56,9 @@ const std::vector<group_key>& keys() {
          }},
         millis_key("step_timeout_ms", &group_config::step_timeout),
         millis_key("transport_timeout_ms", &group_config::transport_timeout),
+        int_key<group_config>("scheduler_threads", &group_config::scheduler_threads, 1, kMaxSchedulerThreads),
+        int_key<group_config>("scheduler_spin_us", &group_config::scheduler_spin_us, 0, kMaxSpinMicroseconds),
+        int_key<group_config>("reply_spin_us", &group_config::reply_spin_us, 0, kMaxSpinMicroseconds),
     };
     return table;
 }

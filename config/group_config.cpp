@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace ds {
 
 const char* mode_name(dist_mode mode) {
@@ -46,6 +48,12 @@ std::string validate_group_config(const group_config& config) {
     if (std::string e = validate_group_limits(config.limits()); !e.empty()) return e;
     if (config.max_slots < 2) return fmt::format("max_slots = {}: expected >= 2 (slot 0 is reserved)", config.max_slots);
     if (config.threads_per_rank < 0) return fmt::format("threads_per_rank = {}: expected >= 0", config.threads_per_rank);
+    if (config.scheduler_threads < 1 || config.scheduler_threads > kMaxSchedulerThreads) {
+        return fmt::format("scheduler_threads = {}: expected an integer in [1, {}]", config.scheduler_threads, kMaxSchedulerThreads);
+    }
+    for (const auto& [name, value] : {std::pair{"scheduler_spin_us", config.scheduler_spin_us}, std::pair{"reply_spin_us", config.reply_spin_us}}) {
+        if (value < 0 || value > kMaxSpinMicroseconds) return fmt::format("{} = {}: expected an integer in [0, {}]", name, value, kMaxSpinMicroseconds);
+    }
     if (config.step_timeout.count() <= 0) return fmt::format("step_timeout = {} ms: expected > 0", config.step_timeout.count());
     if (config.transport_timeout.count() <= 0) {
         return fmt::format("transport_timeout = {} ms: expected > 0", config.transport_timeout.count());

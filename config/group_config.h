@@ -46,6 +46,17 @@ enum class rank0_policy {
 const char* policy_name(rank0_policy policy);
 bool parse_policy(const std::string& name, rank0_policy& policy);
 
+// CAF's shared scheduler, which runs the coordinator and the client actor (each rank has a thread
+// of its own). An idle worker polls its queue for `spin_us`, then sleeps on a condition variable;
+// a message to a sleeping worker pays a thread wake-up (tens of microseconds, more on a loaded or
+// power-saving host), a spinning worker takes it at once but holds a core meanwhile.
+struct scheduler_config {
+    int32_t threads = 1;
+    int32_t spin_us = 0;
+};
+constexpr int32_t kMaxSchedulerThreads = 256;
+constexpr int32_t kMaxSpinMicroseconds = 1'000'000;
+
 // Everything a group of rank actors is built for; buffers are sized once from these.
 struct group_config {
     int32_t tp = 4;
@@ -70,8 +81,15 @@ struct group_config {
     // The ranks make their own logits (rank processes with a local source, topology.logits_source):
     // steps come without shards. Not a config key: set by `distsample coordinator` / `rank`.
     bool ranks_make_logits = false;
+    // Latency against idle cores (scheduler_config): the scheduler's workers, how long an idle
+    // worker polls before it sleeps, and how long group::step polls for its answer before it
+    // sleeps on the future. Polling saves a thread wake-up per hop and costs a core while it lasts.
+    int32_t scheduler_threads = 1;
+    int32_t scheduler_spin_us = 0;
+    int32_t reply_spin_us = 0;
 
     group_limits limits() const { return {tp, vocab_size, max_batch, max_tokens_per_req}; }
+    scheduler_config scheduler() const { return {scheduler_threads, scheduler_spin_us}; }
 };
 
 // Empty when usable, else a message naming the field.

@@ -214,6 +214,18 @@ TEST_P(EveryTpAndMode, RandomStepsEqualTheBackendOnFullRows) {
     expect_random_steps_match_cpu(*g, tp, mode, mode != dist_mode::sharded);
 }
 
+// Polling instead of sleeping (config/group_config.h) changes when threads wake, not what they do.
+TEST(Group, SpinningSchedulerAndCallerGiveTheSameTokens) {
+    group_config config = test_config(2, dist_mode::swap);
+    config.scheduler_threads = 2;
+    config.scheduler_spin_us = 200;
+    config.reply_spin_us = 200;
+    std::unique_ptr<group> g;
+    status st = group::create(config, g);
+    ASSERT_TRUE(st.is_ok()) << st.message;
+    expect_random_steps_match_cpu(*g, 2, dist_mode::swap, true);
+}
+
 // The rank actors on the CUDA backend (one GPU shared by the ranks): the same tokens as the CPU
 // backend. Skipped where CUDA is not built or there is no GPU.
 class CudaRanks : public ::testing::TestWithParam<std::tuple<int32_t, dist_mode>> {};

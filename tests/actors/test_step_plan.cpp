@@ -57,7 +57,7 @@ TEST(StepPlan, VocabMustDivideByTp) {
     EXPECT_NE(validate_group_limits(limits(0)).find("tp = 0"), std::string::npos);
 }
 
-TEST(GroupConfig, ValidatesTimeoutsAndSlots) {
+TEST(GroupConfig, ValidatesTimeoutsSlotsAndSchedulerKnobs) {
     group_config c;
     EXPECT_EQ(validate_group_config(c), "");
     c.max_slots = 1;
@@ -65,6 +65,15 @@ TEST(GroupConfig, ValidatesTimeoutsAndSlots) {
     c = group_config{};
     c.step_timeout = std::chrono::milliseconds(0);
     EXPECT_NE(validate_group_config(c).find("step_timeout"), std::string::npos);
+    c = group_config{};
+    c.scheduler_threads = 0;
+    EXPECT_NE(validate_group_config(c).find("scheduler_threads = 0: expected an integer in [1, 256]"), std::string::npos);
+    c = group_config{};
+    c.scheduler_spin_us = -1;
+    EXPECT_NE(validate_group_config(c).find("scheduler_spin_us = -1: expected an integer in [0, 1000000]"), std::string::npos);
+    c = group_config{};
+    c.reply_spin_us = 1'000'001;
+    EXPECT_NE(validate_group_config(c).find("reply_spin_us = 1000001"), std::string::npos);
     dist_mode mode{};
     EXPECT_TRUE(parse_mode("sharded", mode));
     EXPECT_EQ(mode, dist_mode::sharded);
