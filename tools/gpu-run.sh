@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU runs, the same way every session (DESIGN.md §7):
-#   tools/gpu-run.sh bundle   here: build for sm_90 into build-gpu/ and bundle the binaries and the
-#                             shared libraries they need into .gpu-bundle/ (git-ignored)
+#   tools/gpu-run.sh bundle [TARGET...]
+#                             here: build for sm_90 into build-gpu/ and bundle the binaries (all,
+#                             or only the named targets) and the shared libraries they need into
+#                             .gpu-bundle/ (git-ignored)
 #   tools/gpu-run.sh run      on the GPU machine (device tool, carry .gpu-bundle): run every test
 #                             binary and, if given, a command; logs go to $OUT when it is set
 #   tools/gpu-run.sh bench    on the GPU machine: the sampling benchmark and its PyTorch peers
@@ -19,10 +21,16 @@ bundle() {
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDISTSAMPLE_WITH_CUDA=ON -DDISTSAMPLE_WITH_NCCL=ON -DDISTSAMPLE_CUDA_ARCH=90 \
     "${launcher[@]}" >/dev/null
-  cmake --build build-gpu -j"$(nproc)"
   rm -rf "$BUNDLE"
   mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
-  cp build-gpu/bin/* "$BUNDLE/bin/"
+  if (($# > 0)); then
+    cmake --build build-gpu -j"$(nproc)" --target "$@"
+    local target
+    for target in "$@"; do cp "build-gpu/bin/$target" "$BUNDLE/bin/"; done
+  else
+    cmake --build build-gpu -j"$(nproc)"
+    cp build-gpu/bin/* "$BUNDLE/bin/"
+  fi
   # Every shared library the binaries use except the C runtime and the CUDA driver, which the GPU
   # machine has (and must match its kernel driver), and NCCL, which comes from the GPU machine's
   # Python site-packages (use_gpu_machine_libraries): the toolkit's libnccl is 200 MB.
@@ -105,9 +113,9 @@ verify() {
 }
 
 case "${1:-}" in
-  bundle) bundle ;;
+  bundle) shift; bundle "$@" ;;
   run) shift; run "$@" ;;
   bench) bench ;;
   verify) verify ;;
-  *) echo "usage: $0 bundle | run [command...] | bench | verify" >&2; exit 2 ;;
+  *) echo "usage: $0 bundle [target...] | run [command...] | bench | verify" >&2; exit 2 ;;
 esac
