@@ -9,6 +9,7 @@
 #include "actors/sharded_sampler.h"
 #include "config/group_config.h"
 #include "kernels/sampling_backend.h"
+#include "transport/faulty_transport.h"
 #include "transport/timed_transport.h"
 
 namespace ds {
