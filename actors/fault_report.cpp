@@ -33,11 +33,7 @@ bool can_fail_a_step(fault_kind kind) {
 
 void count_record(std::vector<fault_kind_summary>& summary, const fault_record& r) {
     fault_kind_summary& s = summary[static_cast<size_t>(r.kind)];
-    ++s.injected;
-    s.detected += r.detected ? 1 : 0;
-    s.masked += r.masked ? 1 : 0;
-    s.repaired += r.repaired ? 1 : 0;
-    s.failed_steps += r.failed_step ? 1 : 0;
+    add_fault_outcome(s, r);
     s.worst_latency_ns = std::max(s.worst_latency_ns, r.latency_ns);
 }
 

@@ -39,6 +39,17 @@ struct fault_kind_summary {
     int64_t worst_latency_ns = 0;
 };
 
+// Adds what became of one injected fault to a kind's counters (a fault_kind_summary, or the
+// gateway's atomic counters).
+template <class Counters>
+void add_fault_outcome(Counters& c, const fault_record& r) {
+    ++c.injected;
+    c.detected += r.detected ? 1 : 0;
+    c.masked += r.masked ? 1 : 0;
+    c.repaired += r.repaired ? 1 : 0;
+    c.failed_steps += r.failed_step ? 1 : 0;
+}
+
 // A report: the counts per kind over every step recorded, and the latest records and
 // unexplained events (a long run keeps only the most recent, so its memory stays flat).
 struct fault_report {

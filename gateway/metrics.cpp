@@ -43,12 +43,7 @@ void gateway_metrics::observe_ranks(const std::vector<step_timing>& timing) {
 
 void gateway_metrics::observe_faults(const std::vector<fault_record>& step_faults) {
     for (const fault_record& r : step_faults) {
-        fault_counts& c = faults[static_cast<size_t>(r.kind)];
-        ++c.injected;
-        c.detected += r.detected ? 1 : 0;
-        c.masked += r.masked ? 1 : 0;
-        c.repaired += r.repaired ? 1 : 0;
-        c.failed_steps += r.failed_step ? 1 : 0;
+        add_fault_outcome(faults[static_cast<size_t>(r.kind)], r);
     }
 }
 

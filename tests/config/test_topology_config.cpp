@@ -8,17 +8,14 @@
 #include <string>
 
 #include "config/config_file.h"
+#include "support/temp_config.h"
 #include "config/topology_config.h"
 
 using namespace ds;
 
 namespace {
 
-std::string write_config(const std::string& name, const std::string& text) {
-    const std::string path = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_" + name;  // apart from concurrent runs
-    std::ofstream(path) << text;
-    return path;
-}
+using test_support::write_config;
 
 TEST(TopologyConfig, LaterSourcesWinAndListsComeAsArraysOrCommaText) {
     const std::string path = write_config("ds_topology.json", R"({"tp": 2, "topology": {
