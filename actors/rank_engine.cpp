@@ -211,7 +211,7 @@ status rank_engine::run_swap(const dist_step& step, step_outputs& out) {
 status rank_engine::readable_by_backend(logits_view& rows) {
     if (!rows.on_device || backend_reads_device_) return status::success();
     const logits_view device_rows = rows;
-    return stage_device_logits(device_rows, swapped_host_staging_, rows);
+    return stage_device_logits(device_rows, host_staging_, rows);
 }
 
 status rank_engine::commit(const dist_step& step, const step_outputs& agreed) {

@@ -74,10 +74,10 @@ class rank_engine {
     std::vector<int32_t> extra_block_;  // logprob bits and error flags
     std::vector<int32_t> gathered_extras_;
     bool backend_reads_device_ = false;          // the cuda backend takes device logits as they are
-    // Logits moved to where the transport or the backend reads them: host copies of device rows,
-    // and a device copy of a host shard for a transport that swaps device memory.
+    // Logits moved to where the transport or the backend reads them: a host copy of device rows
+    // (the shard for a host transport, or the swapped rows of a device transport: never both in
+    // one step), and a device copy of a host shard for a transport that swaps device memory.
     std::vector<unsigned char> host_staging_;
-    std::vector<unsigned char> swapped_host_staging_;
     std::shared_ptr<void> device_staging_;
     std::size_t device_staging_bytes_ = 0;
 };
