@@ -38,6 +38,16 @@ void deliver_again(Self* self, const run_step_msg& m) {
     self->enqueue(caf::make_mailbox_element(current->sender, current->mid, {}, m), nullptr);
 }
 
+// Polls the mailbox until a message is there or `spin` has passed (group_config::rank_spin_us), so
+// that the next step's message, sent meanwhile, is taken without a thread wake-up.
+template <class Self>
+void poll_mailbox(Self* self, std::chrono::microseconds spin) {
+    if (spin.count() == 0) return;
+    const auto until = std::chrono::steady_clock::now() + spin;
+    while (self->mailbox().empty() && std::chrono::steady_clock::now() < until) {
+    }
+}
+
 rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank_state> self, group_config config, int32_t rank,
                                          transport_group* transport) {
     self->state.transport = transport;
@@ -46,6 +56,7 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
     // A rank whose put was dropped gives up once the coordinator has named it (a step timeout),
     // so it is back for the next step.
     const std::chrono::milliseconds drop_wait = config.step_timeout + std::chrono::milliseconds(20);
+    const std::chrono::microseconds spin{config.rank_spin_us};
     auto ack = [self, rank](const status& s) -> caf::result<op_ack> {
         if (!s.is_ok()) return make_caf_error(status{s.code, fmt::format("rank {}: {}", rank, s.message)});
         return op_ack{rank};
@@ -64,7 +75,7 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
             self->state.plan = m.plan;
             return op_ack{rank};
         },
-        [self, rank, vocab = config.vocab_size, drop_wait](run_step_msg& m) -> caf::result<rank_result> {
+        [self, rank, vocab = config.vocab_size, drop_wait, spin](run_step_msg& m) -> caf::result<rank_result> {
             rank_state& st = self->state;
             if (m.step->id <= st.last_step) {
                 // A repeated step message: step ids only grow, so the rank refuses it by its id.
@@ -105,14 +116,18 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
                 result.outputs = outputs;
                 st.last_outputs = outputs;
             }
-            return result;
+            // Answered now, so that the rank can poll for the coordinator's next message.
+            self->make_response_promise<rank_result>().deliver(std::move(result));
+            poll_mailbox(self, spin);
+            return caf::delegated<rank_result>{};
         },
-        [self](commit_msg& m) {
+        [self, spin](commit_msg& m) {
             rank_state& st = self->state;
             const std::shared_ptr<const step_outputs> agreed = m.agreed ? m.agreed : st.last_outputs;
             if (!agreed) return;
             status s = st.engine->commit(*m.step, *agreed);
             if (!s.is_ok()) rank_log().error("rank {}: commit of step {} failed: {}", st.engine->rank(), m.step->id, s.message);
+            poll_mailbox(self, spin);
         },
     };
 }

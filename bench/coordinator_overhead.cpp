@@ -8,8 +8,10 @@
 // The whole batch on one backend thread is timed too, for scale. A tiny step (bs = 4, N = 1,
 // greedy), at TP = 4 and at TP = 2 (no more rank threads than cores on a 2-core machine), shows
 // the messaging cost without the rank threads competing for the cores. Each swap case runs twice:
-// with the default configuration (threads sleep when idle) and with `spin_us` = kSpinUs as both
-// scheduler_spin_us and reply_spin_us (idle threads poll first; config/group_config.h). The
+// with the default configuration (threads sleep when idle) and with `spin_us` = kSpinUs as
+// scheduler_spin_us, reply_spin_us and rank_spin_us (idle threads poll first;
+// config/group_config.h); the issue's step also with kStepSpinUs, longer than the step, which
+// needs a core per polling thread (TP + 2) to mean anything. The
 // coordinator overhead is printed against issue 4's target (p50 <= 50 us, p99 <= 200 us). No GPU
 // is needed. Last, the bytes each mode's
 // collectives move per step at issue 5's shape (pad_bs = 64, N = 4, V = 128256, TP = 4), from the
@@ -38,6 +40,8 @@ constexpr int32_t kN = 4;
 constexpr int32_t kVocab = 32000;
 constexpr int32_t kLargeVocab = 128256;
 constexpr int32_t kSpinUs = 2000;
+// Longer than the issue's step takes on 16 cores (about 75 ms), so no thread sleeps during it.
+constexpr int32_t kStepSpinUs = 250'000;
 constexpr double kTargetP50Us = 50;
 constexpr double kTargetP99Us = 200;
 
@@ -135,6 +139,7 @@ std::unique_ptr<ds::group> make_group(benchmark::State& state, const workload& w
     ds::group_config config;
     config.scheduler_spin_us = spin_us;
     config.reply_spin_us = spin_us;
+    config.rank_spin_us = spin_us;
     config.tp = tp;
     config.vocab_size = w.vocab;
     config.max_batch = w.batch;
@@ -321,7 +326,9 @@ BENCHMARK(BM_CoordinatorStep)
     ->ArgNames({"mode", "bs", "n", "tp", "spin_us"})
     ->Args({static_cast<int>(ds::dist_mode::swap), kBatch, kN, kTp, 0})
     ->Args({static_cast<int>(ds::dist_mode::swap), kBatch, kN, kTp, kSpinUs})
+    ->Args({static_cast<int>(ds::dist_mode::swap), kBatch, kN, kTp, kStepSpinUs})
     ->Args({static_cast<int>(ds::dist_mode::sharded), kBatch, kN, kTp, 0})
+    ->Args({static_cast<int>(ds::dist_mode::sharded), kBatch, kN, kTp, kStepSpinUs})
     ->Args({static_cast<int>(ds::dist_mode::gathered), kBatch, kN, kTp, 0})
     ->Args({static_cast<int>(ds::dist_mode::swap), 4, 1, kTp, 0})
     ->Args({static_cast<int>(ds::dist_mode::swap), 4, 1, kTp, kSpinUs})

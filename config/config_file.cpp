@@ -59,6 +59,7 @@ const std::vector<group_key>& keys() {
         int_key<group_config>("scheduler_threads", &group_config::scheduler_threads, 1, kMaxSchedulerThreads),
         int_key<group_config>("scheduler_spin_us", &group_config::scheduler_spin_us, 0, kMaxSpinMicroseconds),
         int_key<group_config>("reply_spin_us", &group_config::reply_spin_us, 0, kMaxSpinMicroseconds),
+        int_key<group_config>("rank_spin_us", &group_config::rank_spin_us, 0, kMaxSpinMicroseconds),
     };
     return table;
 }

@@ -51,7 +51,8 @@ std::string validate_group_config(const group_config& config) {
     if (config.scheduler_threads < 1 || config.scheduler_threads > kMaxSchedulerThreads) {
         return fmt::format("scheduler_threads = {}: expected an integer in [1, {}]", config.scheduler_threads, kMaxSchedulerThreads);
     }
-    for (const auto& [name, value] : {std::pair{"scheduler_spin_us", config.scheduler_spin_us}, std::pair{"reply_spin_us", config.reply_spin_us}}) {
+    for (const auto& [name, value] : {std::pair{"scheduler_spin_us", config.scheduler_spin_us}, std::pair{"reply_spin_us", config.reply_spin_us},
+                                      std::pair{"rank_spin_us", config.rank_spin_us}}) {
         if (value < 0 || value > kMaxSpinMicroseconds) return fmt::format("{} = {}: expected an integer in [0, {}]", name, value, kMaxSpinMicroseconds);
     }
     if (config.step_timeout.count() <= 0) return fmt::format("step_timeout = {} ms: expected > 0", config.step_timeout.count());

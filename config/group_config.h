@@ -82,11 +82,13 @@ struct group_config {
     // steps come without shards. Not a config key: set by `distsample coordinator` / `rank`.
     bool ranks_make_logits = false;
     // Latency against idle cores (scheduler_config): the scheduler's workers, how long an idle
-    // worker polls before it sleeps, and how long group::step polls for its answer before it
-    // sleeps on the future. Polling saves a thread wake-up per hop and costs a core while it lasts.
+    // worker polls before it sleeps, how long group::step polls for its answer before it sleeps
+    // on the future, and how long a rank's thread polls its mailbox after a step's message before
+    // it sleeps. Polling saves a thread wake-up per hop and costs a core while it lasts.
     int32_t scheduler_threads = 1;
     int32_t scheduler_spin_us = 0;
     int32_t reply_spin_us = 0;
+    int32_t rank_spin_us = 0;
 
     group_limits limits() const { return {tp, vocab_size, max_batch, max_tokens_per_req}; }
     scheduler_config scheduler() const { return {scheduler_threads, scheduler_spin_us}; }

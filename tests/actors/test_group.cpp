@@ -215,11 +215,12 @@ TEST_P(EveryTpAndMode, RandomStepsEqualTheBackendOnFullRows) {
 }
 
 // Polling instead of sleeping (config/group_config.h) changes when threads wake, not what they do.
-TEST(Group, SpinningSchedulerAndCallerGiveTheSameTokens) {
+TEST(Group, SpinningSchedulerCallerAndRanksGiveTheSameTokens) {
     group_config config = test_config(2, dist_mode::swap);
     config.scheduler_threads = 2;
     config.scheduler_spin_us = 200;
     config.reply_spin_us = 200;
+    config.rank_spin_us = 200;
     std::unique_ptr<group> g;
     status st = group::create(config, g);
     ASSERT_TRUE(st.is_ok()) << st.message;

@@ -74,6 +74,9 @@ TEST(GroupConfig, ValidatesTimeoutsSlotsAndSchedulerKnobs) {
     c = group_config{};
     c.reply_spin_us = 1'000'001;
     EXPECT_NE(validate_group_config(c).find("reply_spin_us = 1000001"), std::string::npos);
+    c = group_config{};
+    c.rank_spin_us = -5;
+    EXPECT_NE(validate_group_config(c).find("rank_spin_us = -5: expected an integer in [0, 1000000]"), std::string::npos);
     dist_mode mode{};
     EXPECT_TRUE(parse_mode("sharded", mode));
     EXPECT_EQ(mode, dist_mode::sharded);
