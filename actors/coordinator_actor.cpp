@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <memory>
 
@@ -21,6 +22,7 @@ struct job {
     register_msg reg;
     release_msg rel;
     caf::response_promise promise;
+    int64_t received_at_ns = 0;
 };
 
 struct coordinator_state {
@@ -36,6 +38,10 @@ struct coordinator_state {
     caf::response_promise current_promise;
     std::vector<rank_result> results;
     int32_t pending = 0;
+    std::vector<bool> answered;  // by rank, for the running step
+    std::chrono::steady_clock::time_point deadline;
+    bool deadline_check_armed = false;
+    step_timeline timeline;
     status first_failure;
     std::vector<desync_event> desyncs;
     static inline const char* name = "distsample.coordinator";
@@ -143,20 +149,25 @@ void finish_step(coordinator* self) {
         finish_job(self);
         return;
     }
-    // always: every rank commits rank 0's outputs; on_mismatch: only after a desync, else their own.
-    const bool ship = st.config.policy == rank0_policy::always || !found.empty();
-    for (const rank_actor_type& rank : st.ranks) {
-        self->send(rank, commit_msg{st.current_step, ship ? reference.outputs : nullptr});
-    }
     step_timing slowest;
     std::vector<step_timing> rank_timing;
     for (const rank_result& r : st.results) {
         slowest.rank_step_ns = std::max(slowest.rank_step_ns, r.timing.rank_step_ns);
         slowest.rank_transport_ns = std::max(slowest.rank_transport_ns, r.timing.rank_transport_ns);
         slowest.rank_received_bytes = std::max(slowest.rank_received_bytes, r.timing.rank_received_bytes);
+        slowest.rank_began_at_ns = std::max(slowest.rank_began_at_ns, r.timing.rank_began_at_ns);
+        slowest.rank_answered_at_ns = std::max(slowest.rank_answered_at_ns, r.timing.rank_answered_at_ns);
         rank_timing.push_back(r.timing);
     }
-    st.current_promise.deliver(step_answer{step.id, reference.outputs, std::move(found), slowest, std::move(rank_timing)});
+    // always: every rank commits rank 0's outputs; on_mismatch: only after a desync, else their own.
+    // Sent after the answer (off the caller's path) and before the next job starts, so every rank
+    // commits before it runs the next step.
+    const bool ship = st.config.policy == rank0_policy::always || !found.empty();
+    st.timeline.answered_at_ns = steady_now_ns();
+    st.current_promise.deliver(step_answer{step.id, reference.outputs, std::move(found), slowest, std::move(rank_timing), st.timeline});
+    for (const rank_actor_type& rank : st.ranks) {
+        self->send(rank, commit_msg{st.current_step, ship ? reference.outputs : nullptr});
+    }
     finish_job(self);
 }
 
@@ -167,20 +178,58 @@ void on_rank_result(coordinator* self, uint64_t id, rank_result& r) {
         fail_current(self, status{static_cast<status_code>(r.code), fmt::format("step {}: rank {}: {}", id, r.rank, r.message)});
         return;
     }
+    st.answered[static_cast<size_t>(r.rank)] = true;
     st.results[static_cast<size_t>(r.rank)] = std::move(r);
     if (--st.pending == 0) finish_step(self);
 }
 
-void on_rank_timeout(coordinator* self, uint64_t id, int32_t rank, const caf::error& e) {
-    coordinator_state& st = self->state;
-    if (!st.busy || id != st.current_id) return;
-    // When some ranks wait in a collective, the ones they wait for are the culprits.
+// "rank 1, rank 3": when some ranks wait in a collective, the ones they wait for; else `others`.
+std::string culprit_names(coordinator_state& st, const std::vector<int32_t>& others) {
     std::vector<int32_t> culprits = st.transport->missing_ranks();
-    if (culprits.empty()) culprits.push_back(rank);
+    if (culprits.empty()) culprits = others;
     std::string names;
     for (int32_t r : culprits) names += fmt::format("{}rank {}", names.empty() ? "" : ", ", r);
-    const status why = to_status(e, fmt::format("step {}: {} did not answer within {} ms", id, names, st.config.step_timeout.count()));
-    fail_current(self, why);
+    return names;
+}
+
+// A rank's request failed (the rank is down, or refused the step).
+void on_rank_error(coordinator* self, uint64_t id, int32_t rank, const caf::error& e) {
+    coordinator_state& st = self->state;
+    if (!st.busy || id != st.current_id) return;
+    const std::string names = culprit_names(st, {rank});
+    fail_current(self, to_status(e, fmt::format("step {}: {} did not answer within {} ms", id, names, st.config.step_timeout.count())));
+}
+
+// Step deadlines are watched by one periodic check while steps run, not by a timer per request to
+// a rank: in CAF 0.17 every request timeout and every cancellation (its answer) is an event pushed
+// to the clock thread, and a push that wakes that thread costs the sender a futex call, 2 * TP of
+// them on the step's critical path. A step fails within its timeout plus one check period.
+std::chrono::milliseconds deadline_check_period(std::chrono::milliseconds step_timeout) {
+    return std::clamp(step_timeout / 20, std::chrono::milliseconds{1}, std::chrono::milliseconds{50});
+}
+
+void arm_deadline_check(coordinator* self) {
+    coordinator_state& st = self->state;
+    if (st.deadline_check_armed) return;
+    st.deadline_check_armed = true;
+    self->delayed_send(self, deadline_check_period(st.config.step_timeout), deadline_check_atom::value);
+}
+
+void check_deadline(coordinator* self) {
+    coordinator_state& st = self->state;
+    st.deadline_check_armed = false;
+    if (!st.busy || !st.current_step) return;  // idle: the next step arms the check again
+    if (std::chrono::steady_clock::now() < st.deadline) {
+        arm_deadline_check(self);
+        return;
+    }
+    std::vector<int32_t> silent;
+    for (size_t r = 0; r < st.answered.size(); ++r) {
+        if (!st.answered[r]) silent.push_back(static_cast<int32_t>(r));
+    }
+    const std::string names = culprit_names(st, silent);
+    fail_current(self, status{status_code::timeout, fmt::format("step {}: {} did not answer within {} ms", st.current_id, names,
+                                                                st.config.step_timeout.count())});
 }
 
 void start_step(coordinator* self, job& j) {
@@ -197,13 +246,18 @@ void start_step(coordinator* self, job& j) {
     st.current_step = std::make_shared<const dist_step>(make_dist_step(id, *j.request, plan, st.config.vocab_size));
     st.results.assign(st.ranks.size(), rank_result{});
     st.pending = static_cast<int32_t>(st.ranks.size());
+    st.answered.assign(st.ranks.size(), false);
+    st.timeline = step_timeline{j.received_at_ns};
+    st.deadline = std::chrono::steady_clock::now() + st.config.step_timeout;
+    arm_deadline_check(self);
     st.transport->begin_epoch(id);  // no rank runs a step now: the last one finished or failed
     for (size_t r = 0; r < st.ranks.size(); ++r) {
         const auto rank = static_cast<int32_t>(r);
-        self->request(st.ranks[r], st.config.step_timeout, run_step_msg{st.current_step})
+        self->request(st.ranks[r], caf::infinite, run_step_msg{st.current_step})
             .then([self, id](rank_result& result) { on_rank_result(self, id, result); },
-                  [self, id, rank](caf::error& e) { on_rank_timeout(self, id, rank, e); });
+                  [self, id, rank](caf::error& e) { on_rank_error(self, id, rank, e); });
     }
+    st.timeline.dispatched_at_ns = steady_now_ns();
 }
 
 // Registration and release go to every rank; the first failure answers the job.
@@ -258,6 +312,7 @@ coordinator_actor_type::behavior_type coordinator_actor(coordinator* self, group
         [self, enqueue](submit_msg& m) -> caf::result<step_answer> {
             job j;
             j.what = job::kind::step;
+            j.received_at_ns = steady_now_ns();
             j.request = std::move(m.request);
             j.promise = self->make_response_promise();
             caf::response_promise promise = j.promise;
@@ -291,6 +346,7 @@ coordinator_actor_type::behavior_type coordinator_actor(coordinator* self, group
             return promise;
         },
         [self](desync_query&) -> desync_log { return desync_log{self->state.desyncs}; },
+        [self](deadline_check_atom) { check_deadline(self); },
         [self](fault_msg& m) -> caf::result<op_ack> {
             if (m.rank < 0 || static_cast<size_t>(m.rank) >= self->state.ranks.size()) {
                 return make_caf_error(status::invalid(fmt::format("rank = {}: expected a rank in [0, {})", m.rank, self->state.ranks.size())));

@@ -68,6 +68,8 @@ client_actor_type::behavior_type client_actor(client_actor_type::stateful_pointe
                         r.desyncs = std::move(answer.desyncs);
                         r.timing = answer.timing;
                         r.rank_timing = std::move(answer.rank_timing);
+                        r.timeline = answer.timeline;
+                        r.timeline.delivered_at_ns = steady_now_ns();
                         reply->set_value(std::move(r));
                     },
                     [self, id](caf::error& e) {

@@ -93,6 +93,7 @@ struct step_answer {
     std::vector<desync_event> desyncs;
     step_timing timing;                   // the slowest rank's
     std::vector<step_timing> rank_timing;  // every rank's
+    step_timeline timeline;
 };
 
 // Rank process -> the coordinator's membership actor: rank `rank` (actor `handle`) joins. `tp` and
@@ -241,7 +242,8 @@ typename Inspector::result_type inspect(Inspector& f, step_outputs& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_timing& x) {
-    return f(caf::meta::type_name("step_timing"), x.rank_step_ns, x.rank_transport_ns, x.rank_received_bytes);
+    return f(caf::meta::type_name("step_timing"), x.rank_step_ns, x.rank_transport_ns, x.rank_received_bytes, x.rank_began_at_ns,
+             x.rank_answered_at_ns);
 }
 
 template <class Inspector>
@@ -321,12 +323,16 @@ using rank_actor_type = caf::typed_actor<caf::replies_to<register_msg>::with<op_
                                          caf::replies_to<run_step_msg>::with<rank_result>,
                                          caf::reacts_to<commit_msg>>;
 
+// The coordinator to itself: look at the running step's deadline (actors/coordinator_actor.cpp).
+using deadline_check_atom = caf::atom_constant<caf::atom("deadline")>;
+
 using coordinator_actor_type = caf::typed_actor<caf::replies_to<submit_msg>::with<step_answer>,
                                                 caf::replies_to<register_msg>::with<op_ack>,
                                                 caf::replies_to<release_msg>::with<op_ack>,
                                                 caf::replies_to<health_msg>::with<op_ack>,
                                                 caf::replies_to<desync_query>::with<desync_log>,
-                                                caf::replies_to<fault_msg>::with<op_ack>>;
+                                                caf::replies_to<fault_msg>::with<op_ack>,
+                                                caf::reacts_to<deadline_check_atom>>;
 
 // A rank in another process (actors/rank_process.h); its coordinator side is actors/remote_ranks.h.
 using remote_rank_actor_type = caf::typed_actor<caf::replies_to<form_msg>::with<op_ack>,

@@ -76,6 +76,7 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
             return op_ack{rank};
         },
         [self, rank, vocab = config.vocab_size, drop_wait, spin](run_step_msg& m) -> caf::result<rank_result> {
+            const int64_t began_at_ns = steady_now_ns();
             rank_state& st = self->state;
             if (m.step->id <= st.last_step) {
                 // A repeated step message: step ids only grow, so the rank refuses it by its id.
@@ -110,13 +111,14 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
             result.step_id = m.step->id;
             result.code = static_cast<int32_t>(s.code);
             result.message = s.message;
-            result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns(), st.engine->last_received_bytes()};
+            result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns(), st.engine->last_received_bytes(), began_at_ns, 0};
             if (s.is_ok()) {
                 result.digest = outputs->digest();
                 result.outputs = outputs;
                 st.last_outputs = outputs;
             }
             // Answered now, so that the rank can poll for the coordinator's next message.
+            result.timing.rank_answered_at_ns = steady_now_ns();
             self->make_response_promise<rank_result>().deliver(std::move(result));
             poll_mailbox(self, spin);
             return caf::delegated<rank_result>{};

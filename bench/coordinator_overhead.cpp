@@ -160,6 +160,22 @@ std::unique_ptr<ds::group> make_group(benchmark::State& state, const workload& w
     return group;
 }
 
+// The hops of a step, in order, from the caller's submit to its return: the time between
+// consecutive hop_ends (ranks start and answer in parallel: the latest of each counts).
+const std::vector<const char*> kHops = {"caller->coordinator", "plan+send", "->last rank began", "last rank's step",
+                                        "->coordinator answered", "->client delivered", "->caller woke"};
+
+std::vector<int64_t> hop_ends(int64_t start, const ds::step_reply& reply, int64_t end) {
+    return {start,
+            reply.timeline.received_at_ns,
+            reply.timeline.dispatched_at_ns,
+            reply.timing.rank_began_at_ns,
+            reply.timing.rank_answered_at_ns,
+            reply.timeline.answered_at_ns,
+            reply.timeline.delivered_at_ns,
+            end};
+}
+
 void BM_CoordinatorStep(benchmark::State& state) {
     const auto mode = static_cast<ds::dist_mode>(state.range(0));
     const workload& w = shared_workload(static_cast<int32_t>(state.range(1)), static_cast<int32_t>(state.range(2)));
@@ -168,12 +184,14 @@ void BM_CoordinatorStep(benchmark::State& state) {
     if (!group) return;
     const ds::group_config& config = group->config();
     std::vector<double> latency_us, overhead_us, transport_us;
+    std::vector<std::vector<double>> hop_us(kHops.size());
     latency_us.reserve(state.max_iterations);
     for (auto _ : state) {
         ds::step_request request = w.request(config.tp);  // built outside the timed region
-        const auto start = std::chrono::steady_clock::now();
+        const int64_t start = ds::steady_now_ns();
         const ds::step_reply reply = group->step(std::move(request));
-        const double latency = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+        const int64_t end = ds::steady_now_ns();
+        const double latency = static_cast<double>(end - start) * 1e-3;
         if (!reply.result.is_ok()) {
             state.SkipWithError(reply.result.message.c_str());
             return;
@@ -182,8 +200,12 @@ void BM_CoordinatorStep(benchmark::State& state) {
         latency_us.push_back(latency);
         overhead_us.push_back(latency - static_cast<double>(reply.timing.rank_step_ns) * 1e-3);
         transport_us.push_back(static_cast<double>(reply.timing.rank_transport_ns) * 1e-3);
+        const std::vector<int64_t> passed = hop_ends(start, reply, end);
+        for (size_t h = 0; h < kHops.size(); ++h) hop_us[h].push_back(static_cast<double>(passed[h + 1] - passed[h]) * 1e-3);
     }
     const percentiles l = of(latency_us), o = of(overhead_us), t = of(transport_us);
+    std::string hops;
+    for (size_t h = 0; h < kHops.size(); ++h) hops += fmt::format("{}{} {:.1f}", h == 0 ? "" : ", ", kHops[h], of(hop_us[h]).p50);
     state.counters["latency_p50_us"] = l.p50;
     state.counters["coordinator_p50_us"] = o.p50;
     state.counters["coordinator_p99_us"] = o.p99;
@@ -193,6 +215,7 @@ void BM_CoordinatorStep(benchmark::State& state) {
     report().push_back(fmt::format("{:<9} {} spin {:4} us: step latency p50 {:9.1f} us  p99 {:9.1f} us | coordinator overhead p50 {}  p99 {} | rank time in collectives p50 {:8.1f} us",
                                    ds::mode_name(mode), fmt::format("TP={} bs={:<2} N={}", config.tp, w.batch, w.n), spin_us, l.p50, l.p99,
                                    against(o.p50, kTargetP50Us), against(o.p99, kTargetP99Us), t.p50));
+    report().push_back(fmt::format("          hops p50 (us): {}", hops));
 }
 
 // The parameter mixes BM_BytesPerStep runs: the workload's own (greedy / T = 0.8 / top-p 0.9 /

@@ -13,6 +13,7 @@
 // field, the rank or the step. CAF stays behind this header.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -40,7 +41,24 @@ struct step_timing {
     int64_t rank_step_ns = 0;
     int64_t rank_transport_ns = 0;
     int64_t rank_received_bytes = 0;  // bytes the rank's collectives brought it from its peers
+    // When the rank's actor took the step's message and when it answered, on steady_clock in
+    // nanoseconds (the rank process's clock; the slowest's: the latest of each).
+    int64_t rank_began_at_ns = 0;
+    int64_t rank_answered_at_ns = 0;
 };
+
+// When the coordinator and the client actor passed a step on, on steady_clock in nanoseconds:
+// with step_timing's, where a step's time outside the ranks goes (bench_coordinator_overhead).
+struct step_timeline {
+    int64_t received_at_ns = 0;    // the coordinator took the step
+    int64_t dispatched_at_ns = 0;  // ... had sent every rank its message
+    int64_t answered_at_ns = 0;    // ... answered, with every rank's result in
+    int64_t delivered_at_ns = 0;   // the client actor fulfilled the caller's future
+};
+
+inline int64_t steady_now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 struct step_reply {
     status result;            // ok, or why the step failed
@@ -49,6 +67,7 @@ struct step_reply {
     std::vector<desync_event> desyncs;  // found in this step
     step_timing timing;                   // the slowest rank's
     std::vector<step_timing> rank_timing;  // every rank's, in rank order
+    step_timeline timeline;
 };
 
 // Test hooks: make one rank misbehave on its next step.
