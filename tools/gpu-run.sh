@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU runs, the same way every session (DESIGN.md §7):
 #   tools/gpu-run.sh bundle [TARGET...]
-#                             here: build for sm_90 into build-gpu/ and bundle the binaries (all,
-#                             or only the named targets) and the shared libraries they need into
-#                             .gpu-bundle/ (git-ignored)
+#                             here: build for sm_90 into build-gpu/ and bundle the binaries (the
+#                             tests and what verify runs, or only the named targets) and the
+#                             shared libraries they need into .gpu-bundle/ (git-ignored)
 #   tools/gpu-run.sh run      on the GPU machine (device tool, carry .gpu-bundle): run every test
 #                             binary and, if given, a command; logs go to $OUT when it is set
 #   tools/gpu-run.sh bench    on the GPU machine: the sampling benchmark and its PyTorch peers
@@ -29,7 +29,9 @@ bundle() {
     for target in "$@"; do cp "build-gpu/bin/$target" "$BUNDLE/bin/"; done
   else
     cmake --build build-gpu -j"$(nproc)"
-    cp build-gpu/bin/* "$BUNDLE/bin/"
+    # What `run` and `verify` use: a call carries at most 64 MiB, and every binary holds its own
+    # copy of the CUDA runtime, so the other benchmarks and the examples go only when named.
+    cp build-gpu/bin/{test_*,*_peer,distsample,bench_cuda_sampling,bench_coordinator_overhead} "$BUNDLE/bin/"
   fi
   # Every shared library the binaries use except the C runtime and the CUDA driver, which the GPU
   # machine has (and must match its kernel driver), and NCCL, which comes from the GPU machine's
