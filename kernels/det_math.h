@@ -118,15 +118,16 @@ constexpr float kExpMinArg = -87.0f;
 // e^x for x <= 0 (the only range the sampler uses: x = (logit - max) / T). Returns a value in
 // [0, 1]. x = -inf and x < kExpMinArg give 0; NaN gives NaN. Accuracy: within 1 ulp of e^x.
 DS_HD float det_exp(float x) {
-    if (x != x) return x;
-    if (x < kExpMinArg) return 0.0f;
-    if (x >= 0.0f) return 1.0f;
+    // Branch-free: the polynomial runs on x clamped into [kExpMinArg, 0] and selects pick the
+    // special cases, so a GPU thread interleaves several tokens' polynomials instead of branching
+    // per token. Equal to the branching form on all 2^32 inputs (checked exhaustively, 2026-12-02).
     // x = n*ln2 + r with |r| <= ln2/2; ln2 split in two so n*ln2_hi is exact for |n| <= 2^7.
     constexpr float kLog2e = 1.44269504088896341f;
     constexpr float kLn2Hi = 0.693145751953125f;         // 0x3f317200, 8 trailing zero bits
     constexpr float kLn2Lo = 1.42860682030941723212e-6f;  // ln2 - kLn2Hi
-    const float n = rintf(x * kLog2e);
-    float r = fmaf(-n, kLn2Hi, x);
+    const float clamped = fminf(fmaxf(x, kExpMinArg), 0.0f);  // NaN becomes kExpMinArg here
+    const float n = rintf(clamped * kLog2e);
+    float r = fmaf(-n, kLn2Hi, clamped);
     r = fmaf(-n, kLn2Lo, r);
     // Taylor polynomial of degree 7 in Horner form (truncation error < 4e-9 relative).
     float p = 1.98412698e-4f;                 // 1/5040
@@ -139,7 +140,9 @@ DS_HD float det_exp(float x) {
     p = fmaf(p, r, 1.0f);
     // 2^n is a normal float for n in [-126, 0]; the product is correctly rounded.
     const int exponent = static_cast<int>(n) + 127;
-    return p * bits_as_float(static_cast<uint32_t>(exponent) << 23);
+    const float value = p * bits_as_float(static_cast<uint32_t>(exponent) << 23);
+    if (x != x) return x;
+    return x < kExpMinArg ? 0.0f : (x >= 0.0f ? 1.0f : value);
 }
 
 // Natural log for finite x > 0 (x <= 0 gives -inf, NaN gives NaN, +inf gives +inf).
@@ -183,7 +186,9 @@ constexpr uint64_t kMassOne = uint64_t{1} << kMassBits;
 
 // Q = floor(w * 2^40) for a weight w in [0, 1]; exact because w has 24 significant bits.
 DS_HD uint64_t weight_to_mass(float w) {
-    return static_cast<uint64_t>(static_cast<double>(w) * 0x1.0p40);
+    // w * 2^40 is exact in float (a power-of-two scale of a value in [0, 1]): one conversion, the
+    // same integer as through double.
+    return static_cast<uint64_t>(w * 0x1.0p40f);
 }
 
 // ceil(fraction * 2^40) for min_p in [0, 1].

@@ -95,9 +95,10 @@ struct cut {
     }
 };
 
+// Computed for every token and then selected (no branch per token), like det_exp.
 __device__ __forceinline__ float weight_of(float logit, float max_logit, float temperature) {
-    if (logit == max_logit) return 1.0f;
-    return logit > -HUGE_VALF ? dm::det_exp((logit - max_logit) / temperature) : 0.0f;
+    const float w = dm::det_exp((logit - max_logit) / temperature);
+    return logit == max_logit ? 1.0f : (logit > -HUGE_VALF ? w : 0.0f);
 }
 
 __device__ __forceinline__ uint64_t mass_of(float logit, float max_logit, float temperature) {
@@ -618,10 +619,11 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
     // kBlockThreads * 4 tokens), so four block scans give every thread its place in token order.
     uint64_t is_candidate = 0;  // bit 4 * round + k
     uint64_t round_counts[kSlices / 4] = {};
+    const float max_logit = totals.max_logit;
     for_each_slice(chunk_logits, count, [&](int round, int32_t, const float (&values)[kSliceTokens]) {
 #pragma unroll
         for (int k = 0; k < kSliceTokens; ++k) {
-            if (mass_of(values[k], totals.max_logit, r.temperature) >= bound) {
+            if (mass_of(values[k], max_logit, r.temperature) >= bound) {
                 is_candidate |= uint64_t{1} << (kSliceTokens * round + k);
                 round_counts[round / 4] += uint64_t{1} << (16 * (round % 4));
             }
@@ -770,10 +772,11 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
             uint64_t nonzero = 0;
             uint64_t mass_total = 0;
             uint64_t min_p_mass = 0;
+            const float max_logit = totals.max_logit;  // in a register: the histogram's atomics would reload it
             for_each_slice(chunk_logits, count, [&](int, int32_t, const float (&values)[kSliceTokens]) {
 #pragma unroll
                 for (int k = 0; k < kSliceTokens; ++k) {
-                    const float w = weight_of(values[k], totals.max_logit, r.temperature);
+                    const float w = weight_of(values[k], max_logit, r.temperature);
                     const uint64_t q = dm::weight_to_mass(w);
                     nonzero += q > 0 ? 1 : 0;
                     mass_total += q;
@@ -816,6 +819,11 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
 
     // ---- 4. The last block of the request walks its chain --------------------------------------
     if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * chunks), sh.flag)) walk_chain(p, r, b);
+    // Every block took its ticket before it got here: the last one resets the launch's counters.
+    if (threadIdx.x == 0 && atomicAdd(&ws.control->finished_blocks, 1u) == gridDim.x - 1) {
+        ws.control->next_ticket = 0;
+        ws.control->finished_blocks = 0;
+    }
 }
 
 // ---- The streaming kernel: greedy requests without penalties or bias ------------------------------
@@ -963,8 +971,6 @@ cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t 
         return cudaGetLastError();
     }
     const dim3 grid(rows * static_cast<unsigned>(chunks_per_row(params.vocab)));
-    const cudaError_t reset = cudaMemsetAsync(params.workspace.control, 0, sizeof(launch_control), stream);
-    if (reset != cudaSuccess) return reset;
     chain_kernel<<<grid, kBlockThreads, sizeof(kernel_shared), stream>>>(params);
     return cudaGetLastError();
 }

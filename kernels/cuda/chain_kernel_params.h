@@ -95,9 +95,12 @@ struct cut_candidate {
     float logit;
 };
 
-// Launch-wide counters, zeroed before every launch (launch_chain_kernel does it on the stream).
+// Launch-wide counters. They start zeroed (the backend clears them once, and after a faulted
+// launch) and the last block of a launch to finish zeroes them for the next one, so a step needs
+// no memset node before its kernel.
 struct launch_control {
-    uint32_t next_ticket = 0;  // blocks take row chunks in the order they start (no deadlock)
+    uint32_t next_ticket = 0;      // blocks take row chunks in the order they start (no deadlock)
+    uint32_t finished_blocks = 0;  // blocks past their last use of next_ticket
 };
 
 // The kernel's persistent workspace, carved from one allocation sized for the largest step.

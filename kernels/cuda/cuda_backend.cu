@@ -39,12 +39,13 @@ struct output_layout {
 output_layout outputs_for(int32_t bs, int32_t n) {
     output_layout o;
     const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
-    o.packed = 0;
-    o.accept_index = align_up((rows + static_cast<size_t>(bs)) * sizeof(int32_t));
+    // The fault word first, at the same place for every shape: it is cleared only after a fault.
+    o.fault = 0;
+    o.packed = align_up(sizeof(uint32_t));
+    o.accept_index = o.packed + align_up((rows + static_cast<size_t>(bs)) * sizeof(int32_t));
     o.logprobs = o.accept_index + align_up(rows * sizeof(int32_t));
     o.row_error = o.logprobs + align_up(rows * sizeof(float));
-    o.fault = o.row_error + align_up(static_cast<size_t>(bs));
-    o.total = o.fault + sizeof(uint32_t);
+    o.total = o.row_error + static_cast<size_t>(bs);
     return o;
 }
 
@@ -186,10 +187,10 @@ struct cuda_backend::impl {
         return status::success();
     }
 
-    // The device work of a step: one input copy, the kernel, one output copy. Capturable.
+    // The device work of a step: one input copy, the kernel, one output copy. Capturable. (The
+    // fault word stays zero until a launch faults; finish() clears it then.)
     status enqueue(const staging_layout& layout, const chain_kernel_params& params) {
         CUDA_TRY(cudaMemcpyAsync(staging_device.get(), staging_host.get(), layout.total, cudaMemcpyHostToDevice, stream));
-        CUDA_TRY(cudaMemsetAsync(params.fault, 0, sizeof(uint32_t), stream));
         CUDA_TRY(launch_chain_kernel(params, stream));
         const output_layout out = outputs_for(params.batch_size, params.tokens_per_req);
         CUDA_TRY(cudaMemcpyAsync(outputs_host.get(), outputs_device.get(), out.total, cudaMemcpyDeviceToHost, stream));
@@ -216,6 +217,7 @@ struct cuda_backend::impl {
         if (fault != 0) {
             // The kernel's counters are unreliable after a timed-out barrier: start them afresh.
             CUDA_TRY(cudaMemset(workspace.get(), 0, workspace_counter_bytes));
+            CUDA_TRY(cudaMemset(outputs_device.get(), 0, sizeof(uint32_t)));
             return {status_code::internal,
                     "cuda backend: a row's thread blocks did not meet within 2 s (is another process filling the GPU?); "
                     "the step's outputs were discarded"};
@@ -278,6 +280,7 @@ status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_ba
     if (s.is_ok()) s = state->outputs_device.allocate(max_out.total);
     if (s.is_ok()) s = state->outputs_host.allocate(max_out.total);
     if (!s.is_ok()) return s;
+    CUDA_TRY(cudaMemset(state->outputs_device.get(), 0, sizeof(uint32_t)));  // the fault word
     state->requests.reserve(static_cast<size_t>(config.max_batch));
     out.reset(new cuda_backend(std::move(state)));
     return status::success();
