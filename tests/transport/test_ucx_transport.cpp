@@ -255,6 +255,39 @@ TEST(UcxTransport, RejectsOversizedCallsNamingTheLimit) {
     EXPECT_TRUE(results[0].is_ok()) << results[0].message;
 }
 
+// ucx_device_memory (transport/ucx_memory_path.h) as the endpoint resolves it: the cpu backend
+// swaps host memory, and a device shard is refused naming the path; `direct` for the cuda backend
+// either gets device swaps (a UCX with CUDA) or fails at creation saying what to set instead.
+TEST(UcxTransport, ResolvesUcxDeviceMemoryAtCreation) {
+    transport_config config = script_transport_config();
+    config.world_size = 1;
+    config.ucx_device_memory = ucx_memory_mode::automatic;
+    auto results = on_ucx_threads(config, [](int32_t, ucx_endpoint& endpoint) {
+        if (endpoint.memory_path() != ucx_memory_path::host || endpoint.swaps_device_logits()) {
+            return status{status_code::internal, std::string("expected host, got ") + ucx_memory_path_name(endpoint.memory_path())};
+        }
+        std::vector<float> rows(64);
+        logits_view out;
+        const status s = endpoint.swap_batch_vocab({rows.data(), logits_dtype::f32, 1, 64, 64, true}, 0, 1, out);
+        if (s.code != status_code::unsupported || s.message.find("resolved to host") == std::string::npos) {
+            return status{status_code::internal, "expected a refused device shard: " + s.message};
+        }
+        return status::success();
+    });
+    EXPECT_TRUE(results[0].is_ok()) << results[0].message;
+
+    config.ucx_device_memory = ucx_memory_mode::direct;
+    config.backend_on_device = true;
+    config.timeout = milliseconds(500);  // a refused endpoint never meets the rendezvous
+    results = on_ucx_threads(config, [](int32_t, ucx_endpoint& endpoint) {
+        return endpoint.swaps_device_logits() ? status::success() : status{status_code::internal, "direct without device swaps"};
+    });
+    if (results[0].is_ok()) return;  // this UCX and this build move CUDA memory
+    EXPECT_EQ(results[0].code, status_code::unsupported) << results[0].message;
+    EXPECT_NE(results[0].message.find("rank 0: ucx_device_memory = 'direct' is not available"), std::string::npos) << results[0].message;
+    EXPECT_NE(results[0].message.find("set ucx_device_memory = auto or staged"), std::string::npos) << results[0].message;
+}
+
 TEST(UcxTransport, RanksThatDisagreeOnTheBatchFailAlikeAndStayUsable) {
     transport_config config = script_transport_config();
     config.world_size = 2;
