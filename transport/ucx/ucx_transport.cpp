@@ -150,7 +150,8 @@ status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
     } else {
         const cuda_memory_kind kind = memory_path_ == ucx_memory_path::direct ? cuda_memory_kind::device : cuda_memory_kind::pinned_host;
         if (status s = cuda_allocation::allocate(kind, swap_bytes, cuda_swap_); !s.is_ok()) {
-            return {s.code, fmt::format("rank {}: the ucx swap buffers ({} bytes, {}): {}", rank_, swap_bytes, ucx_memory_path_name(memory_path_), s.message)};
+            return {s.code, fmt::format("rank {}: the ucx swap buffers ({} bytes, {}): {}", rank_, swap_bytes,
+                                        ucx_memory_path_name(memory_path_), s.message)};
         }
         swap_base_ = cuda_swap_.data();
     }
@@ -250,8 +251,10 @@ status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
             std::free(text);
         }
     }
-    transport_log().info("rank {}: ucx transport ready, {} ranks, {} KiB registered ({} swap buffers), peer error handling {}, to rank {} over {}",
-                         rank_, world, (control_.size() + swap_bytes) >> 10, ucx_memory_path_name(memory_path_), options.peer_error_handling ? "on" : "off",
+    transport_log().info("rank {}: ucx transport ready, {} ranks, {} KiB registered ({} swap buffers), peer error handling {}, to rank {} "
+                         "over {}",
+                         rank_, world, (control_.size() + swap_bytes) >> 10, ucx_memory_path_name(memory_path_),
+                         options.peer_error_handling ? "on" : "off",
                          (rank_ + 1) % world, transport_summary_.empty() ? "(none)" : transport_summary_);
     return status::success();
 }
