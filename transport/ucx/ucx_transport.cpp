@@ -75,6 +75,10 @@ std::string summarize_lanes(const std::string& info) {
     return summary;
 }
 
+status ucx_failure(int32_t rank, const char* call, ucs_status_t st) {
+    return {status_code::internal, fmt::format("rank {}: {} failed: {}", rank, call, ucs_status_string(st))};
+}
+
 }  // namespace
 
 struct ucx_endpoint::peer_failure_context {
@@ -113,29 +117,37 @@ status ucx_endpoint::create(const transport_config& config, bootstrap& boot, con
 }
 
 status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
+    std::string mine;
+    const status prepared = prepare(mine);
+    // A rank that cannot start still takes part in the exchange, with an empty blob, so that its
+    // peers fail at once naming it instead of waiting for it until the timeout.
+    std::vector<std::string> blobs;
+    const status exchanged = boot.exchange(prepared.is_ok() ? mine : std::string(), blobs);
+    if (!prepared.is_ok()) return prepared;
+    if (!exchanged.is_ok()) return exchanged;
+    return connect(options, blobs);
+}
+
+status ucx_endpoint::prepare(std::string& mine) {
     const int32_t world = config_.world_size;
     resources& u = *ucx_;
-    u.peer_error_handling = options.peer_error_handling;
-    auto ucx_failure = [&](const char* call, ucs_status_t st) {
-        return status{status_code::internal, fmt::format("rank {}: {} failed: {}", rank_, call, ucs_status_string(st))};
-    };
 
     ucp_config_t* ucp_config = nullptr;  // UCX_* environment variables (UCX_TLS, UCX_NET_DEVICES) apply
-    if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &ucp_config); st != UCS_OK) return ucx_failure("ucp_config_read", st);
+    if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &ucp_config); st != UCS_OK) return ucx_failure(rank_, "ucp_config_read", st);
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
     const ucs_status_t init_status = ucp_init(&params, ucp_config, &u.context);
     ucp_config_release(ucp_config);
-    if (init_status != UCS_OK) return ucx_failure("ucp_init", init_status);
+    if (init_status != UCS_OK) return ucx_failure(rank_, "ucp_init", init_status);
     if (status s = choose_memory_path(); !s.is_ok()) return s;
 
     // One thread drives the worker (the rank's); abort() only touches an atomic.
     ucp_worker_params_t worker_params{};
     worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
-    if (ucs_status_t st = ucp_worker_create(u.context, &worker_params, &u.worker); st != UCS_OK) return ucx_failure("ucp_worker_create", st);
-    if (ucs_status_t st = ucp_worker_get_efd(u.worker, &u.event_fd); st != UCS_OK) return ucx_failure("ucp_worker_get_efd", st);
+    if (ucs_status_t st = ucp_worker_create(u.context, &worker_params, &u.worker); st != UCS_OK) return ucx_failure(rank_, "ucp_worker_create", st);
+    if (ucs_status_t st = ucp_worker_get_efd(u.worker, &u.event_fd); st != UCS_OK) return ucx_failure(rank_, "ucp_worker_get_efd", st);
 
     // The control region (host memory): a flag word per peer, then the collective areas of
     // parity 0 and 1. The swap region: the swap receive areas of parity 0 and 1, where the
@@ -143,7 +155,7 @@ status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
     collective_area_bytes_ = align_up(static_cast<std::size_t>(world) * config_.max_collective_bytes);
     control_.assign(align_up(static_cast<std::size_t>(world) * sizeof(uint64_t)) + 2 * collective_area_bytes_, 0);
     swap_area_bytes_ = align_up(static_cast<std::size_t>(config_.max_swap_rows) * static_cast<std::size_t>(config_.vocab_size) * 4);
-    const std::size_t swap_bytes = std::max(kAlign, 2 * swap_area_bytes_);  // UCX maps no empty region
+    const std::size_t swap_bytes = swap_region_bytes();
     if (memory_path_ == ucx_memory_path::host) {
         host_swap_.assign(swap_bytes, 0);
         swap_base_ = host_swap_.data();
@@ -166,29 +178,33 @@ status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
             map.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
             map.memory_type = UCS_MEMORY_TYPE_CUDA;
         }
-        if (ucs_status_t st = ucp_mem_map(u.context, &map, &u.memory[i]); st != UCS_OK) return ucx_failure("ucp_mem_map", st);
+        if (ucs_status_t st = ucp_mem_map(u.context, &map, &u.memory[i]); st != UCS_OK) return ucx_failure(rank_, "ucp_mem_map", st);
         void* rkey = nullptr;
         size_t rkey_bytes = 0;
-        if (ucs_status_t st = ucp_rkey_pack(u.context, u.memory[i], &rkey, &rkey_bytes); st != UCS_OK) return ucx_failure("ucp_rkey_pack", st);
+        if (ucs_status_t st = ucp_rkey_pack(u.context, u.memory[i], &rkey, &rkey_bytes); st != UCS_OK) return ucx_failure(rank_, "ucp_rkey_pack", st);
         rkeys[i].assign(static_cast<const char*>(rkey), rkey_bytes);
         ucp_rkey_buffer_release(rkey);
     }
     ucp_address_t* address = nullptr;
     size_t address_bytes = 0;
     if (ucs_status_t st = ucp_worker_get_address(u.worker, &address, &address_bytes); st != UCS_OK) {
-        return ucx_failure("ucp_worker_get_address", st);
+        return ucx_failure(rank_, "ucp_worker_get_address", st);
     }
     const blob_header header{reinterpret_cast<uint64_t>(control_.data()), control_.size(), reinterpret_cast<uint64_t>(swap_base_),
                              swap_bytes, rkeys[0].size(), rkeys[1].size(), address_bytes};
-    std::string mine(reinterpret_cast<const char*>(&header), sizeof header);
+    mine.assign(reinterpret_cast<const char*>(&header), sizeof header);
     mine += rkeys[0];
     mine += rkeys[1];
     mine.append(reinterpret_cast<const char*>(address), address_bytes);
     ucp_worker_release_address(u.worker, address);
+    return status::success();
+}
 
-    std::vector<std::string> blobs;
-    if (status s = boot.exchange(mine, blobs); !s.is_ok()) return s;
-
+status ucx_endpoint::connect(const ucx_options& options, const std::vector<std::string>& blobs) {
+    const int32_t world = config_.world_size;
+    const std::size_t swap_bytes = swap_region_bytes();
+    resources& u = *ucx_;
+    u.peer_error_handling = options.peer_error_handling;
     u.eps.assign(static_cast<size_t>(world), nullptr);
     for (const region r : {region::control, region::swap}) {
         u.rkeys[static_cast<size_t>(r)].assign(static_cast<size_t>(world), nullptr);
@@ -201,6 +217,9 @@ status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
     for (int32_t peer = 0; peer < world; ++peer) {
         if (peer == rank_) continue;
         const std::string& blob = blobs[static_cast<size_t>(peer)];
+        if (blob.empty()) {
+            return {status_code::aborted, fmt::format("rank {}: rank {} could not start its ucx endpoint (its log says why)", rank_, peer)};
+        }
         blob_header theirs{};
         if (blob.size() >= sizeof theirs) std::memcpy(&theirs, blob.data(), sizeof theirs);
         if (blob.size() < sizeof theirs || blob.size() != theirs.total_bytes()) {
@@ -226,14 +245,14 @@ status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
             ep_params.err_handler.arg = &u.failure_contexts[static_cast<size_t>(peer)];
         }
         if (ucs_status_t st = ucp_ep_create(u.worker, &ep_params, &u.eps[static_cast<size_t>(peer)]); st != UCS_OK) {
-            return ucx_failure("ucp_ep_create", st);
+            return ucx_failure(rank_, "ucp_ep_create", st);
         }
         for (const region r : {region::control, region::swap}) {
             const auto i = static_cast<size_t>(r);
             if (ucs_status_t st = ucp_ep_rkey_unpack(u.eps[static_cast<size_t>(peer)], r == region::control ? control_rkey : swap_rkey,
                                                      &u.rkeys[i][static_cast<size_t>(peer)]);
                 st != UCS_OK) {
-                return ucx_failure("ucp_ep_rkey_unpack", st);
+                return ucx_failure(rank_, "ucp_ep_rkey_unpack", st);
             }
             u.remote_base[i][static_cast<size_t>(peer)] = r == region::control ? theirs.control_base : theirs.swap_base;
         }
@@ -313,6 +332,8 @@ ucx_endpoint::~ucx_endpoint() {
 std::size_t ucx_endpoint::flag_offset(int32_t source) const { return static_cast<std::size_t>(source) * sizeof(uint64_t); }
 
 std::size_t ucx_endpoint::swap_offset(uint64_t parity) const { return parity * swap_area_bytes_; }
+
+std::size_t ucx_endpoint::swap_region_bytes() const { return std::max(kAlign, 2 * swap_area_bytes_); }  // UCX maps no empty region
 
 std::size_t ucx_endpoint::collective_offset(uint64_t parity, int32_t source) const {
     return align_up(static_cast<std::size_t>(config_.world_size) * sizeof(uint64_t)) + parity * collective_area_bytes_ +

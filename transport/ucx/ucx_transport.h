@@ -93,7 +93,11 @@ class ucx_endpoint final : public transport {
     // The two registered regions a peer puts into; index into resources' per-region arrays.
     enum class region { control = 0, swap = 1 };
 
+    // prepare (context, memory path, worker, registered regions: this rank's blob), the
+    // bootstrap exchange, then connect (endpoints to the peers, their rkeys, a first barrier).
     status setup(bootstrap& boot, const ucx_options& options);
+    status prepare(std::string& mine);
+    status connect(const ucx_options& options, const std::vector<std::string>& blobs);
     // Asks the UCX context for CUDA support, resolves config_.ucx_device_memory, logs the choice.
     status choose_memory_path();
     // One collective: issue_puts(parity) puts this rank's data into the peers' areas of that
@@ -118,6 +122,7 @@ class ucx_endpoint final : public transport {
     std::size_t flag_offset(int32_t source) const;
     std::size_t collective_offset(uint64_t parity, int32_t source) const;
     std::size_t swap_offset(uint64_t parity) const;
+    std::size_t swap_region_bytes() const;
     unsigned char* control_at(std::size_t offset) { return control_.data() + offset; }
 
     transport_config config_;
