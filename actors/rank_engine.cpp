@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -60,6 +61,8 @@ transport_config rank_transport_config(const group_config& config) {
     // The sharded sampler's largest collective: two 256-bin histograms per row.
     t.max_collective_bytes = static_cast<size_t>(max_rows) * 512 * sizeof(uint64_t);
     t.timeout = config.transport_timeout;
+    t.ucx_device_memory = config.ucx_device_memory;
+    t.backend_on_device = config.backend == "cuda" && config.mode != dist_mode::sharded;
     return t;
 }
 
@@ -88,6 +91,13 @@ rank_engine::rank_engine(const group_config& config, int32_t rank, transport& en
     backend_reads_device_ = kind == backend_kind::cuda;
     init_status_ = make_backend(kind, rank_kernel_config(config, max_batch), backend_);
     if (!init_status_.is_ok()) return;
+    if (backend_reads_device_ && !endpoint.swaps_device_logits()) {
+        // The largest shard: every row of the largest batch over this rank's V/TP, in f32.
+        const std::size_t bytes = static_cast<std::size_t>(config.max_batch) * static_cast<std::size_t>(config.max_tokens_per_req) *
+                                  static_cast<std::size_t>(config.vocab_size / config.tp) * dtype_size(logits_dtype::f32);
+        init_status_ = cuda_allocation::allocate(cuda_memory_kind::pinned_host, bytes, pinned_staging_);
+        if (!init_status_.is_ok()) return;
+    }
     if (config.mode == dist_mode::swap) {
         const size_t block = static_cast<size_t>(max_batch) * static_cast<size_t>(2 * config.max_tokens_per_req + 1);
         const size_t extra = static_cast<size_t>(max_batch) * static_cast<size_t>(config.max_tokens_per_req + 1);
@@ -125,7 +135,7 @@ status rank_engine::run(const dist_step& planned, step_outputs& out) {
         staged = planned;
         logits_view& moved = staged.shards[static_cast<size_t>(rank_)];
         status s = read_on_device ? stage_host_logits(shard, device_staging_, device_staging_bytes_, moved)
-                                  : stage_device_logits(shard, host_staging_, moved);
+                                  : stage_to_host(shard, moved);
         if (!s.is_ok()) return s;
     }
     const dist_step& step = shard.on_device != read_on_device ? staged : planned;
@@ -211,7 +221,14 @@ status rank_engine::run_swap(const dist_step& step, step_outputs& out) {
 status rank_engine::readable_by_backend(logits_view& rows) {
     if (!rows.on_device || backend_reads_device_) return status::success();
     const logits_view device_rows = rows;
-    return stage_device_logits(device_rows, host_staging_, rows);
+    return stage_to_host(device_rows, rows);
+}
+
+status rank_engine::stage_to_host(const logits_view& rows, logits_view& staged) {
+    if (pinned_staging_.data() != nullptr) return stage_device_logits(rows, pinned_staging_.data(), pinned_staging_.bytes(), staged);
+    const std::size_t bytes = static_cast<std::size_t>(rows.vocab) * dtype_size(rows.dtype) * static_cast<std::size_t>(rows.rows);
+    host_staging_.resize(std::max(host_staging_.size(), bytes));
+    return stage_device_logits(rows, host_staging_.data(), host_staging_.size(), staged);
 }
 
 status rank_engine::commit(const dist_step& step, const step_outputs& agreed) {

@@ -8,6 +8,7 @@
 #include "actors/dist_step.h"
 #include "actors/sharded_sampler.h"
 #include "config/group_config.h"
+#include "kernels/device_memory.h"
 #include "kernels/sampling_backend.h"
 #include "transport/faulty_transport.h"
 #include "transport/timed_transport.h"
@@ -56,6 +57,8 @@ class rank_engine {
     status run_swap(const dist_step& step, step_outputs& out);
     // Swapped rows in device memory (nccl) for a backend that reads the host: staged there.
     status readable_by_backend(logits_view& rows);
+    // Device rows copied into the host staging buffer.
+    status stage_to_host(const logits_view& rows, logits_view& staged);
 
     group_config config_;
     int32_t rank_;
@@ -77,6 +80,9 @@ class rank_engine {
     // Logits moved to where the transport or the backend reads them: a host copy of device rows
     // (the shard for a host transport, or the swapped rows of a device transport: never both in
     // one step), and a device copy of a host shard for a transport that swaps device memory.
+    // The cuda backend with a host transport (ucx_device_memory staged, local) stages its shard
+    // in pinned memory sized once; other ranks rarely see device rows and grow a vector.
+    cuda_allocation pinned_staging_;
     std::vector<unsigned char> host_staging_;
     std::shared_ptr<void> device_staging_;
     std::size_t device_staging_bytes_ = 0;

@@ -40,6 +40,14 @@ const std::vector<group_key>& keys() {
          [](const std::string& k, const raw_value& v, group_config& c) {
              return read_choice(k, v, {"auto", "local", "ucx", "nccl"}, c.transport);
          }},
+        {"ucx_device_memory", [](const group_config& c) { return json(ucx_memory_mode_name(c.ucx_device_memory)); },
+         // Whether `direct` can work is known once UCX is up (transport/ucx_memory_path.h).
+         [](const std::string& k, const raw_value& v, group_config& c) {
+             std::string name;
+             std::string e = read_choice(k, v, {"auto", "direct", "staged"}, name);
+             if (e.empty()) parse_ucx_memory_mode(name, c.ucx_device_memory);
+             return e;
+         }},
         {"mode", [](const group_config& c) { return json(mode_name(c.mode)); },
          [](const std::string& k, const raw_value& v, group_config& c) {
              std::string name;

@@ -4,7 +4,7 @@
 //   3. DISTSAMPLE_<KEY> environment variables (DISTSAMPLE_TP=2, DISTSAMPLE_MODE=sharded, ...),
 //   4. `key=value` overrides from the command line.
 // Keys: tp, vocab_size, max_batch, max_tokens_per_req, max_slots, max_penalty_tokens,
-// max_logit_bias, threads_per_rank, backend, transport, mode, rank0_policy, step_timeout_ms,
+// max_logit_bias, threads_per_rank, backend, transport, ucx_device_memory, mode, rank0_policy, step_timeout_ms,
 // transport_timeout_ms; and in the "faults" object (DISTSAMPLE_FAULTS_<KEY>, faults.<key>=value):
 // seed, inject (a list of fault texts, config/fault_plan.h; from the environment or the command
 // line, ';'-separated texts that add to the list), payload_checksums. Every error names the key,

@@ -44,6 +44,25 @@ bool parse_policy(const std::string& name, rank0_policy& policy) {
     return false;
 }
 
+const char* ucx_memory_mode_name(ucx_memory_mode mode) {
+    switch (mode) {
+        case ucx_memory_mode::automatic: return "auto";
+        case ucx_memory_mode::direct: return "direct";
+        case ucx_memory_mode::staged: return "staged";
+    }
+    return "unknown";
+}
+
+bool parse_ucx_memory_mode(const std::string& name, ucx_memory_mode& mode) {
+    for (ucx_memory_mode m : {ucx_memory_mode::automatic, ucx_memory_mode::direct, ucx_memory_mode::staged}) {
+        if (name == ucx_memory_mode_name(m)) {
+            mode = m;
+            return true;
+        }
+    }
+    return false;
+}
+
 std::string validate_group_config(const group_config& config) {
     if (std::string e = validate_group_limits(config.limits()); !e.empty()) return e;
     if (config.max_slots < 2) return fmt::format("max_slots = {}: expected >= 2 (slot 0 is reserved)", config.max_slots);

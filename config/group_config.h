@@ -46,6 +46,18 @@ enum class rank0_policy {
 const char* policy_name(rank0_policy policy);
 bool parse_policy(const std::string& name, rank0_policy& policy);
 
+// Where the ucx transport keeps the vocab swap's logits when a rank samples on the GPU
+// (transport/ucx_memory_path.h resolves it once UCX is up).
+enum class ucx_memory_mode {
+    automatic,  // "auto": direct where UCX can move CUDA memory, else staged
+    direct,     // put GPU memory to GPU memory (needs a UCX built with CUDA, e.g. libucx-cu13)
+    staged,     // copy the shard to pinned host buffers; UCX moves host memory
+};
+
+const char* ucx_memory_mode_name(ucx_memory_mode mode);
+// "auto" | "direct" | "staged"; false for anything else.
+bool parse_ucx_memory_mode(const std::string& name, ucx_memory_mode& mode);
+
 // CAF's shared scheduler, which runs the coordinator and the client actor (each rank has a thread
 // of its own). An idle worker polls its queue for `spin_us`, then sleeps on a condition variable;
 // a message to a sleeping worker pays a thread wake-up (tens of microseconds, more on a loaded or
@@ -69,6 +81,8 @@ struct group_config {
     int32_t threads_per_rank = 1;       // CPU worker threads of each rank's backend
     std::string backend = "cpu";
     std::string transport = "local";    // auto | local | ucx | nccl (transport/transport_factory.h)
+    // The ucx transport with the cuda backend: GPU memory over UCX, or staged through the host.
+    ucx_memory_mode ucx_device_memory = ucx_memory_mode::automatic;
     dist_mode mode = dist_mode::swap;
     rank0_policy policy = rank0_policy::on_mismatch;
     std::chrono::milliseconds step_timeout{10000};      // coordinator: a step's whole fan-out

@@ -1,5 +1,7 @@
 // Builds a backend by kind. Separate from sampling_backend.cpp so the CPU core does not depend on
 // the CUDA library.
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -28,12 +30,15 @@ status make_backend(backend_kind kind, const kernel_config& config, std::unique_
     return status::success();
 }
 
-status stage_device_logits(const logits_view& rows, std::vector<unsigned char>& host, logits_view& staged) {
-    const std::size_t row_bytes = static_cast<std::size_t>(rows.vocab) * dtype_size(rows.dtype);
-    host.resize(std::max(host.size(), row_bytes * static_cast<std::size_t>(rows.rows)));
-    staged = logits_view{host.data(), rows.dtype, rows.rows, rows.vocab, rows.vocab, false};
+status stage_device_logits(const logits_view& rows, void* host, std::size_t capacity, logits_view& staged) {
+    const std::size_t bytes = static_cast<std::size_t>(rows.vocab) * dtype_size(rows.dtype) * static_cast<std::size_t>(rows.rows);
+    if (bytes > capacity) {
+        return status::invalid(fmt::format("logits: {} rows of {} {} values ({} bytes) exceed the {}-byte host staging buffer", rows.rows,
+                                           rows.vocab, dtype_name(rows.dtype), bytes, capacity));
+    }
+    staged = logits_view{host, rows.dtype, rows.rows, rows.vocab, rows.vocab, false};
 #if defined(DISTSAMPLE_HAVE_CUDA)
-    return cuda::copy_rows_to_host(rows, host.data());
+    return cuda::copy_rows_to_host(rows, host);
 #else
     return {status_code::unsupported,
             "logits.on_device = true: this build has no CUDA support (configure with DISTSAMPLE_WITH_CUDA=ON)"};

@@ -40,11 +40,11 @@ status parse_backend_kind(std::string_view name, backend_kind& kind);
 // Builds a backend, or returns a status saying why it cannot (bad config, CUDA not built).
 status make_backend(backend_kind kind, const kernel_config& config, std::unique_ptr<sampling_backend>& out);
 
-// Copies logits rows that live in device memory (rows.on_device) into `host`, densely packed
-// (row_stride = vocab), and describes them in `staged`: for paths that read logits on the host
-// (the local and UCX transports, sharded mode). `host` grows to fit. Unsupported in builds
-// without CUDA.
-status stage_device_logits(const logits_view& rows, std::vector<unsigned char>& host, logits_view& staged);
+// Copies logits rows that live in device memory (rows.on_device) into `host` (`capacity` bytes,
+// pinned or pageable), densely packed (row_stride = vocab), and describes them in `staged`: for
+// paths that read logits on the host (the local and UCX transports, sharded mode). Rows that do
+// not fit are an invalid_argument status. Unsupported in builds without CUDA.
+status stage_device_logits(const logits_view& rows, void* host, std::size_t capacity, logits_view& staged);
 
 // The other way: copies host rows into `device` (reallocated only when it must grow; `capacity`
 // is its size in bytes) and describes them in `staged` (densely packed, on_device): for

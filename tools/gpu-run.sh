@@ -4,8 +4,18 @@
 #                             here: build for sm_90 into build-gpu/ and bundle the binaries (the
 #                             tests and what verify runs, or only the named targets) and the
 #                             shared libraries they need into .gpu-bundle/ (git-ignored)
-#   tools/gpu-run.sh run      on the GPU machine (device tool, carry .gpu-bundle): run every test
-#                             binary and, if given, a command; logs go to $OUT when it is set
+#   tools/gpu-run.sh bundle-ucx [WHEEL]
+#                             here, after bundle: the CUDA-enabled UCX of the libucx-cu13 wheel (the
+#                             newest in /tmp/wheels unless given; fetch it with `pip download --no-deps
+#                             libucx-cu13 -d /tmp/wheels`) into .gpu-bundle/ucx-cu13: libucp, libucs,
+#                             libuct, libucm and the ucx/ modules uct_cuda, ucm_cuda, uct_cma, stripped
+#                             (about 2.5 MB; tcp, posix and sysv are built into libuct)
+#   tools/gpu-run.sh run [--ucx-cu13] [COMMAND...]
+#                             on the GPU machine (device tool, carry .gpu-bundle): run every test
+#                             binary and, if given, a command; logs go to $OUT when it is set. With
+#                             --ucx-cu13 the binaries load the wheel's UCX instead of Debian's, and
+#                             test_ucx_device_memory must take the direct path
+#                             (DS_EXPECT_UCX_DEVICE_PATH=direct)
 #   tools/gpu-run.sh bench    on the GPU machine: the sampling benchmark and its PyTorch peers
 #   tools/gpu-run.sh verify   on the GPU machine: everything an issue touching kernels needs, in one
 #                             device call: run, compute-sanitizer memcheck and racecheck on the CUDA
@@ -48,6 +58,36 @@ bundle() {
   du -sh "$BUNDLE"
 }
 
+# Here: the CUDA-enabled UCX out of the libucx-cu13 wheel, next to the bundle. Its sonames
+# (libucp.so.0, libucs.so.0, libuct.so.0, libucm.so.0) are the ones our binaries link against.
+bundle_ucx() {
+  local wheel=${1:-}
+  if [[ -z $wheel ]]; then
+    wheel=$(ls -t /tmp/wheels/libucx_cu13-*.whl 2>/dev/null | head -n 1 || true)
+  fi
+  if [[ -z $wheel || ! -f $wheel ]]; then
+    echo "no libucx-cu13 wheel: pip download --no-deps libucx-cu13 -d /tmp/wheels, or name one" >&2
+    return 2
+  fi
+  [[ -d $BUNDLE/bin ]] || { echo "no $BUNDLE/bin: run '$0 bundle [TARGET...]' first" >&2; return 2; }
+  local unpacked target=$BUNDLE/ucx-cu13
+  unpacked=$(mktemp -d)
+  python3 -m zipfile -e "$wheel" "$unpacked"
+  rm -rf "$target"
+  mkdir -p "$target/lib/ucx"
+  local lib
+  for lib in libucp libucs libuct libucm; do cp -L "$unpacked/libucx/lib/$lib.so.0" "$target/lib/"; done
+  for lib in libuct_cuda libucm_cuda libuct_cma; do cp -L "$unpacked/libucx/lib/ucx/$lib.so.0" "$target/lib/ucx/"; done
+  rm -rf "$unpacked"
+  strip --strip-unneeded "$target"/lib/*.so.0 "$target"/lib/ucx/*.so.0
+  for lib in libucp libucs libuct libucm; do
+    local soname
+    soname=$(readelf -d "$target/lib/$lib.so.0" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+    [[ $soname == "$lib.so.0" ]] || { echo "$wheel: $lib has soname '$soname', our binaries need $lib.so.0" >&2; return 1; }
+  done
+  echo "$(basename "$wheel") -> $target ($(du -sh "$target" | cut -f1)); the whole bundle: $(du -sh "$BUNDLE" | cut -f1) (a call carries 64 MiB)"
+}
+
 # On the GPU machine: the bundle's libraries, and NCCL from the nvidia-nccl Python package.
 use_gpu_machine_libraries() {
   local nccl
@@ -56,10 +96,25 @@ use_gpu_machine_libraries() {
   export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib${nccl:+:$nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
+# On the GPU machine: the wheel's UCX before Debian's, its modules (uct_cuda needs the driver's
+# libcuda and libnvidia-ml, which the GPU machine has), and direct GPU-to-GPU UCX expected.
+use_ucx_cu13() {
+  local ucx=$PWD/$BUNDLE/ucx-cu13/lib
+  [[ -f $ucx/libucp.so.0 ]] || { echo "no $ucx: run '$0 bundle-ucx' before carrying the bundle" >&2; return 2; }
+  export LD_LIBRARY_PATH="$ucx:$LD_LIBRARY_PATH"
+  export UCX_MODULE_DIR=$ucx/ucx
+  export DS_EXPECT_UCX_DEVICE_PATH=direct
+  echo "UCX from $ucx (libucx-cu13); DS_EXPECT_UCX_DEVICE_PATH=direct"
+}
+
 run() {
   local out=${OUT:-/tmp/gpu-run}
   mkdir -p "$out"
   use_gpu_machine_libraries
+  if [[ ${1:-} == --ucx-cu13 ]]; then
+    shift
+    use_ucx_cu13
+  fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
   local failed=0 test
   for test in "$BUNDLE"/bin/test_*; do
@@ -116,8 +171,9 @@ verify() {
 
 case "${1:-}" in
   bundle) shift; bundle "$@" ;;
+  bundle-ucx) shift; bundle_ucx "$@" ;;
   run) shift; run "$@" ;;
   bench) bench ;;
   verify) verify ;;
-  *) echo "usage: $0 bundle [target...] | run [command...] | bench | verify" >&2; exit 2 ;;
+  *) echo "usage: $0 bundle [target...] | bundle-ucx [wheel] | run [--ucx-cu13] [command...] | bench | verify" >&2; exit 2 ;;
 esac

@@ -134,6 +134,11 @@ status faulty_transport::swap_batch_vocab(const logits_view& shard, int64_t firs
     if (before_collective("swap_batch_vocab", dropped)) return dropped;
     const bool alter = armed_.alter_logit;
     armed_.alter_logit = false;
+    // Both read and write the logits on the host.
+    if (shard.on_device && (alter || checksums_)) {
+        return {status_code::unsupported, fmt::format("{} with device logits (a transport that swaps device memory): not supported",
+                                                      alter ? "the alter_logit fault" : "faults.payload_checksums")};
+    }
     if (status s = inner_.swap_batch_vocab(alter ? altered_copy(shard) : shard, first_row, row_count, full_rows); !s.is_ok()) return s;
     return checksums_ ? check_swapped(shard, first_row, full_rows) : status::success();
 }

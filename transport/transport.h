@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "config/group_config.h"
 #include "kernels/sampling_types.h"
 
 namespace ds {
@@ -25,6 +26,10 @@ struct transport_config {
     int64_t max_swap_rows = 0;                   // rows one rank may receive from swap_batch_vocab
     std::size_t max_collective_bytes = 1 << 16;  // per rank, for all_gather / all_reduce / broadcast
     std::chrono::milliseconds timeout{5000};     // bound of every wait
+    // ucx: where the vocab swap's logits live (transport/ucx_memory_path.h); the other backends
+    // ignore both.
+    ucx_memory_mode ucx_device_memory = ucx_memory_mode::automatic;
+    bool backend_on_device = false;  // the rank samples with the cuda backend
 
     // Empty when usable, else a message naming the field.
     std::string validate() const;
@@ -40,8 +45,9 @@ class transport {
 
     virtual int32_t rank() const = 0;
     virtual int32_t world_size() const = 0;
-    // Where swap_batch_vocab reads the shard and returns the rows: device memory (nccl) or host
-    // memory (every other backend). Callers stage logits to match.
+    // Where swap_batch_vocab reads the shard and returns the rows: device memory (nccl, and ucx
+    // with ucx_device_memory resolved to direct) or host memory (every other backend). Callers
+    // stage logits to match.
     virtual bool swaps_device_logits() const { return false; }
 
     // Vocab swap (the seed's batch-DP all-to-all): every rank holds `shard`, its vocab slice

@@ -36,6 +36,36 @@ TEST(ConfigFile, LaterSourcesWin) {
     EXPECT_EQ(out["rank0_policy"], "never");
 }
 
+// ucx_device_memory (transport/ucx_memory_path.h): auto by default, from every source.
+TEST(ConfigFile, UcxDeviceMemoryFromFileEnvironmentAndOverrides) {
+    group_config config;
+    ASSERT_EQ(load_group_config("", {}, config), "");
+    EXPECT_EQ(config.ucx_device_memory, ucx_memory_mode::automatic);
+    EXPECT_EQ(group_config_to_json(config)["ucx_device_memory"], "auto");
+
+    const std::string path = write_config("ds_config_ucx_memory.json", R"({"ucx_device_memory": "direct"})");
+    ASSERT_EQ(load_group_config(path, {}, config), "");
+    EXPECT_EQ(config.ucx_device_memory, ucx_memory_mode::direct);
+
+    setenv("DISTSAMPLE_UCX_DEVICE_MEMORY", "staged", 1);
+    group_config from_env;
+    const std::string env_error = load_group_config(path, {}, from_env);
+    group_config overridden;
+    const std::string override_error = load_group_config(path, {"ucx_device_memory=auto"}, overridden);
+    group_config bad;
+    setenv("DISTSAMPLE_UCX_DEVICE_MEMORY", "pinned", 1);
+    const std::string bad_error = load_group_config("", {}, bad);
+    unsetenv("DISTSAMPLE_UCX_DEVICE_MEMORY");
+    ASSERT_EQ(env_error, "");
+    EXPECT_EQ(from_env.ucx_device_memory, ucx_memory_mode::staged);  // environment over file
+    ASSERT_EQ(override_error, "");
+    EXPECT_EQ(overridden.ucx_device_memory, ucx_memory_mode::automatic);  // command line over environment
+    EXPECT_NE(bad_error.find("config key 'ucx_device_memory' = 'pinned' (from DISTSAMPLE_UCX_DEVICE_MEMORY): expected one of 'auto' "
+                             "'direct' 'staged'"),
+              std::string::npos)
+        << bad_error;
+}
+
 TEST(ConfigFile, ErrorsNameTheKeyTheValueAndTheSource) {
     struct bad_case {
         std::string file_text;
@@ -48,6 +78,8 @@ TEST(ConfigFile, ErrorsNameTheKeyTheValueAndTheSource) {
         {R"({"mode": "fast"})", {}, "config key 'mode' = \"fast\""},
         {R"({"backend": "tpu"})", {}, "one of 'cpu' 'cuda'"},
         {R"({"transport": "tcp"})", {}, "one of 'auto' 'local' 'ucx' 'nccl'"},
+        {R"({"ucx_device_memory": "gpu"})", {}, "config key 'ucx_device_memory' = \"gpu\""},
+        {R"({})", {"ucx_device_memory=cuda"}, "one of 'auto' 'direct' 'staged'"},
         {R"({"tensor_parallel": 4})", {}, "config key 'tensor_parallel'"},
         {R"([1, 2])", {}, "expected one JSON object"},
         {R"({"tp": )", {}, "not valid JSON"},

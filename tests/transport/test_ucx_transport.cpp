@@ -255,6 +255,67 @@ TEST(UcxTransport, RejectsOversizedCallsNamingTheLimit) {
     EXPECT_TRUE(results[0].is_ok()) << results[0].message;
 }
 
+// ucx_device_memory (transport/ucx_memory_path.h) as the endpoint resolves it: the cpu backend
+// swaps host memory, and a device shard is refused naming the path; `direct` for the cuda backend
+// either gets device swaps (a UCX with CUDA) or fails at creation saying what to set instead.
+TEST(UcxTransport, ResolvesUcxDeviceMemoryAtCreation) {
+    transport_config config = script_transport_config();
+    config.world_size = 1;
+    config.ucx_device_memory = ucx_memory_mode::automatic;
+    auto results = on_ucx_threads(config, [](int32_t, ucx_endpoint& endpoint) {
+        if (endpoint.memory_path() != ucx_memory_path::host || endpoint.swaps_device_logits()) {
+            return status{status_code::internal, std::string("expected host, got ") + ucx_memory_path_name(endpoint.memory_path())};
+        }
+        std::vector<float> rows(64);
+        logits_view out;
+        const status s = endpoint.swap_batch_vocab({rows.data(), logits_dtype::f32, 1, 64, 64, true}, 0, 1, out);
+        if (s.code != status_code::unsupported || s.message.find("resolved to host") == std::string::npos) {
+            return status{status_code::internal, "expected a refused device shard: " + s.message};
+        }
+        return status::success();
+    });
+    EXPECT_TRUE(results[0].is_ok()) << results[0].message;
+
+    config.ucx_device_memory = ucx_memory_mode::direct;
+    config.backend_on_device = true;
+    results = on_ucx_threads(config, [](int32_t, ucx_endpoint& endpoint) {
+        return endpoint.swaps_device_logits() ? status::success() : status{status_code::internal, "direct without device swaps"};
+    });
+    if (results[0].is_ok()) return;  // this UCX and this build move CUDA memory
+    EXPECT_EQ(results[0].code, status_code::unsupported) << results[0].message;
+    EXPECT_NE(results[0].message.find("rank 0: ucx_device_memory = 'direct' is not available"), std::string::npos) << results[0].message;
+    EXPECT_NE(results[0].message.find("set ucx_device_memory = auto or staged"), std::string::npos) << results[0].message;
+}
+
+// A rank whose endpoint cannot start (here: `direct` refused) still answers the bootstrap, so its
+// peers fail at once naming it rather than waiting out the timeout.
+TEST(UcxTransport, APeerThatCannotStartIsNamedAtOnce) {
+    transport_config config = script_transport_config();
+    config.world_size = 2;
+    config.timeout = milliseconds(20000);
+    transport_config refused = config;
+    refused.ucx_device_memory = ucx_memory_mode::direct;
+    refused.backend_on_device = !cuda_built();  // direct cannot work: no CUDA build, or the cpu backend
+    rendezvous_thread rendezvous(config.world_size, config.timeout);
+    ASSERT_TRUE(rendezvous.listening().is_ok()) << rendezvous.listening().message;
+    status results[2];
+    const auto start = clock::now();
+    std::vector<std::thread> threads;
+    for (int32_t r = 0; r < 2; ++r) {
+        threads.emplace_back([&, r] {
+            tcp_bootstrap boot("127.0.0.1", rendezvous.port(), r, config.world_size, config.timeout);
+            std::unique_ptr<ucx_endpoint> endpoint;
+            results[r] = ucx_endpoint::create(r == 0 ? refused : config, boot, {}, endpoint);
+        });
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_LT(clock::now() - start, milliseconds(5000));
+    EXPECT_EQ(results[0].code, status_code::unsupported) << results[0].message;
+    EXPECT_NE(results[0].message.find("ucx_device_memory = 'direct'"), std::string::npos) << results[0].message;
+    EXPECT_EQ(results[1].code, status_code::aborted) << results[1].message;
+    EXPECT_NE(results[1].message.find("rank 1: rank 0 could not start its ucx endpoint"), std::string::npos) << results[1].message;
+}
+
 TEST(UcxTransport, RanksThatDisagreeOnTheBatchFailAlikeAndStayUsable) {
     transport_config config = script_transport_config();
     config.world_size = 2;

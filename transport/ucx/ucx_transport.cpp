@@ -35,12 +35,18 @@ bool time_to_check(int spin) { return spin % kProgressPerClockCheck == 0 || spin
 
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// What a rank publishes at start-up: header, then the packed rkey, then the worker address.
+// What a rank publishes at start-up: header, then the packed rkeys of the control region and
+// of the swap region, then the worker address.
 struct blob_header {
-    uint64_t region_base;
-    uint64_t region_bytes;
-    uint64_t rkey_bytes;
+    uint64_t control_base;
+    uint64_t control_bytes;
+    uint64_t swap_base;
+    uint64_t swap_bytes;
+    uint64_t control_rkey_bytes;
+    uint64_t swap_rkey_bytes;
     uint64_t address_bytes;
+
+    uint64_t total_bytes() const { return sizeof(blob_header) + control_rkey_bytes + swap_rkey_bytes + address_bytes; }
 };
 
 // The transports of ucp_ep_print_info's lane lines ("lane[0]:  2:tcp/lo.0 md[1] -> ... am
@@ -69,6 +75,10 @@ std::string summarize_lanes(const std::string& info) {
     return summary;
 }
 
+status ucx_failure(int32_t rank, const char* call, ucs_status_t st) {
+    return {status_code::internal, fmt::format("rank {}: {} failed: {}", rank, call, ucs_status_string(st))};
+}
+
 }  // namespace
 
 struct ucx_endpoint::peer_failure_context {
@@ -80,11 +90,11 @@ struct ucx_endpoint::resources {
     ucp_context_h context = nullptr;
     ucp_worker_h worker = nullptr;
     int event_fd = -1;  // the worker's wake-up descriptor
-    ucp_mem_h memory = nullptr;
+    ucp_mem_h memory[2] = {nullptr, nullptr};  // per region (ucx_endpoint::region)
     bool peer_error_handling = true;
     std::vector<ucp_ep_h> eps;                 // per rank; null for this rank
-    std::vector<ucp_rkey_h> rkeys;             // per rank; null for this rank
-    std::vector<uint64_t> remote_base;         // per rank: the peer's region address
+    std::vector<ucp_rkey_h> rkeys[2];          // per region, per rank; null for this rank
+    std::vector<uint64_t> remote_base[2];      // per region, per rank: the peer's region address
     std::vector<ucs_status_t> peer_status;     // per rank: set by the error handler
     std::vector<peer_failure_context> failure_contexts;
     std::vector<swap_request> swap_requests;   // per rank, reused by every swap
@@ -107,60 +117,99 @@ status ucx_endpoint::create(const transport_config& config, bootstrap& boot, con
 }
 
 status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
+    std::string mine;
+    const status prepared = prepare(mine);
+    // A rank that cannot start still takes part in the exchange, with an empty blob, so that its
+    // peers fail at once naming it instead of waiting for it until the timeout.
+    std::vector<std::string> blobs;
+    const status exchanged = boot.exchange(prepared.is_ok() ? mine : std::string(), blobs);
+    if (!prepared.is_ok()) return prepared;
+    if (!exchanged.is_ok()) return exchanged;
+    return connect(options, blobs);
+}
+
+status ucx_endpoint::prepare(std::string& mine) {
     const int32_t world = config_.world_size;
     resources& u = *ucx_;
-    u.peer_error_handling = options.peer_error_handling;
-    auto ucx_failure = [&](const char* call, ucs_status_t st) {
-        return status{status_code::internal, fmt::format("rank {}: {} failed: {}", rank_, call, ucs_status_string(st))};
-    };
 
     ucp_config_t* ucp_config = nullptr;  // UCX_* environment variables (UCX_TLS, UCX_NET_DEVICES) apply
-    if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &ucp_config); st != UCS_OK) return ucx_failure("ucp_config_read", st);
+    if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &ucp_config); st != UCS_OK) return ucx_failure(rank_, "ucp_config_read", st);
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
     const ucs_status_t init_status = ucp_init(&params, ucp_config, &u.context);
     ucp_config_release(ucp_config);
-    if (init_status != UCS_OK) return ucx_failure("ucp_init", init_status);
+    if (init_status != UCS_OK) return ucx_failure(rank_, "ucp_init", init_status);
+    if (status s = choose_memory_path(); !s.is_ok()) return s;
 
     // One thread drives the worker (the rank's); abort() only touches an atomic.
     ucp_worker_params_t worker_params{};
     worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
-    if (ucs_status_t st = ucp_worker_create(u.context, &worker_params, &u.worker); st != UCS_OK) return ucx_failure("ucp_worker_create", st);
-    if (ucs_status_t st = ucp_worker_get_efd(u.worker, &u.event_fd); st != UCS_OK) return ucx_failure("ucp_worker_get_efd", st);
+    if (ucs_status_t st = ucp_worker_create(u.context, &worker_params, &u.worker); st != UCS_OK) return ucx_failure(rank_, "ucp_worker_create", st);
+    if (ucs_status_t st = ucp_worker_get_efd(u.worker, &u.event_fd); st != UCS_OK) return ucx_failure(rank_, "ucp_worker_get_efd", st);
 
-    const std::size_t swap_bytes = align_up(static_cast<std::size_t>(config_.max_swap_rows) * static_cast<std::size_t>(config_.vocab_size) * 4);
-    area_bytes_ = swap_bytes + align_up(static_cast<std::size_t>(world) * config_.max_collective_bytes);
-    region_.assign(align_up(static_cast<std::size_t>(world) * sizeof(uint64_t)) + 2 * area_bytes_, 0);
-    ucp_mem_map_params_t map{};
-    map.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    map.address = region_.data();
-    map.length = region_.size();
-    if (ucs_status_t st = ucp_mem_map(u.context, &map, &u.memory); st != UCS_OK) return ucx_failure("ucp_mem_map", st);
-
-    void* rkey = nullptr;
-    size_t rkey_bytes = 0;
-    if (ucs_status_t st = ucp_rkey_pack(u.context, u.memory, &rkey, &rkey_bytes); st != UCS_OK) return ucx_failure("ucp_rkey_pack", st);
+    // The control region (host memory): a flag word per peer, then the collective areas of
+    // parity 0 and 1. The swap region: the swap receive areas of parity 0 and 1, where the
+    // memory path puts them.
+    collective_area_bytes_ = align_up(static_cast<std::size_t>(world) * config_.max_collective_bytes);
+    control_.assign(align_up(static_cast<std::size_t>(world) * sizeof(uint64_t)) + 2 * collective_area_bytes_, 0);
+    swap_area_bytes_ = align_up(static_cast<std::size_t>(config_.max_swap_rows) * static_cast<std::size_t>(config_.vocab_size) * 4);
+    const std::size_t swap_bytes = swap_region_bytes();
+    if (memory_path_ == ucx_memory_path::host) {
+        host_swap_.assign(swap_bytes, 0);
+        swap_base_ = host_swap_.data();
+    } else {
+        const cuda_memory_kind kind = memory_path_ == ucx_memory_path::direct ? cuda_memory_kind::device : cuda_memory_kind::pinned_host;
+        if (status s = cuda_allocation::allocate(kind, swap_bytes, cuda_swap_); !s.is_ok()) {
+            return {s.code, fmt::format("rank {}: the ucx swap buffers ({} bytes, {}): {}", rank_, swap_bytes,
+                                        ucx_memory_path_name(memory_path_), s.message)};
+        }
+        swap_base_ = cuda_swap_.data();
+    }
+    std::string rkeys[2];
+    for (const region r : {region::control, region::swap}) {
+        const auto i = static_cast<size_t>(r);
+        ucp_mem_map_params_t map{};
+        map.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+        map.address = r == region::control ? control_.data() : swap_base_;
+        map.length = r == region::control ? control_.size() : swap_bytes;
+        if (r == region::swap && memory_path_ == ucx_memory_path::direct) {
+            map.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+            map.memory_type = UCS_MEMORY_TYPE_CUDA;
+        }
+        if (ucs_status_t st = ucp_mem_map(u.context, &map, &u.memory[i]); st != UCS_OK) return ucx_failure(rank_, "ucp_mem_map", st);
+        void* rkey = nullptr;
+        size_t rkey_bytes = 0;
+        if (ucs_status_t st = ucp_rkey_pack(u.context, u.memory[i], &rkey, &rkey_bytes); st != UCS_OK) return ucx_failure(rank_, "ucp_rkey_pack", st);
+        rkeys[i].assign(static_cast<const char*>(rkey), rkey_bytes);
+        ucp_rkey_buffer_release(rkey);
+    }
     ucp_address_t* address = nullptr;
     size_t address_bytes = 0;
     if (ucs_status_t st = ucp_worker_get_address(u.worker, &address, &address_bytes); st != UCS_OK) {
-        ucp_rkey_buffer_release(rkey);
-        return ucx_failure("ucp_worker_get_address", st);
+        return ucx_failure(rank_, "ucp_worker_get_address", st);
     }
-    const blob_header header{reinterpret_cast<uint64_t>(region_.data()), region_.size(), rkey_bytes, address_bytes};
-    std::string mine(reinterpret_cast<const char*>(&header), sizeof header);
-    mine.append(static_cast<const char*>(rkey), rkey_bytes);
+    const blob_header header{reinterpret_cast<uint64_t>(control_.data()), control_.size(), reinterpret_cast<uint64_t>(swap_base_),
+                             swap_bytes, rkeys[0].size(), rkeys[1].size(), address_bytes};
+    mine.assign(reinterpret_cast<const char*>(&header), sizeof header);
+    mine += rkeys[0];
+    mine += rkeys[1];
     mine.append(reinterpret_cast<const char*>(address), address_bytes);
-    ucp_rkey_buffer_release(rkey);
     ucp_worker_release_address(u.worker, address);
+    return status::success();
+}
 
-    std::vector<std::string> blobs;
-    if (status s = boot.exchange(mine, blobs); !s.is_ok()) return s;
-
+status ucx_endpoint::connect(const ucx_options& options, const std::vector<std::string>& blobs) {
+    const int32_t world = config_.world_size;
+    const std::size_t swap_bytes = swap_region_bytes();
+    resources& u = *ucx_;
+    u.peer_error_handling = options.peer_error_handling;
     u.eps.assign(static_cast<size_t>(world), nullptr);
-    u.rkeys.assign(static_cast<size_t>(world), nullptr);
-    u.remote_base.assign(static_cast<size_t>(world), 0);
+    for (const region r : {region::control, region::swap}) {
+        u.rkeys[static_cast<size_t>(r)].assign(static_cast<size_t>(world), nullptr);
+        u.remote_base[static_cast<size_t>(r)].assign(static_cast<size_t>(world), 0);
+    }
     u.peer_status.assign(static_cast<size_t>(world), UCS_OK);
     u.swap_requests.assign(static_cast<size_t>(world), swap_request{});
     u.failure_contexts.reserve(static_cast<size_t>(world));  // stable addresses for the handlers
@@ -168,18 +217,24 @@ status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
     for (int32_t peer = 0; peer < world; ++peer) {
         if (peer == rank_) continue;
         const std::string& blob = blobs[static_cast<size_t>(peer)];
+        if (blob.empty()) {
+            return {status_code::aborted, fmt::format("rank {}: rank {} could not start its ucx endpoint (its log says why)", rank_, peer)};
+        }
         blob_header theirs{};
         if (blob.size() >= sizeof theirs) std::memcpy(&theirs, blob.data(), sizeof theirs);
-        if (blob.size() < sizeof theirs || blob.size() != sizeof theirs + theirs.rkey_bytes + theirs.address_bytes) {
+        if (blob.size() < sizeof theirs || blob.size() != theirs.total_bytes()) {
             return status::invalid(fmt::format("rank {}: malformed bootstrap blob from rank {}", rank_, peer));
         }
-        if (theirs.region_bytes != region_.size()) {
-            return status::invalid(fmt::format("rank {}: rank {} registered {} bytes, this rank {}: the ranks' transport "
-                                               "configurations differ", rank_, peer, theirs.region_bytes, region_.size()));
+        if (theirs.control_bytes != control_.size() || theirs.swap_bytes != swap_bytes) {
+            return status::invalid(fmt::format("rank {}: rank {} registered {} + {} bytes, this rank {} + {}: the ranks' transport "
+                                               "configurations differ", rank_, peer, theirs.control_bytes, theirs.swap_bytes,
+                                               control_.size(), swap_bytes));
         }
+        const char* control_rkey = blob.data() + sizeof theirs;
+        const char* swap_rkey = control_rkey + theirs.control_rkey_bytes;
         ucp_ep_params_t ep_params{};
         ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-        ep_params.address = reinterpret_cast<const ucp_address_t*>(blob.data() + sizeof theirs + theirs.rkey_bytes);
+        ep_params.address = reinterpret_cast<const ucp_address_t*>(swap_rkey + theirs.swap_rkey_bytes);
         if (options.peer_error_handling) {
             ep_params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
             ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
@@ -190,14 +245,17 @@ status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
             ep_params.err_handler.arg = &u.failure_contexts[static_cast<size_t>(peer)];
         }
         if (ucs_status_t st = ucp_ep_create(u.worker, &ep_params, &u.eps[static_cast<size_t>(peer)]); st != UCS_OK) {
-            return ucx_failure("ucp_ep_create", st);
+            return ucx_failure(rank_, "ucp_ep_create", st);
         }
-        if (ucs_status_t st = ucp_ep_rkey_unpack(u.eps[static_cast<size_t>(peer)], blob.data() + sizeof theirs,
-                                                 &u.rkeys[static_cast<size_t>(peer)]);
-            st != UCS_OK) {
-            return ucx_failure("ucp_ep_rkey_unpack", st);
+        for (const region r : {region::control, region::swap}) {
+            const auto i = static_cast<size_t>(r);
+            if (ucs_status_t st = ucp_ep_rkey_unpack(u.eps[static_cast<size_t>(peer)], r == region::control ? control_rkey : swap_rkey,
+                                                     &u.rkeys[i][static_cast<size_t>(peer)]);
+                st != UCS_OK) {
+                return ucx_failure(rank_, "ucp_ep_rkey_unpack", st);
+            }
+            u.remote_base[i][static_cast<size_t>(peer)] = r == region::control ? theirs.control_base : theirs.swap_base;
         }
-        u.remote_base[static_cast<size_t>(peer)] = theirs.region_base;
     }
     // Meet every peer once: wires the endpoints up and proves each peer is there.
     if (status s = barrier(); !s.is_ok()) return s;
@@ -212,16 +270,40 @@ status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
             std::free(text);
         }
     }
-    transport_log().info("rank {}: ucx transport ready, {} ranks, {} KiB registered, peer error handling {}, to rank {} over {}",
-                         rank_, world, region_.size() >> 10, options.peer_error_handling ? "on" : "off",
+    transport_log().info("rank {}: ucx transport ready, {} ranks, {} KiB registered ({} swap buffers), peer error handling {}, to rank {} "
+                         "over {}",
+                         rank_, world, (control_.size() + swap_bytes) >> 10, ucx_memory_path_name(memory_path_),
+                         options.peer_error_handling ? "on" : "off",
                          (rank_ + 1) % world, transport_summary_.empty() ? "(none)" : transport_summary_);
+    return status::success();
+}
+
+status ucx_endpoint::choose_memory_path() {
+    ucp_context_attr_t attributes{};
+    attributes.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    if (ucs_status_t st = ucp_context_query(ucx_->context, &attributes); st != UCS_OK) {
+        return {status_code::internal, fmt::format("rank {}: ucp_context_query failed: {}", rank_, ucs_status_string(st))};
+    }
+    ucx_memory_facts facts;
+    facts.backend_on_device = config_.backend_on_device;
+    facts.cuda_built = cuda_built();
+    facts.ucx_has_cuda = (attributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+    facts.ucx_version = ucp_get_version_string();
+    ucx_memory_choice choice;
+    if (status s = choose_ucx_memory_path(config_.ucx_device_memory, facts, choice); !s.is_ok()) {
+        return {s.code, fmt::format("rank {}: {}", rank_, s.message)};
+    }
+    memory_path_ = choice.path;
+    transport_log().info("rank {}: ucx swaps {} memory: {}", rank_, ucx_memory_path_name(memory_path_), choice.reason);
     return status::success();
 }
 
 ucx_endpoint::~ucx_endpoint() {
     resources& u = *ucx_;
-    for (ucp_rkey_h rkey : u.rkeys) {
-        if (rkey) ucp_rkey_destroy(rkey);
+    for (const std::vector<ucp_rkey_h>& rkeys : u.rkeys) {
+        for (ucp_rkey_h rkey : rkeys) {
+            if (rkey) ucp_rkey_destroy(rkey);
+        }
     }
     for (ucp_ep_h ep : u.eps) {
         if (!ep) continue;
@@ -238,33 +320,40 @@ ucx_endpoint::~ucx_endpoint() {
     // Closing cancels what a failed call left behind (a flush towards a dead peer): let those
     // requests complete, so that they go back to UCX's pool before the worker is destroyed.
     const auto deadline = clock::now() + kCloseTimeout;
-    while (ucp_worker_progress(u.worker) != 0 && clock::now() < deadline) {
+    while (u.worker && ucp_worker_progress(u.worker) != 0 && clock::now() < deadline) {
     }
-    if (u.memory) ucp_mem_unmap(u.context, u.memory);
+    for (ucp_mem_h memory : u.memory) {
+        if (memory) ucp_mem_unmap(u.context, memory);
+    }
     if (u.worker) ucp_worker_destroy(u.worker);
     if (u.context) ucp_cleanup(u.context);
 }
 
 std::size_t ucx_endpoint::flag_offset(int32_t source) const { return static_cast<std::size_t>(source) * sizeof(uint64_t); }
 
-std::size_t ucx_endpoint::swap_offset(uint64_t parity) const {
-    return align_up(static_cast<std::size_t>(config_.world_size) * sizeof(uint64_t)) + parity * area_bytes_;
-}
+std::size_t ucx_endpoint::swap_offset(uint64_t parity) const { return parity * swap_area_bytes_; }
+
+std::size_t ucx_endpoint::swap_region_bytes() const { return std::max(kAlign, 2 * swap_area_bytes_); }  // UCX maps no empty region
 
 std::size_t ucx_endpoint::collective_offset(uint64_t parity, int32_t source) const {
-    const std::size_t swap_bytes = align_up(static_cast<std::size_t>(config_.max_swap_rows) * static_cast<std::size_t>(config_.vocab_size) * 4);
-    return swap_offset(parity) + swap_bytes + static_cast<std::size_t>(source) * config_.max_collective_bytes;
+    return align_up(static_cast<std::size_t>(config_.world_size) * sizeof(uint64_t)) + parity * collective_area_bytes_ +
+           static_cast<std::size_t>(source) * config_.max_collective_bytes;
 }
 
 void ucx_endpoint::abort(const char* reason) {
     (void)failure_.fail(status_code::aborted, fmt::format("rank {}: transport aborted: {}", rank_, reason));
 }
 
-status ucx_endpoint::put(int32_t peer, const void* data, std::size_t bytes, std::size_t remote_offset) {
+status ucx_endpoint::put(int32_t peer, const void* data, std::size_t bytes, region to, std::size_t remote_offset, bool from_device) {
     resources& u = *ucx_;
     ucp_request_param_t param{};
+    if (from_device) {  // saves UCX looking the pointer up
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+        param.memory_type = UCS_MEMORY_TYPE_CUDA;
+    }
+    const auto i = static_cast<size_t>(to);
     void* request = ucp_put_nbx(u.eps[static_cast<size_t>(peer)], data, bytes,
-                                u.remote_base[static_cast<size_t>(peer)] + remote_offset, u.rkeys[static_cast<size_t>(peer)], &param);
+                                u.remote_base[i][static_cast<size_t>(peer)] + remote_offset, u.rkeys[i][static_cast<size_t>(peer)], &param);
     if (UCS_PTR_IS_ERR(request)) {
         return failure_.fail(status_code::aborted, fmt::format("rank {}: put to rank {} failed: {}", rank_, peer,
                                                                ucs_status_string(UCS_PTR_STATUS(request))));
@@ -328,7 +417,7 @@ status ucx_endpoint::fail_for_peer(int32_t peer, const char* what) {
 status ucx_endpoint::wait_for_flags(uint64_t sequence, const char* what) {
     resources& u = *ucx_;
     const int32_t world = config_.world_size;
-    const auto* flags = reinterpret_cast<const uint64_t*>(local(flag_offset(0)));
+    const auto* flags = reinterpret_cast<const uint64_t*>(control_at(flag_offset(0)));
     auto arrived = [&](int32_t peer) { return __atomic_load_n(&flags[peer], __ATOMIC_ACQUIRE) >= sequence; };
     const auto deadline = clock::now() + config_.timeout;
     for (int spin = 0;; ++spin) {
@@ -377,7 +466,7 @@ status ucx_endpoint::collective(const char* what, IssuePuts&& issue_puts) {
     flag_source_[parity] = sequence;
     for (int32_t peer = 0; peer < config_.world_size; ++peer) {
         if (peer == rank_) continue;
-        if (status s = put(peer, &flag_source_[parity], sizeof(uint64_t), flag_offset(rank_)); !s.is_ok()) return s;
+        if (status s = put(peer, &flag_source_[parity], sizeof(uint64_t), region::control, flag_offset(rank_)); !s.is_ok()) return s;
     }
     return wait_for_flags(sequence, what);
 }
@@ -387,14 +476,14 @@ status ucx_endpoint::all_gather(const void* in, std::size_t bytes, void* out) {
     status s = collective("all_gather", [&](uint64_t parity) {
         for (int32_t peer = 0; peer < config_.world_size; ++peer) {
             if (peer == rank_) continue;
-            if (status p = put(peer, in, bytes, collective_offset(parity, rank_)); !p.is_ok()) return p;
+            if (status p = put(peer, in, bytes, region::control, collective_offset(parity, rank_)); !p.is_ok()) return p;
         }
         return status::success();
     });
     if (!s.is_ok()) return s;
     const uint64_t parity = sequence_ & 1;
     for (int32_t source = 0; source < config_.world_size; ++source) {
-        const void* from = source == rank_ ? in : local(collective_offset(parity, source));
+        const void* from = source == rank_ ? in : control_at(collective_offset(parity, source));
         std::memcpy(static_cast<unsigned char*>(out) + static_cast<std::size_t>(source) * bytes, from, bytes);
     }
     return status::success();
@@ -411,7 +500,7 @@ status ucx_endpoint::reduce_impl(T* data, std::size_t count, reduce_op op) {
     status s = collective("all_reduce", [&](uint64_t parity) {
         for (int32_t peer = 0; peer < config_.world_size; ++peer) {
             if (peer == rank_) continue;
-            if (status p = put(peer, data, bytes, collective_offset(parity, rank_)); !p.is_ok()) return p;
+            if (status p = put(peer, data, bytes, region::control, collective_offset(parity, rank_)); !p.is_ok()) return p;
         }
         return status::success();
     });
@@ -425,7 +514,7 @@ status ucx_endpoint::reduce_impl(T* data, std::size_t count, reduce_op op) {
             if (source == rank_) {
                 value = data[i];
             } else {
-                std::memcpy(&value, local(collective_offset(parity, source) + i * sizeof(T)), sizeof(T));
+                std::memcpy(&value, control_at(collective_offset(parity, source) + i * sizeof(T)), sizeof(T));
             }
             result = source == 0 ? value : op == reduce_op::sum ? static_cast<T>(result + value) : std::max(result, value);
         }
@@ -445,12 +534,12 @@ status ucx_endpoint::broadcast(void* data, std::size_t bytes, int32_t root) {
     status s = collective("broadcast", [&](uint64_t parity) {
         for (int32_t peer = 0; rank_ == root && peer < config_.world_size; ++peer) {
             if (peer == rank_) continue;
-            if (status p = put(peer, data, bytes, collective_offset(parity, root)); !p.is_ok()) return p;
+            if (status p = put(peer, data, bytes, region::control, collective_offset(parity, root)); !p.is_ok()) return p;
         }
         return status::success();
     });
     if (!s.is_ok()) return s;
-    if (rank_ != root) std::memcpy(data, local(collective_offset(sequence_ & 1, root)), bytes);
+    if (rank_ != root) std::memcpy(data, control_at(collective_offset(sequence_ & 1, root)), bytes);
     return status::success();
 }
 
@@ -464,7 +553,12 @@ status ucx_endpoint::swap_batch_vocab(const logits_view& shard, int64_t first_ro
     const int32_t vocab = config_.vocab_size;
     const int32_t shard_vocab = vocab / world;
     if (status s = check_swap_shape(config_, shard, first_row, row_count); !s.is_ok()) return s;
-    if (shard.on_device) return status{status_code::unsupported, "ucx transport: logits must be host memory (this UCX has no CUDA)"};
+    const bool device = swaps_device_logits();
+    if (shard.on_device != device) {
+        return {status_code::unsupported,
+                fmt::format("ucx transport: logits.on_device = {}: this endpoint swaps {} memory (ucx_device_memory resolved to {})",
+                            shard.on_device, device ? "device" : "host", ucx_memory_path_name(memory_path_))};
+    }
     std::vector<swap_request>& requests = ucx_->swap_requests;
     const swap_request mine = swap_request::of(shard, first_row, row_count);
     if (status s = all_gather(&mine, sizeof mine, requests.data()); !s.is_ok()) return s;
@@ -483,7 +577,9 @@ status ucx_endpoint::swap_batch_vocab(const logits_view& shard, int64_t first_ro
             const swap_request& theirs = requests[static_cast<size_t>(peer)];
             // Phantom rows (past the real ones) are not sent: the receiver zeroes them.
             for (int64_t i = 0; i < theirs.real_requested_rows(); ++i) {
-                if (status p = put(peer, source_row(theirs.first_row + i), slice_bytes, swap_offset(parity) + slice_offset(i, rank_)); !p.is_ok()) {
+                if (status p = put(peer, source_row(theirs.first_row + i), slice_bytes, region::swap,
+                                   swap_offset(parity) + slice_offset(i, rank_), device);
+                    !p.is_ok()) {
                     return p;
                 }
             }
@@ -492,15 +588,21 @@ status ucx_endpoint::swap_batch_vocab(const logits_view& shard, int64_t first_ro
     });
     if (!s.is_ok()) return s;
     // Local writes only after the wait: a late put of an aborted call can no longer land here.
-    unsigned char* rows = local(swap_offset(sequence_ & 1));
-    for (int64_t i = 0; i < row_count; ++i) {
-        if (first_row + i < shard.rows) {
-            std::memcpy(rows + slice_offset(i, rank_), source_row(first_row + i), slice_bytes);
-        } else {
-            std::memset(rows + slice_offset(i, 0), 0, static_cast<std::size_t>(vocab) * element);  // phantom row
-        }
+    // This rank's own slice of its real rows, then zeros for the phantom rows (all past them).
+    unsigned char* rows = swap_base_ + swap_offset(sequence_ & 1);
+    const int64_t real_rows = std::clamp<int64_t>(shard.rows - first_row, 0, row_count);
+    unsigned char* phantom = rows + slice_offset(real_rows, 0);
+    const std::size_t phantom_bytes = static_cast<std::size_t>(row_count - real_rows) * static_cast<std::size_t>(vocab) * element;
+    if (device) {
+        s = copy_rows(rows + slice_offset(0, rank_), static_cast<std::size_t>(vocab) * element, source_row(first_row),
+                      static_cast<std::size_t>(shard.row_stride) * element, slice_bytes, static_cast<std::size_t>(real_rows));
+        if (s.is_ok()) s = zero_device_bytes(phantom, phantom_bytes);
+        if (!s.is_ok()) return failure_.fail(s.code, fmt::format("rank {}: swap_batch_vocab: {}", rank_, s.message));
+    } else {
+        for (int64_t i = 0; i < real_rows; ++i) std::memcpy(rows + slice_offset(i, rank_), source_row(first_row + i), slice_bytes);
+        std::memset(phantom, 0, phantom_bytes);
     }
-    full_rows = logits_view{rows, shard.dtype, row_count, vocab, vocab};
+    full_rows = logits_view{rows, shard.dtype, row_count, vocab, vocab, device};
     return status::success();
 }
 

@@ -18,7 +18,12 @@
 // set_epoch starts a new epoch (ranks as threads of one process: ucx_group.h); a dead peer stays
 // failed for good, and a group that lost a rank process is re-formed by creating new endpoints.
 //
-// Host memory only: Debian's UCX has no CUDA transports.
+// Memory (transport/ucx_memory_path.h, config key ucx_device_memory): the flags and collective
+// areas are host memory; the swap receive areas are host memory for the cpu backend, pinned host
+// memory when a cuda-backend rank stages its device shard through the host (`staged`), or device
+// memory registered as CUDA memory (`direct`, where UCX reports CUDA support, e.g. the libucx-cu13
+// wheel; Debian's UCX has none): then the swap takes the device shard, puts device to device and
+// returns device rows (swaps_device_logits).
 #pragma once
 
 #include <atomic>
@@ -27,9 +32,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/device_memory.h"
 #include "transport/bootstrap.h"
 #include "transport/failure_latch.h"
 #include "transport/transport.h"
+#include "transport/ucx_memory_path.h"
 
 namespace ds {
 
@@ -50,6 +57,9 @@ class ucx_endpoint final : public transport {
 
     int32_t rank() const override { return rank_; }
     int32_t world_size() const override { return config_.world_size; }
+    bool swaps_device_logits() const override { return memory_path_ == ucx_memory_path::direct; }
+    // Where the swap's logits live, chosen once at creation from ucx_device_memory.
+    ucx_memory_path memory_path() const { return memory_path_; }
 
     // Also exchanges every rank's requested rows (first_row, row_count), dtype and real row count
     // first (a small collective), since a sender must know which rows each receiver wants.
@@ -80,12 +90,22 @@ class ucx_endpoint final : public transport {
 
     ucx_endpoint(const transport_config& config, int32_t rank);
 
+    // The two registered regions a peer puts into; index into resources' per-region arrays.
+    enum class region { control = 0, swap = 1 };
+
+    // prepare (context, memory path, worker, registered regions: this rank's blob), the
+    // bootstrap exchange, then connect (endpoints to the peers, their rkeys, a first barrier).
     status setup(bootstrap& boot, const ucx_options& options);
+    status prepare(std::string& mine);
+    status connect(const ucx_options& options, const std::vector<std::string>& blobs);
+    // Asks the UCX context for CUDA support, resolves config_.ucx_device_memory, logs the choice.
+    status choose_memory_path();
     // One collective: issue_puts(parity) puts this rank's data into the peers' areas of that
     // parity; then flush, flag every peer, and wait for every peer's flag of this call.
     template <class IssuePuts>
     status collective(const char* what, IssuePuts&& issue_puts);
-    status put(int32_t peer, const void* data, std::size_t bytes, std::size_t remote_offset);
+    // `from_device`: `data` is device memory.
+    status put(int32_t peer, const void* data, std::size_t bytes, region to, std::size_t remote_offset, bool from_device = false);
     // One progress call; once a wait has spun `spins` times and there was nothing to do, yields
     // the core, or with `sleep_when_idle` sleeps briefly on the worker's events.
     void progress(int spins, bool sleep_when_idle);
@@ -98,17 +118,25 @@ class ucx_endpoint final : public transport {
     template <class T>
     status reduce_impl(T* data, std::size_t count, reduce_op op);
 
-    // Offsets inside the registered region.
+    // Offsets inside the control region (flags, collectives) and the swap region.
     std::size_t flag_offset(int32_t source) const;
-    std::size_t swap_offset(uint64_t parity) const;
     std::size_t collective_offset(uint64_t parity, int32_t source) const;
-    unsigned char* local(std::size_t offset) { return region_.data() + offset; }
+    std::size_t swap_offset(uint64_t parity) const;
+    std::size_t swap_region_bytes() const;
+    unsigned char* control_at(std::size_t offset) { return control_.data() + offset; }
 
     transport_config config_;
     int32_t rank_;
     std::unique_ptr<resources> ucx_;
-    std::vector<unsigned char> region_;  // flags | parity 0: swap, collective | parity 1: ...
-    std::size_t area_bytes_ = 0;
+    ucx_memory_path memory_path_ = ucx_memory_path::host;
+    std::vector<unsigned char> control_;  // flags | collective area, parity 0 | parity 1
+    std::size_t collective_area_bytes_ = 0;
+    // The swap region: swap receive area, parity 0 | parity 1; host_swap_ on the host path,
+    // else cuda_swap_ (pinned host or device memory).
+    std::vector<unsigned char> host_swap_;
+    cuda_allocation cuda_swap_;
+    unsigned char* swap_base_ = nullptr;
+    std::size_t swap_area_bytes_ = 0;
     uint64_t epoch_ = 0;
     uint64_t sequence_ = 0;
     std::atomic<bool> in_collective_{false};

@@ -1,0 +1,88 @@
+// Which memory the ucx transport swaps in (transport/ucx_memory_path.h): every row of the table,
+// and the start-up errors that say why and what to set instead. No GPU and no UCX needed.
+#include <gtest/gtest.h>
+
+#include "transport/ucx_memory_path.h"
+
+namespace ds {
+namespace {
+
+ucx_memory_facts facts(bool backend_on_device, bool cuda_built, bool ucx_has_cuda) {
+    return {backend_on_device, cuda_built, ucx_has_cuda, "1.13.1"};
+}
+
+struct choice_case {
+    ucx_memory_mode requested;
+    ucx_memory_facts facts;
+    ucx_memory_path expected;
+};
+
+TEST(UcxMemoryPath, FollowsTheTable) {
+    const choice_case cases[] = {
+        // The cpu backend samples host memory whatever UCX can do.
+        {ucx_memory_mode::automatic, facts(false, true, true), ucx_memory_path::host},
+        {ucx_memory_mode::automatic, facts(false, false, false), ucx_memory_path::host},
+        {ucx_memory_mode::staged, facts(false, true, true), ucx_memory_path::host},
+        // The cuda backend: direct only where both the build and UCX have CUDA.
+        {ucx_memory_mode::automatic, facts(true, true, true), ucx_memory_path::direct},
+        {ucx_memory_mode::automatic, facts(true, true, false), ucx_memory_path::staged},
+        {ucx_memory_mode::automatic, facts(true, false, true), ucx_memory_path::staged},
+        {ucx_memory_mode::staged, facts(true, true, true), ucx_memory_path::staged},
+        {ucx_memory_mode::staged, facts(true, true, false), ucx_memory_path::staged},
+        {ucx_memory_mode::direct, facts(true, true, true), ucx_memory_path::direct},
+    };
+    for (const choice_case& c : cases) {
+        ucx_memory_choice choice;
+        const status s = choose_ucx_memory_path(c.requested, c.facts, choice);
+        SCOPED_TRACE(std::string(ucx_memory_mode_name(c.requested)) + " device=" + std::to_string(c.facts.backend_on_device) +
+                     " cuda=" + std::to_string(c.facts.cuda_built) + " ucx_cuda=" + std::to_string(c.facts.ucx_has_cuda));
+        ASSERT_TRUE(s.is_ok()) << s.message;
+        EXPECT_EQ(choice.path, c.expected);
+        // The log line says what was asked for.
+        EXPECT_NE(choice.reason.find(std::string("'") + ucx_memory_mode_name(c.requested) + "'"), std::string::npos) << choice.reason;
+    }
+}
+
+TEST(UcxMemoryPath, AutoSaysWhyItStages) {
+    ucx_memory_choice choice;
+    ASSERT_TRUE(choose_ucx_memory_path(ucx_memory_mode::automatic, facts(true, true, false), choice).is_ok());
+    EXPECT_NE(choice.reason.find("UCX 1.13.1 reports no CUDA memory support"), std::string::npos) << choice.reason;
+    EXPECT_NE(choice.reason.find("pinned host buffers"), std::string::npos) << choice.reason;
+    ASSERT_TRUE(choose_ucx_memory_path(ucx_memory_mode::automatic, facts(true, false, false), choice).is_ok());
+    EXPECT_NE(choice.reason.find("this build has no CUDA support"), std::string::npos) << choice.reason;
+}
+
+TEST(UcxMemoryPath, UnavailableDirectIsAStartUpErrorSayingWhatToSet) {
+    struct refused_case {
+        ucx_memory_facts facts;
+        const char* why;
+    };
+    const refused_case cases[] = {
+        {facts(true, true, false), "the loaded UCX 1.13.1 reports no CUDA memory support"},
+        {facts(true, false, true), "this build has no CUDA support"},
+        {facts(false, true, true), "needs backend = 'cuda'"},
+    };
+    for (const refused_case& c : cases) {
+        ucx_memory_choice choice;
+        const status s = choose_ucx_memory_path(ucx_memory_mode::direct, c.facts, choice);
+        EXPECT_EQ(s.code, status_code::unsupported);
+        EXPECT_NE(s.message.find("ucx_device_memory = 'direct'"), std::string::npos) << s.message;
+        EXPECT_NE(s.message.find(c.why), std::string::npos) << s.message;
+        EXPECT_NE(s.message.find("set ucx_device_memory = auto or staged"), std::string::npos) << s.message;
+        EXPECT_NE(s.message.find("DISTSAMPLE_UCX_DEVICE_MEMORY"), std::string::npos) << s.message;
+    }
+}
+
+TEST(UcxMemoryMode, NamesRoundTrip) {
+    for (const ucx_memory_mode mode : {ucx_memory_mode::automatic, ucx_memory_mode::direct, ucx_memory_mode::staged}) {
+        ucx_memory_mode parsed = ucx_memory_mode::staged;
+        ASSERT_TRUE(parse_ucx_memory_mode(ucx_memory_mode_name(mode), parsed));
+        EXPECT_EQ(parsed, mode);
+    }
+    ucx_memory_mode parsed = ucx_memory_mode::automatic;
+    EXPECT_FALSE(parse_ucx_memory_mode("gpu", parsed));
+    EXPECT_FALSE(parse_ucx_memory_mode("automatic", parsed));
+}
+
+}  // namespace
+}  // namespace ds

@@ -1,0 +1,47 @@
+// Which memory the ucx transport swaps logits in (config key ucx_device_memory, issue 5):
+//
+//   backend   requested   UCX reports CUDA memory    path
+//   cpu       auto         any                       host    (as always: the backend reads host rows)
+//   cpu       staged       any                       host    (nothing on the GPU to stage)
+//   cpu       direct       any                       error: direct needs backend = cuda
+//   cuda      auto         yes (and a CUDA build)    direct  (GPU memory to GPU memory)
+//   cuda      auto         no                        staged  (the shard copied to pinned host buffers)
+//   cuda      staged       any                       staged
+//   cuda      direct       yes (and a CUDA build)    direct
+//   cuda      direct       no                        error: says why, and to set staged or auto
+//
+// Pure, so the rules are tested without a GPU; the ucx endpoint asks UCX and logs the choice.
+#pragma once
+
+#include <string>
+
+#include "config/group_config.h"
+#include "kernels/sampling_types.h"
+
+namespace ds {
+
+enum class ucx_memory_path {
+    host,    // the cpu backend: host logits, host receive buffers
+    staged,  // the cuda backend: device shards copied to pinned host memory, pinned receive buffers
+    direct,  // the cuda backend: device shards put straight into the peers' device receive buffers
+};
+
+const char* ucx_memory_path_name(ucx_memory_path path);
+
+// What the choice depends on.
+struct ucx_memory_facts {
+    bool backend_on_device = false;  // the rank samples with the cuda backend
+    bool cuda_built = false;         // this build has CUDA
+    bool ucx_has_cuda = false;       // the loaded UCX reports UCS_MEMORY_TYPE_CUDA
+    std::string ucx_version;         // for the messages, e.g. "1.13.1"
+};
+
+struct ucx_memory_choice {
+    ucx_memory_path path = ucx_memory_path::host;
+    std::string reason;  // why, for the log: "backend = 'cuda' and UCX 1.22.0 moves CUDA memory"
+};
+
+// The path for `requested`, or an unsupported status saying why and what to set instead.
+status choose_ucx_memory_path(ucx_memory_mode requested, const ucx_memory_facts& facts, ucx_memory_choice& out);
+
+}  // namespace ds
