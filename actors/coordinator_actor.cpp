@@ -15,13 +15,44 @@ namespace ds {
 
 namespace {
 
+// Where a job's answer goes: a CAF response promise (the gateway, remote clients, register and
+// the other fan-outs) or, for a step from the library API, the caller's sink.
+struct reply_to {
+    caf::response_promise promise;
+    std::shared_ptr<step_reply_sink> sink;
+
+    void fail(const status& why) {
+        if (sink) {
+            sink->fail(why);
+        } else {
+            promise.deliver(make_caf_error(why));
+        }
+    }
+
+    void answer(step_answer a) {
+        if (!sink) {
+            promise.deliver(std::move(a));
+            return;
+        }
+        step_reply r;
+        r.step_id = a.step_id;
+        r.outputs = *a.outputs;
+        r.desyncs = std::move(a.desyncs);
+        r.timing = a.timing;
+        r.rank_timing = std::move(a.rank_timing);
+        r.timeline = a.timeline;
+        r.timeline.delivered_at_ns = steady_now_ns();
+        sink->answer(std::move(r));
+    }
+};
+
 // One queued piece of work. Exactly one of request / reg / rel is used, per `what`.
 struct job {
     enum class kind { step, reg, release, health } what = kind::step;
     std::shared_ptr<const step_request> request;
     register_msg reg;
     release_msg rel;
-    caf::response_promise promise;
+    reply_to reply;
     int64_t received_at_ns = 0;
 };
 
@@ -35,7 +66,7 @@ struct coordinator_state {
     // The job in flight.
     uint64_t current_id = 0;
     std::shared_ptr<const dist_step> current_step;
-    caf::response_promise current_promise;
+    reply_to current_reply;
     std::vector<rank_result> results;
     int32_t pending = 0;
     std::vector<bool> answered;  // by rank, for the running step
@@ -55,6 +86,7 @@ void finish_job(coordinator* self) {
     coordinator_state& st = self->state;
     st.busy = false;
     st.current_step.reset();
+    st.current_reply = reply_to{};
     st.results.clear();
     st.pending = 0;
     st.first_failure = status::success();
@@ -121,7 +153,7 @@ std::string check_request(const group_config& config, const step_request& r, ste
 void fail_current(coordinator* self, const status& why) {
     coordinator_state& st = self->state;
     if (st.current_step) coordinator_log().warn("{}", why.message);
-    st.current_promise.deliver(make_caf_error(why));
+    st.current_reply.fail(why);
     if (st.current_step) st.transport->abort(why.message);  // wake ranks still waiting in collectives
     finish_job(self);
 }
@@ -143,9 +175,8 @@ void finish_step(coordinator* self) {
     }
     if (!found.empty() && st.config.policy == rank0_policy::never) {
         const desync_event& e = found.front();
-        st.current_promise.deliver(make_caf_error(status{
-            status_code::mismatch,
-            fmt::format("step {}: rank {} differs from rank 0 at request {} (rank-0 policy 'never')", e.step, e.rank, e.first_row)}));
+        st.current_reply.fail(status{status_code::mismatch, fmt::format("step {}: rank {} differs from rank 0 at request {} (rank-0 policy 'never')",
+                                                                        e.step, e.rank, e.first_row)});
         finish_job(self);
         return;
     }
@@ -164,7 +195,7 @@ void finish_step(coordinator* self) {
     // commits before it runs the next step.
     const bool ship = st.config.policy == rank0_policy::always || !found.empty();
     st.timeline.answered_at_ns = steady_now_ns();
-    st.current_promise.deliver(step_answer{step.id, reference.outputs, std::move(found), slowest, std::move(rank_timing), st.timeline});
+    st.current_reply.answer(step_answer{step.id, reference.outputs, std::move(found), slowest, std::move(rank_timing), st.timeline});
     for (const rank_actor_type& rank : st.ranks) {
         self->send(rank, commit_msg{st.current_step, ship ? reference.outputs : nullptr});
     }
@@ -237,12 +268,12 @@ void start_step(coordinator* self, job& j) {
     step_plan plan;
     const uint64_t id = st.next_step_id++;
     if (std::string e = check_request(st.config, *j.request, plan); !e.empty()) {
-        j.promise.deliver(make_caf_error(status::invalid(e)));
+        j.reply.fail(status::invalid(e));
         return;
     }
     st.busy = true;
     st.current_id = id;
-    st.current_promise = j.promise;
+    st.current_reply = std::move(j.reply);
     st.current_step = std::make_shared<const dist_step>(make_dist_step(id, *j.request, plan, st.config.vocab_size));
     st.results.assign(st.ranks.size(), rank_result{});
     st.pending = static_cast<int32_t>(st.ranks.size());
@@ -266,7 +297,7 @@ void start_fan_out(coordinator* self, job& j, const Msg& msg) {
     coordinator_state& st = self->state;
     st.busy = true;
     st.current_id = 0;
-    st.current_promise = j.promise;
+    st.current_reply = std::move(j.reply);
     st.pending = static_cast<int32_t>(st.ranks.size());
     for (size_t r = 0; r < st.ranks.size(); ++r) {
         const auto rank = static_cast<int32_t>(r);
@@ -274,7 +305,7 @@ void start_fan_out(coordinator* self, job& j, const Msg& msg) {
             .then(
                 [self](op_ack&) {
                     if (--self->state.pending == 0) {
-                        self->state.current_promise.deliver(op_ack{0});
+                        self->state.current_reply.promise.deliver(op_ack{0});
                         finish_job(self);
                     }
                 },
@@ -314,17 +345,25 @@ coordinator_actor_type::behavior_type coordinator_actor(coordinator* self, group
             j.what = job::kind::step;
             j.received_at_ns = steady_now_ns();
             j.request = std::move(m.request);
-            j.promise = self->make_response_promise();
-            caf::response_promise promise = j.promise;
+            j.reply.promise = self->make_response_promise();
+            caf::response_promise promise = j.reply.promise;
             enqueue(std::move(j));
             return promise;
+        },
+        [enqueue](caller_submit_msg& m) {
+            job j;
+            j.what = job::kind::step;
+            j.received_at_ns = steady_now_ns();
+            j.request = std::move(m.request);
+            j.reply.sink = std::move(m.reply);
+            enqueue(std::move(j));
         },
         [self, enqueue](register_msg& m) -> caf::result<op_ack> {
             job j;
             j.what = job::kind::reg;
             j.reg = std::move(m);
-            j.promise = self->make_response_promise();
-            caf::response_promise promise = j.promise;
+            j.reply.promise = self->make_response_promise();
+            caf::response_promise promise = j.reply.promise;
             enqueue(std::move(j));
             return promise;
         },
@@ -332,16 +371,16 @@ coordinator_actor_type::behavior_type coordinator_actor(coordinator* self, group
             job j;
             j.what = job::kind::release;
             j.rel = m;
-            j.promise = self->make_response_promise();
-            caf::response_promise promise = j.promise;
+            j.reply.promise = self->make_response_promise();
+            caf::response_promise promise = j.reply.promise;
             enqueue(std::move(j));
             return promise;
         },
         [self, enqueue](health_msg&) -> caf::result<op_ack> {
             job j;
             j.what = job::kind::health;
-            j.promise = self->make_response_promise();
-            caf::response_promise promise = j.promise;
+            j.reply.promise = self->make_response_promise();
+            caf::response_promise promise = j.reply.promise;
             enqueue(std::move(j));
             return promise;
         },

@@ -1,10 +1,9 @@
 // The embedding API (include/distsample/group.h) over the actors: an actor system, the transport
-// group the configuration names (transport_factory.h), TP rank actors and a coordinator. A small client actor turns replies into futures.
+// group the configuration names (transport_factory.h), TP rank actors and a coordinator. A step
+// goes straight to the coordinator, which fulfils the caller's future itself (step_reply_sink).
 #include <distsample/group.h>
 
 #include <fmt/format.h>
-
-#include <unordered_map>
 
 #include "actors/coordinator_actor.h"
 #include "actors/messages.h"
@@ -20,65 +19,6 @@ namespace {
 // answers first; this only guards against a coordinator that is gone.
 constexpr std::chrono::seconds kReplyMargin{5};
 
-// Forwards the caller's steps to the coordinator in arrival order and turns each answer into the
-// fulfilment of a std::promise, without blocking a scheduler thread.
-//
-// The requests carry no timer: the coordinator answers every step within its step timeout, and a
-// coordinator that is gone fails every step still pending (its down message). A timer per request
-// would stay in CAF 0.17's clock until it fires even after the answer came, about 400 bytes a
-// step for the whole timeout: the soak's memory growth.
-struct client_state {
-    std::unordered_map<uint64_t, std::shared_ptr<std::promise<step_reply>>> pending;  // by submission
-    uint64_t submitted = 0;
-    static inline const char* name = "distsample.client";
-};
-
-std::shared_ptr<std::promise<step_reply>> take_pending(client_state& st, uint64_t id) {
-    const auto found = st.pending.find(id);
-    if (found == st.pending.end()) return nullptr;  // already failed by the coordinator's down message
-    std::shared_ptr<std::promise<step_reply>> reply = std::move(found->second);
-    st.pending.erase(found);
-    return reply;
-}
-
-void fail_step(std::promise<step_reply>& reply, const caf::error& e) {
-    step_reply r;
-    r.result = to_status(e, "coordinator");
-    reply.set_value(std::move(r));
-}
-
-client_actor_type::behavior_type client_actor(client_actor_type::stateful_pointer<client_state> self, coordinator_actor_type coordinator) {
-    self->monitor(coordinator);
-    self->set_down_handler([self](caf::down_msg& down) {
-        for (auto& pending : self->state.pending) fail_step(*pending.second, down.reason ? down.reason : make_error(caf::sec::request_receiver_down));
-        self->state.pending.clear();
-    });
-    return {
-        [self, coordinator](client_submit_msg& m) {
-            const uint64_t id = self->state.submitted++;
-            self->state.pending.emplace(id, m.reply);
-            self->request(coordinator, caf::infinite, submit_msg{m.request})
-                .then(
-                    [self, id](step_answer& answer) {
-                        const auto reply = take_pending(self->state, id);
-                        if (!reply) return;
-                        step_reply r;
-                        r.step_id = answer.step_id;
-                        r.outputs = *answer.outputs;
-                        r.desyncs = std::move(answer.desyncs);
-                        r.timing = answer.timing;
-                        r.rank_timing = std::move(answer.rank_timing);
-                        r.timeline = answer.timeline;
-                        r.timeline.delivered_at_ns = steady_now_ns();
-                        reply->set_value(std::move(r));
-                    },
-                    [self, id](caf::error& e) {
-                        if (const auto reply = take_pending(self->state, id)) fail_step(*reply, e);
-                    });
-        },
-    };
-}
-
 }  // namespace
 
 struct group::impl {
@@ -89,7 +29,6 @@ struct group::impl {
     caf::actor_system system;
     std::vector<rank_actor_type> ranks;
     coordinator_actor_type coordinator;
-    client_actor_type client;
 
     impl(const group_config& c, std::unique_ptr<transport_group> t)
         : config(c), transport(std::move(t)), system(configure_actor_system(system_config, c.scheduler())) {}
@@ -115,7 +54,6 @@ status group::create(const group_config& config, std::unique_ptr<group>& out) {
     auto state = std::make_unique<impl>(config, std::move(transport));
     for (int32_t r = 0; r < config.tp; ++r) state->ranks.push_back(spawn_rank_actor(state->system, config, r, *state->transport));
     state->coordinator = spawn_coordinator_actor(state->system, config, state->ranks, *state->transport);
-    state->client = state->system.spawn(client_actor, state->coordinator);
     out.reset(new group(std::move(state)));
     // Building a rank's backend can fail (e.g. cuda not built): say so now, naming the rank.
     status s = out->health();
@@ -128,7 +66,6 @@ group::group(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
 group::~group() {
     // Wake ranks blocked in a collective, then stop every actor; the actor system joins them.
     impl_->transport->abort("group shut down");
-    caf::anon_send_exit(impl_->client, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(impl_->coordinator, caf::exit_reason::user_shutdown);
     for (const rank_actor_type& rank : impl_->ranks) caf::anon_send_exit(rank, caf::exit_reason::user_shutdown);
 }
@@ -146,9 +83,9 @@ status group::release(int32_t slot) {
 }
 
 std::future<step_reply> group::submit(step_request step) {
-    auto promise = std::make_shared<std::promise<step_reply>>();
-    std::future<step_reply> future = promise->get_future();
-    caf::anon_send(impl_->client, client_submit_msg{std::make_shared<const step_request>(std::move(step)), promise});
+    auto sink = std::make_shared<step_reply_sink>();
+    std::future<step_reply> future = sink->future();
+    caf::anon_send(impl_->coordinator, caller_submit_msg{std::make_shared<const step_request>(std::move(step)), std::move(sink)});
     return future;
 }
 

@@ -10,6 +10,22 @@ const caf::atom_value kCategory = caf::atom("distsample");
 
 }  // namespace
 
+step_reply_sink::~step_reply_sink() {
+    if (!answered_) fail(status{status_code::aborted, "coordinator stopped before it answered the step"});
+}
+
+void step_reply_sink::answer(step_reply reply) {
+    if (answered_) return;
+    answered_ = true;
+    promise_.set_value(std::move(reply));
+}
+
+void step_reply_sink::fail(status why) {
+    step_reply reply;
+    reply.result = std::move(why);
+    answer(std::move(reply));
+}
+
 caf::error make_caf_error(const status& s) {
     return caf::error(static_cast<uint8_t>(s.code), kCategory, caf::make_message(s.message));
 }

@@ -80,11 +80,31 @@ struct submit_msg {
     std::shared_ptr<const step_request> request;
 };
 
-// Library caller -> its client actor: submit a step and fulfil `reply` with the answer. One client
-// actor per group keeps the caller's submission order.
-struct client_submit_msg {
+// The library caller's end of a submitted step: the coordinator fulfils it once, itself, so no
+// actor stands between the caller and the coordinator (each one would add a mailbox hop each way).
+// Dropped unanswered (the coordinator stopped with the step queued or running), it answers with an
+// error: no caller waits forever.
+class step_reply_sink {
+   public:
+    step_reply_sink() = default;
+    step_reply_sink(const step_reply_sink&) = delete;
+    step_reply_sink& operator=(const step_reply_sink&) = delete;
+    ~step_reply_sink();
+
+    std::future<step_reply> future() { return promise_.get_future(); }
+    void answer(step_reply reply);
+    void fail(status why);
+
+   private:
+    std::promise<step_reply> promise_;
+    bool answered_ = false;
+};
+
+// Library caller -> the coordinator: a step answered through `reply`. The coordinator's mailbox
+// keeps each caller thread's submission order.
+struct caller_submit_msg {
     std::shared_ptr<const step_request> request;
-    std::shared_ptr<std::promise<step_reply>> reply;
+    std::shared_ptr<step_reply_sink> reply;
 };
 
 struct step_answer {
@@ -293,7 +313,7 @@ CAF_ADD_TYPE_ID(distsample, (ds::rank_result))
 CAF_ADD_TYPE_ID(distsample, (ds::commit_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::submit_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::step_answer))
-CAF_ADD_TYPE_ID(distsample, (ds::client_submit_msg))
+CAF_ADD_TYPE_ID(distsample, (ds::caller_submit_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::fault_plan_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::join_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::form_msg))
@@ -309,12 +329,12 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::rank_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::commit_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::submit_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::step_answer)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::client_submit_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::caller_submit_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::fault_plan_msg)
 
 namespace ds {
 
-// The typed interfaces of the three actors (checked at compile time by CAF).
+// The typed interfaces of the actors (checked at compile time by CAF).
 using rank_actor_type = caf::typed_actor<caf::replies_to<register_msg>::with<op_ack>,
                                          caf::replies_to<release_msg>::with<op_ack>,
                                          caf::replies_to<health_msg>::with<op_ack>,
@@ -327,6 +347,7 @@ using rank_actor_type = caf::typed_actor<caf::replies_to<register_msg>::with<op_
 using deadline_check_atom = caf::atom_constant<caf::atom("deadline")>;
 
 using coordinator_actor_type = caf::typed_actor<caf::replies_to<submit_msg>::with<step_answer>,
+                                                caf::reacts_to<caller_submit_msg>,
                                                 caf::replies_to<register_msg>::with<op_ack>,
                                                 caf::replies_to<release_msg>::with<op_ack>,
                                                 caf::replies_to<health_msg>::with<op_ack>,
@@ -342,8 +363,5 @@ using remote_rank_actor_type = caf::typed_actor<caf::replies_to<form_msg>::with<
                                                 caf::replies_to<remote_step_msg>::with<remote_result>,
                                                 caf::reacts_to<remote_commit_msg>,
                                                 caf::replies_to<remote_fault_plan_msg>::with<op_ack>>;
-
-// Turns library calls into ordered submissions (actors/group.cpp).
-using client_actor_type = caf::typed_actor<caf::reacts_to<client_submit_msg>>;
 
 }  // namespace ds

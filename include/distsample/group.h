@@ -47,13 +47,13 @@ struct step_timing {
     int64_t rank_answered_at_ns = 0;
 };
 
-// When the coordinator and the client actor passed a step on, on steady_clock in nanoseconds:
+// When the coordinator passed a step on, on steady_clock in nanoseconds:
 // with step_timing's, where a step's time outside the ranks goes (bench_coordinator_overhead).
 struct step_timeline {
     int64_t received_at_ns = 0;    // the coordinator took the step
     int64_t dispatched_at_ns = 0;  // ... had sent every rank its message
     int64_t answered_at_ns = 0;    // ... answered, with every rank's result in
-    int64_t delivered_at_ns = 0;   // the client actor fulfilled the caller's future
+    int64_t delivered_at_ns = 0;   // ... fulfilled the library caller's future (0 for other clients)
 };
 
 inline int64_t steady_now_ns() {
