@@ -103,8 +103,7 @@ use_ucx_cu13() {
   [[ -f $ucx/libucp.so.0 ]] || { echo "no $ucx: run '$0 bundle-ucx' before carrying the bundle" >&2; return 2; }
   export LD_LIBRARY_PATH="$ucx:$LD_LIBRARY_PATH"
   export UCX_MODULE_DIR=$ucx/ucx
-  export DS_EXPECT_UCX_DEVICE_PATH=direct
-  echo "UCX from $ucx (libucx-cu13); DS_EXPECT_UCX_DEVICE_PATH=direct"
+  echo "UCX from $ucx (libucx-cu13)"
 }
 
 run() {

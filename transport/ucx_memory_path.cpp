@@ -13,6 +13,11 @@ const char* ucx_memory_path_name(ucx_memory_path path) {
     return "unknown";
 }
 
+bool carries_gpu_memory(const std::string& ucx_text, bool peer_error_handling) {
+    const bool rdma = ucx_text.find("rc_") != std::string::npos || ucx_text.find("dc_") != std::string::npos;
+    return rdma || (!peer_error_handling && ucx_text.find("cuda_ipc") != std::string::npos);
+}
+
 status choose_ucx_memory_path(ucx_memory_mode requested, const ucx_memory_facts& facts, ucx_memory_choice& out) {
     constexpr const char* kSetInstead =
         "set ucx_device_memory = auto or staged (config key ucx_device_memory, DISTSAMPLE_UCX_DEVICE_MEMORY or --set "
@@ -33,6 +38,10 @@ status choose_ucx_memory_path(ucx_memory_mode requested, const ucx_memory_facts&
     } else if (!facts.ucx_has_cuda) {
         missing = fmt::format("the loaded UCX {} reports no CUDA memory support (Debian's UCX has none; a CUDA-enabled UCX "
                               "such as the libucx-cu13 wheel does)", facts.ucx_version);
+    } else if (!facts.gpu_transport) {
+        missing = fmt::format("the loaded UCX {} has no transport here that puts GPU memory while it detects peer failure "
+                              "(tcp and shared memory cannot; cuda_ipc has no peer error handling; InfiniBand rc/dc can)",
+                              facts.ucx_version);
     }
     if (requested == ucx_memory_mode::staged) {
         out = {ucx_memory_path::staged, "ucx_device_memory = 'staged', backend = 'cuda': device logits staged through pinned host buffers"};

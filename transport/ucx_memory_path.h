@@ -10,6 +10,12 @@
 //   cuda      direct       yes (and a CUDA build)    direct
 //   cuda      direct       no                        error: says why, and to set staged or auto
 //
+// "UCX reports CUDA memory" also needs a transport that puts GPU memory while UCX watches for peer
+// failure: InfiniBand rc/dc (GPUDirect RDMA), or cuda_ipc when peer error handling is off (it has
+// none). Over tcp or shared memory a CUDA-enabled UCX still cannot put device memory (seen on the
+// H200 with the libucx-cu13 wheel, 2026-12-03: the first put aborted the process), and the
+// endpoint refuses `direct` again once it sees the lanes it got.
+//
 // Pure, so the rules are tested without a GPU; the ucx endpoint asks UCX and logs the choice.
 #pragma once
 
@@ -33,6 +39,7 @@ struct ucx_memory_facts {
     bool backend_on_device = false;  // the rank samples with the cuda backend
     bool cuda_built = false;         // this build has CUDA
     bool ucx_has_cuda = false;       // the loaded UCX reports UCS_MEMORY_TYPE_CUDA
+    bool gpu_transport = false;      // ... and has a transport that puts it (carries_gpu_memory)
     std::string ucx_version;         // for the messages, e.g. "1.13.1"
 };
 
@@ -40,6 +47,11 @@ struct ucx_memory_choice {
     ucx_memory_path path = ucx_memory_path::host;
     std::string reason;  // why, for the log: "backend = 'cuda' and UCX 1.22.0 moves CUDA memory"
 };
+
+// Whether UCX transports named in `ucx_text` (ucp_context_print_info's resources, or an
+// endpoint's lanes) can put GPU memory: rc/dc (GPUDirect RDMA), or cuda_ipc without peer error
+// handling.
+bool carries_gpu_memory(const std::string& ucx_text, bool peer_error_handling);
 
 // The path for `requested`, or an unsupported status saying why and what to set instead.
 status choose_ucx_memory_path(ucx_memory_mode requested, const ucx_memory_facts& facts, ucx_memory_choice& out);

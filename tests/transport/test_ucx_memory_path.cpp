@@ -7,8 +7,8 @@
 namespace ds {
 namespace {
 
-ucx_memory_facts facts(bool backend_on_device, bool cuda_built, bool ucx_has_cuda) {
-    return {backend_on_device, cuda_built, ucx_has_cuda, "1.13.1"};
+ucx_memory_facts facts(bool backend_on_device, bool cuda_built, bool ucx_has_cuda, bool gpu_transport = true) {
+    return {backend_on_device, cuda_built, ucx_has_cuda, gpu_transport, "1.13.1"};
 }
 
 struct choice_case {
@@ -27,6 +27,7 @@ TEST(UcxMemoryPath, FollowsTheTable) {
         {ucx_memory_mode::automatic, facts(true, true, true), ucx_memory_path::direct},
         {ucx_memory_mode::automatic, facts(true, true, false), ucx_memory_path::staged},
         {ucx_memory_mode::automatic, facts(true, false, true), ucx_memory_path::staged},
+        {ucx_memory_mode::automatic, facts(true, true, true, false), ucx_memory_path::staged},
         {ucx_memory_mode::staged, facts(true, true, true), ucx_memory_path::staged},
         {ucx_memory_mode::staged, facts(true, true, false), ucx_memory_path::staged},
         {ucx_memory_mode::direct, facts(true, true, true), ucx_memory_path::direct},
@@ -61,6 +62,7 @@ TEST(UcxMemoryPath, UnavailableDirectIsAStartUpErrorSayingWhatToSet) {
         {facts(true, true, false), "the loaded UCX 1.13.1 reports no CUDA memory support"},
         {facts(true, false, true), "this build has no CUDA support"},
         {facts(false, true, true), "needs backend = 'cuda'"},
+        {facts(true, true, true, false), "has no transport here that puts GPU memory"},
     };
     for (const refused_case& c : cases) {
         ucx_memory_choice choice;
@@ -71,6 +73,14 @@ TEST(UcxMemoryPath, UnavailableDirectIsAStartUpErrorSayingWhatToSet) {
         EXPECT_NE(s.message.find("set ucx_device_memory = auto or staged"), std::string::npos) << s.message;
         EXPECT_NE(s.message.find("DISTSAMPLE_UCX_DEVICE_MEMORY"), std::string::npos) << s.message;
     }
+}
+
+TEST(UcxMemoryPath, GpuTransportsAreRdmaOrIpcWithoutPeerErrorHandling) {
+    EXPECT_TRUE(carries_gpu_memory("lane[0]:  3:rc_mlx5/mlx5_0:1 md[2] -> rma", true));
+    EXPECT_TRUE(carries_gpu_memory("#   resource 4  :  md 3  dev 2  flags -- dc_mlx5/mlx5_0:1", true));
+    EXPECT_FALSE(carries_gpu_memory("lane[0]:  2:tcp/lo.0 md[1] -> am keepalive wireup", true));
+    EXPECT_FALSE(carries_gpu_memory("cuda_copy/cuda, cuda_ipc/cuda, tcp/lo, posix/memory", true));
+    EXPECT_TRUE(carries_gpu_memory("lane[1]:  5:cuda_ipc/cuda md[4] -> rma", false));
 }
 
 TEST(UcxMemoryMode, NamesRoundTrip) {

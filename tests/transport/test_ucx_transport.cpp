@@ -30,6 +30,9 @@
 namespace ds {
 namespace {
 
+// ucx_peer sits next to this binary (build/bin here, the bundle's bin/ on the GPU machine).
+std::string ucx_peer_binary() { return sibling_binary("ucx_peer"); }
+
 using std::chrono::milliseconds;
 using clock = std::chrono::steady_clock;
 
@@ -100,7 +103,7 @@ std::vector<int> run_peer_processes(int32_t world, const std::string& scenario, 
     EXPECT_TRUE(rendezvous.listen("127.0.0.1", 0).is_ok());
     child_processes peers;
     for (int32_t r = 0; r < world; ++r) {
-        peers.start({UCX_PEER_BINARY, std::to_string(r), std::to_string(world), "127.0.0.1:" + std::to_string(rendezvous.port()),
+        peers.start({ucx_peer_binary(), std::to_string(r), std::to_string(world), "127.0.0.1:" + std::to_string(rendezvous.port()),
                      scenario, out_path(r), std::to_string(timeout.count())});
     }
     const status served = rendezvous.serve(world, timeout);
@@ -166,12 +169,12 @@ TEST(UcxTransport, AfterAKilledRankTheSurvivorsReFormTheGroupWithARestartedRank)
     const std::string restarted_out = out_path(2) + ".restarted";
     child_processes peers;
     for (int32_t r = 0; r < kWorld; ++r) {
-        peers.start({UCX_PEER_BINARY, std::to_string(r), std::to_string(kWorld), "127.0.0.1:" + std::to_string(first.port()),
+        peers.start({ucx_peer_binary(), std::to_string(r), std::to_string(kWorld), "127.0.0.1:" + std::to_string(first.port()),
                      scenario, out_path(r), std::to_string(timeout.count())});
     }
     // Rank 2's replacement, waiting at the second rendezvous for the survivors: they may only see
     // the death when their call times out, so it waits longer than that.
-    peers.start({UCX_PEER_BINARY, "2", std::to_string(kWorld), "127.0.0.1:" + std::to_string(second.port()), "script",
+    peers.start({ucx_peer_binary(), "2", std::to_string(kWorld), "127.0.0.1:" + std::to_string(second.port()), "script",
                  restarted_out, std::to_string(3 * timeout.count())});
     EXPECT_TRUE(first.serve(kWorld, timeout).is_ok());
     const auto codes = peers.wait_all(milliseconds(20000));
@@ -415,12 +418,12 @@ TEST(UcxAcrossNamespaces, OneHostPerRankMatchesTheLocalTransport) {
     const std::string rendezvous = hosts.hub_address() + ":4100";
     const std::string timeout_ms = "5000";
     child_processes processes;
-    processes.start({"ip", "netns", "exec", hosts.hub(), UCX_PEER_BINARY, "rendezvous", rendezvous, std::to_string(kWorld), timeout_ms});
+    processes.start({"ip", "netns", "exec", hosts.hub(), ucx_peer_binary(), "rendezvous", rendezvous, std::to_string(kWorld), timeout_ms});
     for (int32_t r = 0; r < kWorld; ++r) {
         // UCX over tcp on the namespace's veth only: no shared memory or loopback shortcuts
         // between ranks that only look like separate hosts.
         processes.start({"ip", "netns", "exec", hosts.host(r), "env", "UCX_TLS=tcp", std::string("UCX_NET_DEVICES=") + hosts.interface(),
-                         UCX_PEER_BINARY, std::to_string(r), std::to_string(kWorld), rendezvous, "script", out_path(r), timeout_ms});
+                         ucx_peer_binary(), std::to_string(r), std::to_string(kWorld), rendezvous, "script", out_path(r), timeout_ms});
     }
     const auto codes = processes.wait_all(milliseconds(30000));
     EXPECT_EQ(codes[0], 0) << "rendezvous";

@@ -75,6 +75,20 @@ std::string summarize_lanes(const std::string& info) {
     return summary;
 }
 
+// What one of UCX's print functions writes, as text.
+template <class Print>
+std::string printed(Print print) {
+    char* text = nullptr;
+    size_t text_bytes = 0;
+    FILE* stream = open_memstream(&text, &text_bytes);
+    if (stream == nullptr) return {};
+    print(stream);
+    std::fclose(stream);
+    std::string out(text, text_bytes);
+    std::free(text);
+    return out;
+}
+
 status ucx_failure(int32_t rank, const char* call, ucs_status_t st) {
     return {status_code::internal, fmt::format("rank {}: {} failed: {}", rank, call, ucs_status_string(st))};
 }
@@ -117,6 +131,7 @@ status ucx_endpoint::create(const transport_config& config, bootstrap& boot, con
 }
 
 status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
+    ucx_->peer_error_handling = options.peer_error_handling;  // the memory path depends on it
     std::string mine;
     const status prepared = prepare(mine);
     // A rank that cannot start still takes part in the exchange, with an empty blob, so that its
@@ -204,7 +219,6 @@ status ucx_endpoint::connect(const ucx_options& options, const std::vector<std::
     const int32_t world = config_.world_size;
     const std::size_t swap_bytes = swap_region_bytes();
     resources& u = *ucx_;
-    u.peer_error_handling = options.peer_error_handling;
     u.eps.assign(static_cast<size_t>(world), nullptr);
     for (const region r : {region::control, region::swap}) {
         u.rkeys[static_cast<size_t>(r)].assign(static_cast<size_t>(world), nullptr);
@@ -261,13 +275,15 @@ status ucx_endpoint::connect(const ucx_options& options, const std::vector<std::
     if (status s = barrier(); !s.is_ok()) return s;
 
     if (world > 1) {
-        char* text = nullptr;
-        size_t text_bytes = 0;
-        if (FILE* stream = open_memstream(&text, &text_bytes)) {
-            ucp_ep_print_info(u.eps[static_cast<size_t>((rank_ + 1) % world)], stream);
-            std::fclose(stream);
-            transport_summary_ = summarize_lanes(std::string(text, text_bytes));
-            std::free(text);
+        const int32_t next = (rank_ + 1) % world;
+        transport_summary_ = summarize_lanes(printed([&](FILE* stream) { ucp_ep_print_info(u.eps[static_cast<size_t>(next)], stream); }));
+        // The context offered a GPU transport, but this peer is reached another way.
+        if (memory_path_ == ucx_memory_path::direct && !carries_gpu_memory(transport_summary_, u.peer_error_handling)) {
+            return {status_code::unsupported,
+                    fmt::format("rank {}: ucx_device_memory resolved to 'direct', but UCX reaches rank {} over {}, which cannot put GPU "
+                                "memory; set ucx_device_memory = staged (config key ucx_device_memory, DISTSAMPLE_UCX_DEVICE_MEMORY or "
+                                "--set ucx_device_memory=staged)",
+                                rank_, next, transport_summary_.empty() ? "(none)" : transport_summary_)};
         }
     }
     transport_log().info("rank {}: ucx transport ready, {} ranks, {} KiB registered ({} swap buffers), peer error handling {}, to rank {} "
@@ -288,6 +304,8 @@ status ucx_endpoint::choose_memory_path() {
     facts.backend_on_device = config_.backend_on_device;
     facts.cuda_built = cuda_built();
     facts.ucx_has_cuda = (attributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+    facts.gpu_transport =
+        carries_gpu_memory(printed([&](FILE* stream) { ucp_context_print_info(ucx_->context, stream); }), ucx_->peer_error_handling);
     facts.ucx_version = ucp_get_version_string();
     ucx_memory_choice choice;
     if (status s = choose_ucx_memory_path(config_.ucx_device_memory, facts, choice); !s.is_ok()) {
