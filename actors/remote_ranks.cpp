@@ -144,27 +144,35 @@ void try_form(membership_actor* self) {
         return;
     }
     const std::chrono::milliseconds timeout = st.config.transport_timeout;
-    self->spawn(serve_rendezvous, rendezvous, st.config.tp, timeout, epoch);
+    // A rank may take the form_msg up to one transport timeout late (still inside the failed
+    // step's collective), then needs up to one more to arrive: the rendezvous waits for both, as
+    // long as the form requests below.
+    self->spawn(serve_rendezvous, rendezvous, st.config.tp, 2 * timeout, epoch);
     std::vector<register_msg> live;
     for (const register_msg& r : st.registrations) {
         if (r.slot != 0) live.push_back(r);
     }
     const form_msg form{epoch, st.host, rendezvous->port(), std::move(live)};
-    auto remaining = std::make_shared<int32_t>(st.config.tp);
+    // The epoch is done when every rank has answered, also when one failed: a rank still inside
+    // this epoch's bootstrap would miss the next epoch's rendezvous.
+    struct form_answers {
+        int32_t remaining;
+        status first_failure;
+    };
+    auto answers = std::make_shared<form_answers>(form_answers{st.config.tp, status::success()});
+    auto answered = [self, epoch, answers](const status& s) {
+        if (!s.is_ok() && answers->first_failure.is_ok()) answers->first_failure = s;
+        if (--answers->remaining > 0 || !self->state.forming || epoch != self->state.epoch) return;  // or given up already
+        form_done(self, epoch, answers->first_failure);
+    };
     for (int32_t r = 0; r < st.config.tp; ++r) {
         // Before the form_msg (one sender, so in order): a restarted process gets its plan back.
         // A plan the rank rejects was rejected when it was set, so the answer is only logged.
         self->request(st.ranks[static_cast<size_t>(r)], 2 * timeout, st.faults)
             .then([](op_ack&) {}, [r](caf::error& e) { coordinator_log().warn("rank {}: fault plan: {}", r, caf::to_string(e)); });
         self->request(st.ranks[static_cast<size_t>(r)], 2 * timeout, form)
-            .then(
-                [self, epoch, remaining](op_ack&) {
-                    if (--*remaining == 0) form_done(self, epoch, status::success());
-                },
-                [self, epoch, r](caf::error& e) {
-                    if (!self->state.forming || epoch != self->state.epoch) return;
-                    form_done(self, epoch, to_status(e, fmt::format("rank {} did not form epoch {}", r, epoch)));
-                });
+            .then([answered](op_ack&) { answered(status::success()); },
+                  [answered, epoch, r](caf::error& e) { answered(to_status(e, fmt::format("rank {} did not form epoch {}", r, epoch))); });
     }
 }
 
