@@ -35,6 +35,7 @@ struct membership_state {
     bool formed = false;
     bool forming = false;
     bool reform_requested = false;                     // while forming: form again when done
+    bool form_when_idle = false;                       // form once no call is in flight
     uint64_t epoch = 0;
     std::map<uint64_t, pending_call> in_flight;
     uint64_t next_key = 0;
@@ -58,8 +59,22 @@ uint64_t track(membership_actor* self, int32_t rank, std::function<void(const st
     return key;
 }
 
+void try_form(membership_actor* self);
+
+// A form deferred until every call in flight was answered (try_form) starts with the last answer.
+void form_if_idle(membership_actor* self) {
+    membership_state& st = self->state;
+    if (!st.form_when_idle || !st.in_flight.empty()) return;
+    st.form_when_idle = false;
+    try_form(self);
+}
+
 // True once per call: the first of its reply and the rank's down_msg answers it.
-bool untrack(membership_actor* self, uint64_t key) { return self->state.in_flight.erase(key) == 1; }
+bool untrack(membership_actor* self, uint64_t key) {
+    if (self->state.in_flight.erase(key) == 0) return false;
+    form_if_idle(self);
+    return true;
+}
 
 // Why the group cannot run a step now, and the rank to blame: the first one missing, else `rank`.
 std::pair<int32_t, std::string> not_formed(const membership_state& st, int32_t rank) {
@@ -85,8 +100,6 @@ status copy_shard(const dist_step& step, int32_t rank, remote_step_msg& out) {
     }
     return status::success();
 }
-
-void try_form(membership_actor* self);
 
 // A plan as it travels to a rank process: its seed and fault texts.
 remote_fault_plan_msg remote_plan(const fault_plan& plan) {
@@ -133,6 +146,13 @@ void try_form(membership_actor* self) {
         return;
     }
     st.formed = false;
+    // A rank still inside a failed step's collective must leave it before any peer closes its
+    // endpoint: UCX 1.13 (tcp) aborts a process that handles a put or an acknowledgement on an
+    // endpoint its peer has just closed. Every call is bounded by the step timeout.
+    if (!st.in_flight.empty()) {
+        st.form_when_idle = true;
+        return;
+    }
     for (const auto& rank : st.ranks) {
         if (!rank) return;
     }
@@ -196,6 +216,7 @@ void on_down(membership_actor* self, const caf::down_msg& d) {
             it = st.in_flight.erase(it);
             fail(gone);
         }
+        form_if_idle(self);
     }
 }
 
