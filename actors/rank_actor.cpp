@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/deliver_again.h"
 #include "actors/log.h"
 #include "actors/messages.h"
 #include "actors/rank_engine.h"
@@ -31,13 +32,6 @@ struct rank_state {
     static inline const char* name = "distsample.rank";
 };
 
-// The step message arrives a second time, as the coordinator's same request, after this run.
-template <class Self>
-void deliver_again(Self* self, const run_step_msg& m) {
-    const caf::mailbox_element* current = self->current_mailbox_element();
-    self->enqueue(caf::make_mailbox_element(current->sender, current->mid, {}, m), nullptr);
-}
-
 // Polls the mailbox until a message is there or `spin` has passed (group_config::rank_spin_us), so
 // that the next step's message, sent meanwhile, is taken without a thread wake-up.
 template <class Self>
@@ -51,11 +45,9 @@ void poll_mailbox(Self* self, std::chrono::microseconds spin) {
 rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank_state> self, group_config config, int32_t rank,
                                          transport_group* transport) {
     self->state.transport = transport;
-    self->state.endpoint = std::make_unique<faulty_transport>(transport->endpoint(rank), config.payload_checksums);
+    self->state.endpoint = std::make_unique<faulty_transport>(transport->endpoint(rank), config.payload_checksums, config.transport_timeout);
     self->state.engine = std::make_unique<rank_engine>(config, rank, *self->state.endpoint);
-    // A rank whose put was dropped gives up once the coordinator has named it (a step timeout),
-    // so it is back for the next step.
-    const std::chrono::milliseconds drop_wait = config.step_timeout + std::chrono::milliseconds(20);
+    const std::chrono::milliseconds drop_wait = drop_put_wait(config);
     const std::chrono::microseconds spin{config.rank_spin_us};
     auto ack = [self, rank](const status& s) -> caf::result<op_ack> {
         if (!s.is_ok()) return make_caf_error(status{s.code, fmt::format("rank {}: {}", rank, s.message)});
@@ -78,13 +70,7 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
         [self, rank, vocab = config.vocab_size, drop_wait, spin](run_step_msg& m) -> caf::result<rank_result> {
             const int64_t began_at_ns = steady_now_ns();
             rank_state& st = self->state;
-            if (m.step->id <= st.last_step) {
-                // A repeated step message: step ids only grow, so the rank refuses it by its id.
-                // The coordinator answered the step from the first reply and no longer awaits
-                // one, so CAF drops this one.
-                rank_log().warn("rank {}: step {} repeated after step {}: refused", rank, m.step->id, st.last_step);
-                return make_caf_error(status{status_code::aborted, fmt::format("rank {}: step {} already ran", rank, m.step->id)});
-            }
+            if (m.step->id <= st.last_step) return repeated_step(rank, m.step->id, st.last_step);
             st.last_step = m.step->id;
             const fault_plan& plan = st.plan ? *st.plan : no_faults;
             const rank_step_faults faults = faults_at(plan, rank, m.step->id);
@@ -98,8 +84,9 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
             if (faults.drop_control) return caf::delegated<rank_result>{};
             if (faults.duplicate_control) deliver_again(self, m);
             st.transport->enter_epoch(rank, m.step->id);
-            if (faults.kernel_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms));
+            // Armed before the kernel delay, so that the endpoint counts it in how late the rank is.
             st.endpoint->arm(transport_faults_at(plan, faults, rank, st.endpoint->world_size(), m.step->id, drop_wait));
+            if (faults.kernel_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms));
             auto outputs = std::make_shared<step_outputs>();
             status s = st.engine->run(*m.step, *outputs);
             if (s.is_ok()) {

@@ -36,6 +36,10 @@ armed_transport_faults transport_faults_at(const fault_plan& plan, const rank_st
     return armed;
 }
 
+std::chrono::milliseconds drop_put_wait(const group_config& config) {
+    return std::min(config.step_timeout, config.transport_timeout) + std::chrono::milliseconds(20);
+}
+
 namespace {
 
 kernel_config rank_kernel_config(const group_config& config, int32_t max_batch) {

@@ -3,6 +3,7 @@
 // runs a planned step through its transport endpoint. The rank actor (rank_actor.h) wraps one.
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include "actors/dist_step.h"
@@ -21,9 +22,14 @@ void alter_outputs(bool token, bool accept_length, int32_t vocab, int32_t n, ste
 
 // The transport faults of step `step` on rank `rank` of `world`: its own, and the stale
 // duplicate of the previous rank's payload when that rank's duplicate_put fires. A rank whose put
-// is dropped gives up after `drop_wait`.
+// is dropped gives up after `drop_wait` (drop_put_wait).
 armed_transport_faults transport_faults_at(const fault_plan& plan, const rank_step_faults& own, int32_t rank, int32_t world,
                                            uint64_t step, std::chrono::milliseconds drop_wait);
+
+// How long a rank whose put was dropped waits before it gives up: until it has been named, by the
+// coordinator's step timeout or its peers' transport timeout, whichever comes first, so that it
+// is back for the next step (or the next epoch's rendezvous).
+std::chrono::milliseconds drop_put_wait(const group_config& config);
 
 // What the group's mode needs of each rank's transport endpoint (swap rows, collective bytes).
 transport_config rank_transport_config(const group_config& config);

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/deliver_again.h"
 #include "actors/log.h"
 #include "actors/messages.h"
 #include "actors/rank_engine.h"
@@ -29,6 +30,7 @@ struct rank_process_state {
     std::unique_ptr<rank_engine> engine;       // uses *faulty: reset first
     fault_plan plan;
     std::vector<caf::response_promise> unanswered;  // steps swallowed by a hang fault, dropped at the next form
+    uint64_t last_step_id = 0;                      // the latest step this process received
     const logits_source* source = nullptr;  // null: the logits come with each step
     std::vector<uint64_t> contexts;         // by slot: the source's context of the request
     std::vector<float> source_row;          // one full-vocab row of the source
@@ -73,7 +75,7 @@ status form(rank_process_state& st, const group_config& config, int32_t rank, co
     st.unanswered.clear();  // the coordinator gave up on them before it formed a new epoch
     tcp_bootstrap boot(m.host, m.port, rank, config.tp, config.transport_timeout);
     if (status s = make_rank_transport(config.transport, rank_transport_config(config), boot, st.endpoint); !s.is_ok()) return s;
-    st.faulty = std::make_unique<faulty_transport>(*st.endpoint, config.payload_checksums);
+    st.faulty = std::make_unique<faulty_transport>(*st.endpoint, config.payload_checksums, config.transport_timeout);
     auto engine = std::make_unique<rank_engine>(config, rank, *st.faulty);
     if (!engine->init_status().is_ok()) return engine->init_status();
     st.contexts.assign(static_cast<size_t>(config.max_slots), 0);
@@ -112,8 +114,9 @@ remote_result run_step(rank_process_state& st, int32_t rank, int32_t vocab, cons
         const auto rows = static_cast<int64_t>(logits.size() / row_bytes);
         m.step.shards.assign(static_cast<size_t>(m.step.plan.tp), logits_view{});
         m.step.shards[static_cast<size_t>(rank)] = logits_view{logits.data(), m.dtype, rows, m.step.plan.shard_vocab, m.step.plan.shard_vocab};
-        if (faults.kernel_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms));
+        // Armed before the kernel delay, so that the endpoint counts it in how late the rank is.
         st.faulty->arm(transport_faults);
+        if (faults.kernel_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms));
         s = st.engine->run(m.step, result.outputs);
         if (s.is_ok()) alter_outputs(faults.alter_token, faults.alter_accept_length, vocab, m.step.plan.tokens_per_req, result.outputs);
         result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns(), st.engine->last_received_bytes()};
@@ -163,22 +166,30 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
         [engine_call](health_msg&) -> caf::result<op_ack> {
             return engine_call([](rank_engine& e) { return e.init_status(); });
         },
-        [self, rank, vocab = config.vocab_size, drop_wait = config.step_timeout + std::chrono::milliseconds(20)](
-            remote_step_msg& m) -> caf::result<remote_result> {
-            const rank_step_faults faults = faults_at(self->state.plan, rank, m.step.id);
+        [self, rank, vocab = config.vocab_size, drop_wait = drop_put_wait(config)](remote_step_msg& m) -> caf::result<remote_result> {
+            rank_process_state& st = self->state;
+            if (m.step.id <= st.last_step_id) return repeated_step(rank, m.step.id, st.last_step_id);
+            const rank_step_faults faults = faults_at(st.plan, rank, m.step.id);
             if (faults.crash) {
                 rank_log().warn("rank {}: fault plan: crash at step {}", rank, m.step.id);
                 rank_log().flush();
                 ::_exit(3);
             }
+            // A dropped message never reached the rank: it neither runs nor answers the step.
+            if (faults.drop_control) {
+                rank_log().warn("rank {}: fault plan: step {} dropped (not run, not answered)", rank, m.step.id);
+                return caf::delegated<remote_result>{};
+            }
+            st.last_step_id = m.step.id;
+            if (faults.duplicate_control) deliver_again(self, m);
             const armed_transport_faults transport_faults =
-                transport_faults_at(self->state.plan, faults, rank, self->state.faulty ? self->state.faulty->world_size() : 0, m.step.id, drop_wait);
-            const remote_result result = run_step(self->state, rank, vocab, faults, transport_faults, m);
+                transport_faults_at(st.plan, faults, rank, st.faulty ? st.faulty->world_size() : 0, m.step.id, drop_wait);
+            const remote_result result = run_step(st, rank, vocab, faults, transport_faults, m);
             if (faults.hang) {
                 // The step ran, so the peers' collectives completed: over UCX a peer that never
                 // enters them looks slow, not gone, and the peers' timeouts would blame themselves.
                 rank_log().warn("rank {}: fault plan: hang at step {} (not answered)", rank, result.step_id);
-                self->state.unanswered.push_back(self->make_response_promise());
+                st.unanswered.push_back(self->make_response_promise());
                 return caf::delegated<remote_result>{};
             }
             return result;

@@ -35,6 +35,7 @@ struct membership_state {
     bool formed = false;
     bool forming = false;
     bool reform_requested = false;                     // while forming: form again when done
+    bool form_when_idle = false;                       // form once no call is in flight
     uint64_t epoch = 0;
     std::map<uint64_t, pending_call> in_flight;
     uint64_t next_key = 0;
@@ -58,8 +59,22 @@ uint64_t track(membership_actor* self, int32_t rank, std::function<void(const st
     return key;
 }
 
+void try_form(membership_actor* self);
+
+// A form deferred until every call in flight was answered (try_form) starts with the last answer.
+void form_if_idle(membership_actor* self) {
+    membership_state& st = self->state;
+    if (!st.form_when_idle || !st.in_flight.empty()) return;
+    st.form_when_idle = false;
+    try_form(self);
+}
+
 // True once per call: the first of its reply and the rank's down_msg answers it.
-bool untrack(membership_actor* self, uint64_t key) { return self->state.in_flight.erase(key) == 1; }
+bool untrack(membership_actor* self, uint64_t key) {
+    if (self->state.in_flight.erase(key) == 0) return false;
+    form_if_idle(self);
+    return true;
+}
 
 // Why the group cannot run a step now, and the rank to blame: the first one missing, else `rank`.
 std::pair<int32_t, std::string> not_formed(const membership_state& st, int32_t rank) {
@@ -85,8 +100,6 @@ status copy_shard(const dist_step& step, int32_t rank, remote_step_msg& out) {
     }
     return status::success();
 }
-
-void try_form(membership_actor* self);
 
 // A plan as it travels to a rank process: its seed and fault texts.
 remote_fault_plan_msg remote_plan(const fault_plan& plan) {
@@ -133,6 +146,13 @@ void try_form(membership_actor* self) {
         return;
     }
     st.formed = false;
+    // A rank still inside a failed step's collective must leave it before any peer closes its
+    // endpoint: UCX 1.13 (tcp) aborts a process that handles a put or an acknowledgement on an
+    // endpoint its peer has just closed. Every call is bounded by the step timeout.
+    if (!st.in_flight.empty()) {
+        st.form_when_idle = true;
+        return;
+    }
     for (const auto& rank : st.ranks) {
         if (!rank) return;
     }
@@ -144,27 +164,35 @@ void try_form(membership_actor* self) {
         return;
     }
     const std::chrono::milliseconds timeout = st.config.transport_timeout;
-    self->spawn(serve_rendezvous, rendezvous, st.config.tp, timeout, epoch);
+    // A rank may take the form_msg up to one transport timeout late (still inside the failed
+    // step's collective), then needs up to one more to arrive: the rendezvous waits for both, as
+    // long as the form requests below.
+    self->spawn(serve_rendezvous, rendezvous, st.config.tp, 2 * timeout, epoch);
     std::vector<register_msg> live;
     for (const register_msg& r : st.registrations) {
         if (r.slot != 0) live.push_back(r);
     }
     const form_msg form{epoch, st.host, rendezvous->port(), std::move(live)};
-    auto remaining = std::make_shared<int32_t>(st.config.tp);
+    // The epoch is done when every rank has answered, also when one failed: a rank still inside
+    // this epoch's bootstrap would miss the next epoch's rendezvous.
+    struct form_answers {
+        int32_t remaining;
+        status first_failure;
+    };
+    auto answers = std::make_shared<form_answers>(form_answers{st.config.tp, status::success()});
+    auto answered = [self, epoch, answers](const status& s) {
+        if (!s.is_ok() && answers->first_failure.is_ok()) answers->first_failure = s;
+        if (--answers->remaining > 0 || !self->state.forming || epoch != self->state.epoch) return;  // or given up already
+        form_done(self, epoch, answers->first_failure);
+    };
     for (int32_t r = 0; r < st.config.tp; ++r) {
         // Before the form_msg (one sender, so in order): a restarted process gets its plan back.
         // A plan the rank rejects was rejected when it was set, so the answer is only logged.
         self->request(st.ranks[static_cast<size_t>(r)], 2 * timeout, st.faults)
             .then([](op_ack&) {}, [r](caf::error& e) { coordinator_log().warn("rank {}: fault plan: {}", r, caf::to_string(e)); });
         self->request(st.ranks[static_cast<size_t>(r)], 2 * timeout, form)
-            .then(
-                [self, epoch, remaining](op_ack&) {
-                    if (--*remaining == 0) form_done(self, epoch, status::success());
-                },
-                [self, epoch, r](caf::error& e) {
-                    if (!self->state.forming || epoch != self->state.epoch) return;
-                    form_done(self, epoch, to_status(e, fmt::format("rank {} did not form epoch {}", r, epoch)));
-                });
+            .then([answered](op_ack&) { answered(status::success()); },
+                  [answered, epoch, r](caf::error& e) { answered(to_status(e, fmt::format("rank {} did not form epoch {}", r, epoch))); });
     }
 }
 
@@ -188,6 +216,7 @@ void on_down(membership_actor* self, const caf::down_msg& d) {
             it = st.in_flight.erase(it);
             fail(gone);
         }
+        form_if_idle(self);
     }
 }
 

@@ -9,7 +9,8 @@
 // A rank process that dies (down_msg) fails the steps in flight on it with an error naming the
 // rank; steps fail fast while the group is incomplete; when the rank joins again the group is
 // re-formed. A failed step (the coordinator aborts the group) also re-forms it, so no endpoint left
-// inside a failed collective is used again. Penalty counts committed since a request's
+// inside a failed collective is used again; a re-form waits until every call in flight to a rank
+// process has been answered or has timed out, and an epoch ends once every rank has answered it. Penalty counts committed since a request's
 // registration are not carried over a re-form (the registration, with its history, is).
 #pragma once
 

@@ -2,7 +2,10 @@
 // (actors/remote_ranks.h, actors/rank_process.h). The coordinator takes steps on stdin, one JSON
 // document per line: the input of `distsample kernel` plus "op": "sample" or "verify" (or just
 // {"op": "health"}); it answers each with one line on stdout, the JSON of `distsample kernel`, or
-// {"error": "..."}. Request b is registered into slot b + 1 first, unless "register": false. Its first line is {"listening": "HOST:PORT"}. It stops at the end of stdin.
+// {"error": "..."}. Request b is registered into slot b + 1 first, unless "register": false.
+// {"op": "faults"} answers with the fault report of the steps so far under the configured plan
+// (actors/fault_report.h, the JSON `distsample faults report` reads). Its first line is
+// {"listening": "HOST:PORT"}. It stops at the end of stdin.
 // Both take where they run and meet from the config's "topology" section (config/topology_config.h);
 // --listen, --coordinator and --rank override it.
 #include <caf/io/all.hpp>
@@ -12,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -20,6 +24,7 @@
 #include <vector>
 
 #include "actors/coordinator_actor.h"
+#include "actors/fault_report.h"
 #include "actors/rank_process.h"
 #include "actors/remote_ranks.h"
 #include "cli/commands.h"
@@ -107,9 +112,32 @@ status ask(caf::actor_system& system, const coordinator_actor_type& coordinator,
     return result;
 }
 
+// The coordinator's side of the lines: the group, and what became of the plan's faults.
+struct coordinator_session {
+    caf::actor_system& system;
+    coordinator_actor_type coordinator;
+    group_config config;
+    fault_ledger ledger;
+    uint64_t next_step_id = 1;  // every step submitted takes the group's next id; an answer says its own
+};
+
+// Records a submitted step's outcome in the ledger, as the gateway does (gateway/server.cpp).
+void record_faults(coordinator_session& session, const status& result, const step_answer& answer, std::chrono::steady_clock::time_point sent) {
+    step_reply reply;
+    reply.result = result;
+    reply.step_id = result.is_ok() ? answer.step_id : session.next_step_id;
+    if (result.is_ok()) reply.desyncs = answer.desyncs;
+    session.next_step_id = reply.step_id + 1;
+    if (session.ledger.plan().empty()) return;
+    const auto latency = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - sent);
+    session.ledger.record(reply.step_id, reply, latency.count());
+}
+
 // One input line -> one output document.
-nlohmann::json serve_line(caf::actor_system& system, const coordinator_actor_type& coordinator, const group_config& config,
-                          const std::string& line) {
+nlohmann::json serve_line(coordinator_session& session, const std::string& line) {
+    caf::actor_system& system = session.system;
+    const coordinator_actor_type& coordinator = session.coordinator;
+    const group_config& config = session.config;
     nlohmann::json doc = nlohmann::json::parse(line, nullptr, false);
     if (doc.is_discarded() || !doc.is_object()) throw input_error("expected one JSON object per line");
     const std::string op = doc.value("op", "");
@@ -118,7 +146,8 @@ nlohmann::json serve_line(caf::actor_system& system, const coordinator_actor_typ
         throw_unless_ok(ask(system, coordinator, config, health_msg{}, ack));
         return {{"health", "ok"}};
     }
-    if (op != "sample" && op != "verify") throw input_error(fmt::format("op = '{}': expected sample, verify or health", op));
+    if (op == "faults") return nlohmann::json::parse(session.ledger.json(true));
+    if (op != "sample" && op != "verify") throw input_error(fmt::format("op = '{}': expected sample, verify, health or faults", op));
     const step_kind kind = op == "verify" ? step_kind::verify : step_kind::sample;
     // "register": false reuses the slots an earlier line registered (keeping their penalty counts).
     const bool register_requests = doc.value("register", true);
@@ -135,7 +164,10 @@ nlohmann::json serve_line(caf::actor_system& system, const coordinator_actor_typ
     auto request = std::make_shared<step_request>(step.request);
     if (!config.ranks_make_logits) request->shards = split_vocab(step.as_input().logits, config.tp);
     step_answer answer;
-    throw_unless_ok(ask(system, coordinator, config, submit_msg{request}, answer));
+    const auto sent = std::chrono::steady_clock::now();
+    const status submitted = ask(system, coordinator, config, submit_msg{request}, answer);
+    record_faults(session, submitted, answer, sent);
+    throw_unless_ok(submitted);
     step_result result(step.batch_size(), step.request.tokens_per_req);
     result.packed = answer.outputs->packed;
     result.accept_index = answer.outputs->accept_index;
@@ -164,11 +196,12 @@ int run_coordinator_command(const coordinator_options& options) {
         throw_unless_ok(publish_remote_ranks(system, config, host, port, remote, topology));
         const coordinator_actor_type coordinator = spawn_coordinator_actor(system, config, remote.proxies, *remote.transport);
         std::cout << nlohmann::json{{"listening", fmt::format("{}:{}", host, remote.port)}}.dump() << std::endl;
+        coordinator_session session{system, coordinator, config, fault_ledger(config.faults, config.policy)};
         for (std::string line; std::getline(std::cin, line);) {
             if (line.empty()) continue;
             nlohmann::json out;
             try {
-                out = serve_line(system, coordinator, config, line);
+                out = serve_line(session, line);
             } catch (const std::exception& e) {
                 out = {{"error", e.what()}};
             }

@@ -41,22 +41,37 @@ void write_dominant_logit(void* element, logits_dtype dtype) {
 
 }  // namespace
 
-faulty_transport::faulty_transport(transport& inner, bool checksums)
-    : inner_(inner), checksums_(checksums), sent_sums_(static_cast<std::size_t>(inner.world_size())) {}
+faulty_transport::faulty_transport(transport& inner, bool checksums, std::chrono::milliseconds transport_timeout)
+    : inner_(inner), checksums_(checksums), transport_timeout_(transport_timeout), sent_sums_(static_cast<std::size_t>(inner.world_size())) {}
 
-void faulty_transport::arm(const armed_transport_faults& faults) { armed_ = faults; }
+void faulty_transport::arm(const armed_transport_faults& faults) {
+    armed_ = faults;
+    armed_at_ = std::chrono::steady_clock::now();
+    awaiting_first_collective_ = true;
+}
 
-bool faulty_transport::before_collective(const char* what, status& dropped) {
+bool faulty_transport::before_collective(const char* what, status& failed) {
     if (armed_.delay_ms > 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(armed_.delay_ms));
         armed_.delay_ms = 0;
+    }
+    if (awaiting_first_collective_) {
+        awaiting_first_collective_ = false;
+        const auto late = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - armed_at_);
+        if (late > transport_timeout_) {
+            armed_ = armed_transport_faults{};
+            failed = {status_code::timeout, fmt::format("rank {}: reached {} {} ms into its step, past the transport timeout ({} ms) "
+                                                        "after which its peers gave up on it: not joined",
+                                                        inner_.rank(), what, late.count(), transport_timeout_.count())};
+            return true;
+        }
     }
     if (armed_.drop_put_ms <= 0) return false;
     // The payload is lost: this rank never joins the collective, so its peers wait for it until
     // the coordinator's step timeout names it; the rank gives up when its own wait would have.
     std::this_thread::sleep_for(std::chrono::milliseconds(armed_.drop_put_ms));
     armed_.drop_put_ms = 0;
-    dropped = {status_code::timeout, fmt::format("rank {}: its payload in {} was dropped; no peer answered", inner_.rank(), what)};
+    failed = {status_code::timeout, fmt::format("rank {}: its payload in {} was dropped; no peer answered", inner_.rank(), what)};
     return true;
 }
 
@@ -130,8 +145,8 @@ status faulty_transport::check_swapped(const logits_view& handed_in, int64_t fir
 }
 
 status faulty_transport::swap_batch_vocab(const logits_view& shard, int64_t first_row, int64_t row_count, logits_view& full_rows) {
-    status dropped;
-    if (before_collective("swap_batch_vocab", dropped)) return dropped;
+    status failed;
+    if (before_collective("swap_batch_vocab", failed)) return failed;
     const bool alter = armed_.alter_logit;
     armed_.alter_logit = false;
     // Both read and write the logits on the host.
@@ -144,34 +159,34 @@ status faulty_transport::swap_batch_vocab(const logits_view& shard, int64_t firs
 }
 
 status faulty_transport::gather_verify_outputs(const int32_t* block, std::size_t block_ints, int32_t* out) {
-    status dropped;
-    if (before_collective("gather_verify_outputs", dropped)) return dropped;
+    status failed;
+    if (before_collective("gather_verify_outputs", failed)) return failed;
     if (status s = inner_.gather_verify_outputs(block, block_ints, out); !s.is_ok()) return s;
     return check_gathered(block, block_ints * sizeof(int32_t), out, "gather_verify_outputs");
 }
 
 status faulty_transport::all_gather(const void* in, std::size_t bytes, void* out) {
-    status dropped;
-    if (before_collective("all_gather", dropped)) return dropped;
+    status failed;
+    if (before_collective("all_gather", failed)) return failed;
     if (status s = inner_.all_gather(in, bytes, out); !s.is_ok()) return s;
     return check_gathered(in, bytes, out, "all_gather");
 }
 
 status faulty_transport::all_reduce(uint64_t* data, std::size_t count, reduce_op op) {
-    status dropped;
-    if (before_collective("all_reduce", dropped)) return dropped;
+    status failed;
+    if (before_collective("all_reduce", failed)) return failed;
     return inner_.all_reduce(data, count, op);
 }
 
 status faulty_transport::all_reduce(int64_t* data, std::size_t count, reduce_op op) {
-    status dropped;
-    if (before_collective("all_reduce", dropped)) return dropped;
+    status failed;
+    if (before_collective("all_reduce", failed)) return failed;
     return inner_.all_reduce(data, count, op);
 }
 
 status faulty_transport::broadcast(void* data, std::size_t bytes, int32_t root) {
-    status dropped;
-    if (before_collective("broadcast", dropped)) return dropped;
+    status failed;
+    if (before_collective("broadcast", failed)) return failed;
     if (status s = inner_.broadcast(data, bytes, root); !s.is_ok()) return s;
     if (armed_.corrupt && inner_.rank() != root && bytes > 0) {
         armed_.corrupt = false;
@@ -189,8 +204,8 @@ status faulty_transport::broadcast(void* data, std::size_t bytes, int32_t root) 
 }
 
 status faulty_transport::barrier() {
-    status dropped;
-    if (before_collective("barrier", dropped)) return dropped;
+    status failed;
+    if (before_collective("barrier", failed)) return failed;
     return inner_.barrier();
 }
 

@@ -9,6 +9,11 @@
 // copy of a peer's previous payload arriving again in place of its fresh one (duplicate_put, on
 // the receiving side).
 //
+// A rank that reaches its step's first collective more than the transport timeout after the step
+// was armed (a kernel or transport delay, a stalled thread) fails that call at once instead of
+// joining: its peers have given up on the collective by then, and a late put could land in the
+// buffers of whatever they run next.
+//
 // Payload checksums (when enabled, on every rank of the group alike): after all_gather,
 // gather_verify_outputs and broadcast, the ranks all-gather an FNV-1a checksum of what each sent,
 // and each rank compares it with what it received; after swap_batch_vocab they all-gather one
@@ -18,6 +23,7 @@
 // design (the same bytes in the same place). all_reduce is not checked.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -37,8 +43,10 @@ struct armed_transport_faults {
 
 class faulty_transport final : public transport {
    public:
-    faulty_transport(transport& inner, bool checksums);
+    // `transport_timeout`: how long the peers wait in a collective (transport_config::timeout).
+    faulty_transport(transport& inner, bool checksums, std::chrono::milliseconds transport_timeout);
 
+    // At the start of each step, before anything that may delay it.
     void arm(const armed_transport_faults& faults);
 
     int32_t rank() const override { return inner_.rank(); }
@@ -54,9 +62,9 @@ class faulty_transport final : public transport {
     void abort(const char* reason) override { inner_.abort(reason); }
 
    private:
-    // Sleeps when a delay is armed; true (with `dropped` the rank's failure) when this
-    // collective's payload is to be dropped.
-    bool before_collective(const char* what, status& dropped);
+    // Sleeps when a delay is armed; true (with `failed` the rank's failure) when this collective's
+    // payload is to be dropped, or when it is the step's first and the rank is too late for it.
+    bool before_collective(const char* what, status& failed);
     // Replaces (when armed) a peer's block with its stale copy, corrupts (when armed) and checks
     // `world_size` blocks of `bytes` each that ranks sent as `sent`.
     status check_gathered(const void* sent, std::size_t bytes, void* received, const char* what);
@@ -68,7 +76,10 @@ class faulty_transport final : public transport {
 
     transport& inner_;
     bool checksums_;
+    std::chrono::milliseconds transport_timeout_;
     armed_transport_faults armed_;
+    std::chrono::steady_clock::time_point armed_at_;
+    bool awaiting_first_collective_ = false;  // armed, and no collective of the step entered yet
     std::vector<uint64_t> sent_sums_;                // one per rank, sized once
     std::vector<uint64_t> row_sums_;                 // this rank's shard, one per row
     std::vector<uint64_t> gathered_row_sums_;        // every rank's row_sums_

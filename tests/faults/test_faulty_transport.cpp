@@ -2,7 +2,8 @@
 // broadcast payload fails the receiving rank's call by name when checksums are on (and slips
 // through when they are off), a clean call passes, an armed delay holds the first collective, a
 // stale duplicate of a peer's payload fails its checksum unless it carries the same bytes, and a
-// logit raised after the shard was handed in fails the swap's checksum naming the sender.
+// logit raised after the shard was handed in fails the swap's checksum naming the sender, and a
+// rank that reaches its step's first collective after its peers' timeout fails it without joining.
 #include "transport/faulty_transport.h"
 
 #include <gtest/gtest.h>
@@ -20,23 +21,24 @@ namespace {
 
 constexpr int32_t kWorld = 3;
 
-transport_config small_group() {
+transport_config small_group(std::chrono::milliseconds timeout = std::chrono::milliseconds(2000)) {
     transport_config c;
     c.world_size = kWorld;
     c.vocab_size = 6;
     c.max_swap_rows = 4;
     c.max_collective_bytes = 1024;
-    c.timeout = std::chrono::milliseconds(2000);
+    c.timeout = timeout;
     return c;
 }
 
 // Runs body(rank, decorated endpoint) on one thread per rank; each rank's status.
-std::vector<status> on_every_rank(local_group& group, bool checksums, const std::function<status(int32_t, faulty_transport&)>& body) {
+std::vector<status> on_every_rank(local_group& group, bool checksums, const std::function<status(int32_t, faulty_transport&)>& body,
+                                  std::chrono::milliseconds timeout = small_group().timeout) {
     std::vector<status> results(kWorld);
     std::vector<std::thread> threads;
     for (int32_t r = 0; r < kWorld; ++r) {
         threads.emplace_back([&, r] {
-            faulty_transport ep(group.endpoint(r), checksums);
+            faulty_transport ep(group.endpoint(r), checksums, timeout);
             results[static_cast<size_t>(r)] = body(r, ep);
         });
     }
@@ -114,6 +116,38 @@ TEST(FaultyTransport, AnArmedDelayHoldsOnlyTheFirstCollective) {
     });
     for (const status& s : results) EXPECT_TRUE(s.is_ok()) << s.message;
     for (int64_t ms : elapsed_ms) EXPECT_GE(ms, 140) << "every rank waits for the delayed one";
+}
+
+TEST(FaultyTransport, ARankLaterThanItsPeersTimeoutFailsItsStepWithoutJoiningTheCollective) {
+    const std::chrono::milliseconds timeout{200};
+    for (const bool kernel_delay : {true, false}) {
+        SCOPED_TRACE(kernel_delay ? "delayed before its first collective" : "transport delay");
+        local_group group(small_group(timeout));
+        std::vector<int64_t> elapsed_ms(kWorld);
+        const auto results = on_every_rank(
+            group, true,
+            [&](int32_t r, faulty_transport& ep) {
+                const auto start = std::chrono::steady_clock::now();
+                armed_transport_faults faults;
+                if (r == 2 && !kernel_delay) faults.delay_ms = 300;
+                ep.arm(faults);
+                if (r == 2 && kernel_delay) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                const uint64_t mine = static_cast<uint64_t>(r);
+                uint64_t all[kWorld];
+                status s = ep.all_gather(&mine, sizeof mine, all);
+                elapsed_ms[static_cast<size_t>(r)] =
+                    std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+                return s;
+            },
+            timeout);
+        // The peers time out waiting for rank 2 (the first one's timeout aborts the other).
+        EXPECT_FALSE(results[0].is_ok());
+        EXPECT_FALSE(results[1].is_ok());
+        ASSERT_EQ(results[2].code, status_code::timeout) << results[2].message;
+        EXPECT_NE(results[2].message.find("rank 2: reached all_gather"), std::string::npos) << results[2].message;
+        EXPECT_NE(results[2].message.find("past the transport timeout (200 ms)"), std::string::npos) << results[2].message;
+        EXPECT_LT(elapsed_ms[2], 300 + 150) << "failed at once, without waiting in the collective";
+    }
 }
 
 // Two gathers: rank 1 receives rank 2's first payload again during the second one.

@@ -112,6 +112,7 @@ struct ucx_endpoint::resources {
     std::vector<ucs_status_t> peer_status;     // per rank: set by the error handler
     std::vector<peer_failure_context> failure_contexts;
     std::vector<swap_request> swap_requests;   // per rank, reused by every swap
+    std::vector<void*> flush_requests;         // per rank, reused by every flush
 };
 
 ucx_endpoint::ucx_endpoint(const transport_config& config, int32_t rank)
@@ -226,6 +227,7 @@ status ucx_endpoint::connect(const ucx_options& options, const std::vector<std::
     }
     u.peer_status.assign(static_cast<size_t>(world), UCS_OK);
     u.swap_requests.assign(static_cast<size_t>(world), swap_request{});
+    u.flush_requests.assign(static_cast<size_t>(world), nullptr);
     u.failure_contexts.reserve(static_cast<size_t>(world));  // stable addresses for the handlers
     for (int32_t peer = 0; peer < world; ++peer) u.failure_contexts.push_back({this, peer});
     for (int32_t peer = 0; peer < world; ++peer) {
@@ -396,29 +398,66 @@ void ucx_endpoint::progress(int spins, bool sleep_when_idle) {
     }
 }
 
+// One flush request per peer rather than the worker's one: when the deadline passes, the peers
+// still holding this rank's puts unacknowledged are the ones to name (a peer that stopped
+// progressing its worker, e.g. one that never entered the collective).
 status ucx_endpoint::flush(const char* what) {
     resources& u = *ucx_;
-    ucp_request_param_t param{};
-    void* request = ucp_worker_flush_nbx(u.worker, &param);
-    ucs_status_t result = UCS_PTR_STATUS(request);
-    if (UCS_PTR_IS_PTR(request)) {
-        const auto deadline = clock::now() + config_.timeout;
-        for (int spin = 0; (result = ucp_request_check_status(request)) == UCS_INPROGRESS; ++spin) {
-            progress(spin, false);
-            // A dead peer never acknowledges: its puts would hold the flush until the deadline.
-            if (failure_.failed() || failed_peer() >= 0) break;
-            if (time_to_check(spin) && clock::now() > deadline) break;
+    const int32_t world = config_.world_size;
+    std::vector<void*>& pending = u.flush_requests;
+    int32_t outstanding = 0;
+    int32_t refused_peer = -1;  // a peer whose flush failed outright
+    ucs_status_t refusal = UCS_OK;
+    for (int32_t peer = 0; peer < world; ++peer) {
+        pending[static_cast<size_t>(peer)] = nullptr;
+        if (peer == rank_) continue;
+        ucp_request_param_t param{};
+        void* request = ucp_ep_flush_nbx(u.eps[static_cast<size_t>(peer)], &param);
+        if (UCS_PTR_IS_PTR(request)) {
+            pending[static_cast<size_t>(peer)] = request;
+            ++outstanding;
+        } else if (UCS_PTR_STATUS(request) != UCS_OK && refused_peer < 0) {
+            refused_peer = peer;
+            refusal = UCS_PTR_STATUS(request);
         }
-        ucp_request_free(request);  // released now, or when it completes
     }
-    if (result == UCS_OK) return status::success();
+    const auto deadline = clock::now() + config_.timeout;
+    for (int spin = 0; outstanding > 0 && refused_peer < 0; ++spin) {
+        progress(spin, false);
+        for (int32_t peer = 0; peer < world; ++peer) {
+            void*& request = pending[static_cast<size_t>(peer)];
+            if (request == nullptr) continue;
+            const ucs_status_t result = ucp_request_check_status(request);
+            if (result == UCS_INPROGRESS) continue;
+            ucp_request_free(request);
+            request = nullptr;
+            --outstanding;
+            if (result != UCS_OK) {
+                refused_peer = peer;
+                refusal = result;
+            }
+        }
+        // A dead peer never acknowledges: its puts would hold the flush until the deadline.
+        if (failure_.failed() || failed_peer() >= 0) break;
+        if (time_to_check(spin) && clock::now() > deadline) break;
+    }
+    std::string unacknowledged;
+    for (int32_t peer = 0; peer < world; ++peer) {
+        void*& request = pending[static_cast<size_t>(peer)];
+        if (request == nullptr) continue;
+        unacknowledged += fmt::format("{}rank {}", unacknowledged.empty() ? "" : ", ", peer);
+        ucp_request_free(request);  // released when it completes
+        request = nullptr;
+    }
+    if (unacknowledged.empty() && refused_peer < 0) return status::success();
     if (status s = failure_.get(); !s.is_ok()) return s;
     if (const int32_t peer = failed_peer(); peer >= 0) return fail_for_peer(peer, what);
-    if (result == UCS_INPROGRESS) {
-        return failure_.fail(status_code::timeout,
-                             fmt::format("rank {}: {}: flushing puts took over {} ms", rank_, what, config_.timeout.count()));
+    if (refused_peer >= 0) {
+        return failure_.fail(status_code::aborted,
+                             fmt::format("rank {}: {}: flushing puts to rank {} failed: {}", rank_, what, refused_peer, ucs_status_string(refusal)));
     }
-    return failure_.fail(status_code::aborted, fmt::format("rank {}: {}: flush failed: {}", rank_, what, ucs_status_string(result)));
+    return failure_.fail(status_code::timeout, fmt::format("rank {}: {}: {} did not acknowledge this rank's puts within {} ms", rank_, what,
+                                                           unacknowledged, config_.timeout.count()));
 }
 
 int32_t ucx_endpoint::failed_peer() const {

@@ -3,7 +3,7 @@
 // Every buffer a peer writes into lives in one region registered once (ucp_mem_map); its rkey,
 // base address and the worker address are exchanged through a bootstrap (bootstrap.h) when the
 // endpoint is created. A collective is a push: each rank ucp_put_nbx-es its contribution straight
-// into the receivers' regions, flushes the worker (remote completion), then puts a flag word, the
+// into the receivers' regions, flushes each peer's endpoint (remote completion), then puts a flag word, the
 // call's sequence number, into each peer's flag slot; a rank's call returns once every peer's flag
 // has reached that number. Every rank flags every peer on every call (also in broadcast and
 // barrier), so finishing call k proves each peer has entered call k and is done with call k-1's
@@ -13,7 +13,8 @@
 // Peer failure: endpoints use UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails the call with an
 // error naming its rank instead of a hang (with Debian's UCX 1.13 this drops the shared-memory
 // transports and traffic goes over tcp, DESIGN.md §8; `peer_error_handling = false` keeps shm for
-// benchmarks). A wait past the timeout fails naming the ranks whose flags are missing. abort() may
+// benchmarks). A wait past the timeout fails naming the ranks whose flags are missing, or whose
+// endpoints have not acknowledged this rank's puts. abort() may
 // be called from any thread and wakes the waiter. After a failure the endpoint stays failed until
 // set_epoch starts a new epoch (ranks as threads of one process: ucx_group.h); a dead peer stays
 // failed for good, and a group that lost a rank process is re-formed by creating new endpoints.
