@@ -422,6 +422,28 @@ TEST(Group, RepliesComeOnceInSubmissionOrder) {
     }
 }
 
+// The coordinator fulfils library callers' futures itself: when the group goes away with a step
+// running (a rank that never answers, long before the timeout) and two queued, each future still
+// gets one reply, an error, rather than a broken promise or a wait for ever.
+TEST(Group, StepsPendingWhenTheGroupGoesAreAnsweredWithAnError) {
+    group_config c = test_config(2, dist_mode::swap);
+    c.step_timeout = std::chrono::milliseconds(60000);
+    std::unique_ptr<group> g;
+    ASSERT_TRUE(group::create(c, g).is_ok());
+    const random_step s = fixed_step(13);
+    register_all(*g, s);
+    ASSERT_TRUE(g->inject_fault(1, rank_fault::stall).is_ok());
+    std::vector<std::future<step_reply>> futures;
+    for (int i = 0; i < 3; ++i) futures.push_back(g->submit(s.request(2)));
+    g.reset();
+    for (std::future<step_reply>& f : futures) {
+        ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+        const step_reply reply = f.get();
+        EXPECT_FALSE(reply.result.is_ok());
+        EXPECT_NE(reply.result.message.find("coordinator stopped"), std::string::npos) << reply.result.message;
+    }
+}
+
 TEST(Group, InvalidInputsNameTheField) {
     std::unique_ptr<group> g;
     group_config bad = test_config(7, dist_mode::swap);
