@@ -13,9 +13,11 @@
 #   tools/gpu-run.sh run [--ucx-cu13] [COMMAND...]
 #                             on the GPU machine (device tool, carry .gpu-bundle): run every test
 #                             binary and, if given, a command; logs go to $OUT when it is set. With
-#                             --ucx-cu13 the binaries load the wheel's UCX instead of Debian's, and
-#                             test_ucx_device_memory must take the direct path
-#                             (DS_EXPECT_UCX_DEVICE_PATH=direct)
+#                             --ucx-cu13 the binaries load the wheel's UCX instead of Debian's
+#                             (DS_EXPECT_UCX_DEVICE_PATH=direct makes test_ucx_device_memory
+#                             insist on the direct path, where a GPUDirect transport exists)
+#   tools/gpu-run.sh exec [--ucx-cu13] COMMAND...
+#                             on the GPU machine: one command with the bundle's libraries (and NCCL)
 #   tools/gpu-run.sh bench    on the GPU machine: the sampling benchmark and its PyTorch peers
 #   tools/gpu-run.sh verify   on the GPU machine: everything an issue touching kernels needs, in one
 #                             device call: run, compute-sanitizer memcheck and racecheck on the CUDA
@@ -172,7 +174,8 @@ case "${1:-}" in
   bundle) shift; bundle "$@" ;;
   bundle-ucx) shift; bundle_ucx "$@" ;;
   run) shift; run "$@" ;;
+  exec) shift; use_gpu_machine_libraries; [[ ${1:-} == --ucx-cu13 ]] && { shift; use_ucx_cu13; }; "$@" ;;
   bench) bench ;;
   verify) verify ;;
-  *) echo "usage: $0 bundle [target...] | bundle-ucx [wheel] | run [--ucx-cu13] [command...] | bench | verify" >&2; exit 2 ;;
+  *) echo "usage: $0 bundle [target...] | bundle-ucx [wheel] | run [--ucx-cu13] [command...] | exec [--ucx-cu13] command... | bench | verify" >&2; exit 2 ;;
 esac
