@@ -40,7 +40,7 @@ status choose_ucx_memory_path(ucx_memory_mode requested, const ucx_memory_facts&
                               "such as the libucx-cu13 wheel does)", facts.ucx_version);
     } else if (!facts.gpu_transport) {
         missing = fmt::format("the loaded UCX {} has no transport here that puts GPU memory while it detects peer failure "
-                              "(tcp and shared memory cannot; cuda_ipc has no peer error handling; InfiniBand rc/dc can)",
+                              "(InfiniBand rc/dc; cuda_ipc has no peer error handling; tcp and shared memory are not trusted with it)",
                               facts.ucx_version);
     }
     if (requested == ucx_memory_mode::staged) {
