@@ -13,9 +13,10 @@
 // "UCX reports CUDA memory" also needs a transport that puts GPU memory while UCX watches for peer
 // failure: InfiniBand rc/dc (GPUDirect RDMA), or cuda_ipc when peer error handling is off (it has
 // none). With only tcp and shared memory, `direct` is not offered: on the H200 with the
-// libucx-cu13 wheel (2026-12-03), 2 ranks whose lanes were tcp/lo died in their first direct step
-// (the cause, UCX's tcp lane or our direct path, was not isolated). The endpoint refuses `direct`
-// again once it sees the lanes it got.
+// libucx-cu13 wheel (2026-12-03), 2 rank threads died in their first direct swap both over tcp/lo
+// (peer error handling on) and over sysv/posix/cma (off: UCX gave the two contexts of one process
+// no cuda_ipc lane), a segfault in the put. The endpoint refuses `direct` again once it sees the
+// lanes it got.
 //
 // Pure, so the rules are tested without a GPU; the ucx endpoint asks UCX and logs the choice.
 #pragma once

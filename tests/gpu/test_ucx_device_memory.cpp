@@ -15,9 +15,13 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/det_math_probe.h"
+#include "transport/tcp_bootstrap.h"
+#include "transport/ucx/ucx_transport.h"
 
 namespace ds {
 namespace {
@@ -146,6 +150,74 @@ INSTANTIATE_TEST_SUITE_P(Ucx, UcxDeviceMemory,
                          [](const auto& param_info) {
                              return std::string(ucx_memory_mode_name(std::get<0>(param_info.param))) + "_" + mode_name(std::get<1>(param_info.param));
                          });
+
+// `direct` below the group: with peer error handling off, UCX may reach a peer over cuda_ipc,
+// which puts GPU memory (the group keeps peer error handling on, where UCX offers no transport for
+// it on a single-GPU machine). Two endpoints on threads swap device shards; every received row
+// equals the host original, phantom rows are zeros. Skips, saying why, where the endpoint refuses
+// `direct` (on the H200 with libucx-cu13: lanes sysv/posix/cma, no cuda_ipc between two contexts
+// of one process).
+TEST(UcxDirect, SwapWithoutPeerErrorHandlingMovesDeviceRowsExactly) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    constexpr int32_t kWorld = 2;
+    constexpr int32_t kRows = 3;  // one phantom row: pad_bs 4, two rows per rank
+    constexpr int32_t kRowsPerRank = 2;
+    constexpr int32_t kShardVocab = kVocab / kWorld;
+    transport_config config;
+    config.world_size = kWorld;
+    config.vocab_size = kVocab;
+    config.max_swap_rows = kRowsPerRank;
+    config.ucx_device_memory = ucx_memory_mode::direct;
+    config.backend_on_device = true;
+    std::vector<float> full(static_cast<size_t>(kRows) * kVocab);
+    std::mt19937 rng(11);
+    std::normal_distribution<float> gauss(0.0f, 3.0f);
+    for (float& l : full) l = gauss(rng);
+
+    tcp_rendezvous rendezvous;
+    ASSERT_TRUE(rendezvous.listen("127.0.0.1", 0).is_ok());
+    status served;
+    std::thread server([&] { served = rendezvous.serve(kWorld, config.timeout); });
+    std::vector<status> results(kWorld);
+    std::vector<std::vector<float>> received(kWorld, std::vector<float>(static_cast<size_t>(kRowsPerRank) * kVocab));
+    std::vector<std::thread> ranks;
+    for (int32_t r = 0; r < kWorld; ++r) {
+        ranks.emplace_back([&, r] {
+            std::vector<float> shard_host(static_cast<size_t>(kRows) * kShardVocab);
+            for (int32_t row = 0; row < kRows; ++row) {
+                for (int32_t v = 0; v < kShardVocab; ++v) {
+                    shard_host[static_cast<size_t>(row) * kShardVocab + v] = full[static_cast<size_t>(row) * kVocab + r * kShardVocab + v];
+                }
+            }
+            std::shared_ptr<void> shard_device;
+            status s = cuda::upload_to_device(shard_host.data(), shard_host.size() * sizeof(float), shard_device);
+            tcp_bootstrap boot("127.0.0.1", rendezvous.port(), r, kWorld, config.timeout);
+            ucx_options options;
+            options.peer_error_handling = false;
+            std::unique_ptr<ucx_endpoint> endpoint;
+            if (s.is_ok()) s = ucx_endpoint::create(config, boot, options, endpoint);
+            logits_view rows;
+            const logits_view shard{shard_device.get(), logits_dtype::f32, kRows, kShardVocab, kShardVocab, true};
+            if (s.is_ok()) s = endpoint->swap_batch_vocab(shard, int64_t{r} * kRowsPerRank, kRowsPerRank, rows);
+            if (s.is_ok() && !rows.on_device) s = status{status_code::internal, "direct swap returned host rows"};
+            if (s.is_ok()) s = cuda::copy_rows_to_host(rows, received[static_cast<size_t>(r)].data());
+            results[static_cast<size_t>(r)] = s;
+        });
+    }
+    for (std::thread& t : ranks) t.join();
+    server.join();
+    if (results[0].code == status_code::unsupported) GTEST_SKIP() << results[0].message;
+    for (int32_t r = 0; r < kWorld; ++r) {
+        ASSERT_TRUE(results[static_cast<size_t>(r)].is_ok()) << "rank " << r << ": " << results[static_cast<size_t>(r)].message;
+        for (int32_t i = 0; i < kRowsPerRank; ++i) {
+            const int32_t row = r * kRowsPerRank + i;
+            for (int32_t v = 0; v < kVocab; ++v) {
+                const float expected = row < kRows ? full[static_cast<size_t>(row) * kVocab + v] : 0.0f;
+                ASSERT_EQ(received[static_cast<size_t>(r)][static_cast<size_t>(i) * kVocab + v], expected) << "row " << row << " token " << v;
+            }
+        }
+    }
+}
 
 }  // namespace
 }  // namespace ds
