@@ -58,7 +58,7 @@ const char* ucx_memory_mode_name(ucx_memory_mode mode);
 // "auto" | "direct" | "staged"; false for anything else.
 bool parse_ucx_memory_mode(const std::string& name, ucx_memory_mode& mode);
 
-// CAF's shared scheduler, which runs the coordinator and the client actor (each rank has a thread
+// CAF's shared scheduler, which runs the coordinator (each rank has a thread
 // of its own). An idle worker polls its queue for `spin_us`, then sleeps on a condition variable;
 // a message to a sleeping worker pays a thread wake-up (tens of microseconds, more on a loaded or
 // power-saving host), a spinning worker takes it at once but holds a core meanwhile.

@@ -7,9 +7,9 @@
 // `distsample faults report`).
 //
 // Memory: the RSS after warm-up and at the end must differ by less than 5 % (issue 7). What grew
-// before (21 %): the client actor's per-request timer, which CAF 0.17 keeps until it fires even
-// after the answer, for the step timeout + 5 s (actors/group.cpp). The fault ledger and the
-// coordinator's desync log keep only their latest entries.
+// before (21 %, later 2.6-4.1 %): request timers, which CAF 0.17 keeps until they fire even after
+// the answer; no request of a step carries one now (the coordinator keeps one deadline per step).
+// The fault ledger and the coordinator's desync log keep only their latest entries.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
