@@ -203,6 +203,7 @@ void finish_step(coordinator* self) {
 }
 
 void on_rank_result(coordinator* self, uint64_t id, rank_result& r) {
+    const int64_t taken_at_ns = steady_now_ns();
     coordinator_state& st = self->state;
     if (!st.busy || id != st.current_id || !st.current_step) return;  // a late answer to a failed step
     if (r.code != 0) {
@@ -211,7 +212,10 @@ void on_rank_result(coordinator* self, uint64_t id, rank_result& r) {
     }
     st.answered[static_cast<size_t>(r.rank)] = true;
     st.results[static_cast<size_t>(r.rank)] = std::move(r);
-    if (--st.pending == 0) finish_step(self);
+    if (--st.pending == 0) {
+        st.timeline.results_in_at_ns = taken_at_ns;
+        finish_step(self);
+    }
 }
 
 // "rank 1, rank 3": when some ranks wait in a collective, the ones they wait for; else `others`.

@@ -163,7 +163,7 @@ std::unique_ptr<ds::group> make_group(benchmark::State& state, const workload& w
 // The hops of a step, in order, from the caller's submit to its return: the time between
 // consecutive hop_ends (ranks start and answer in parallel: the latest of each counts).
 const std::vector<const char*> kHops = {"caller->coordinator", "plan+send", "->last rank began", "last rank's step",
-                                        "->coordinator answered", "->future set", "->caller woke"};
+                                        "->coordinator has it", "->coordinator answered", "->future set", "->caller woke"};
 
 std::vector<int64_t> hop_ends(int64_t start, const ds::step_reply& reply, int64_t end) {
     return {start,
@@ -171,6 +171,7 @@ std::vector<int64_t> hop_ends(int64_t start, const ds::step_reply& reply, int64_
             reply.timeline.dispatched_at_ns,
             reply.timing.rank_began_at_ns,
             reply.timing.rank_answered_at_ns,
+            reply.timeline.results_in_at_ns,
             reply.timeline.answered_at_ns,
             reply.timeline.delivered_at_ns,
             end};

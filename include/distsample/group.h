@@ -52,7 +52,8 @@ struct step_timing {
 struct step_timeline {
     int64_t received_at_ns = 0;    // the coordinator took the step
     int64_t dispatched_at_ns = 0;  // ... had sent every rank its message
-    int64_t answered_at_ns = 0;    // ... answered, with every rank's result in
+    int64_t results_in_at_ns = 0;  // ... took the last rank's result off its mailbox
+    int64_t answered_at_ns = 0;    // ... answered, digests compared
     int64_t delivered_at_ns = 0;   // ... fulfilled the library caller's future (0 for other clients)
 };
 
