@@ -299,15 +299,15 @@ status ucx_endpoint::connect(const ucx_options& options, const std::vector<std::
 status ucx_endpoint::choose_memory_path() {
     ucp_context_attr_t attributes{};
     attributes.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-    if (ucs_status_t st = ucp_context_query(ucx_->context, &attributes); st != UCS_OK) {
-        return {status_code::internal, fmt::format("rank {}: ucp_context_query failed: {}", rank_, ucs_status_string(st))};
-    }
+    if (ucs_status_t st = ucp_context_query(ucx_->context, &attributes); st != UCS_OK) return ucx_failure(rank_, "ucp_context_query", st);
     ucx_memory_facts facts;
     facts.backend_on_device = config_.backend_on_device;
     facts.cuda_built = cuda_built();
     facts.ucx_has_cuda = (attributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
-    facts.gpu_transport =
-        carries_gpu_memory(printed([&](FILE* stream) { ucp_context_print_info(ucx_->context, stream); }), ucx_->peer_error_handling);
+    // The context's transports matter only where GPU memory could be put at all.
+    facts.gpu_transport = facts.backend_on_device && facts.ucx_has_cuda &&
+                          carries_gpu_memory(printed([&](FILE* stream) { ucp_context_print_info(ucx_->context, stream); }),
+                                             ucx_->peer_error_handling);
     facts.ucx_version = ucp_get_version_string();
     ucx_memory_choice choice;
     if (status s = choose_ucx_memory_path(config_.ucx_device_memory, facts, choice); !s.is_ok()) {
