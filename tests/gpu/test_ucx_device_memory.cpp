@@ -3,7 +3,8 @@
 // (all-to-all, then the packed gather) and gathered mode, once with ucx_device_memory = staged
 // (device → pinned host → UCX on host memory) and once with direct (UCX puts GPU memory to GPU
 // memory). The tokens, accept indices and error flags equal the cpu backend's over the local
-// transport; logprobs agree within 1e-5.
+// transport; logprobs agree within 1e-5. Below the group, two endpoints swap device shards with
+// `direct`, as threads and as two processes on one GPU (where UCX's cuda_ipc can put GPU memory).
 //
 // Skips without a GPU. `direct` skips, saying why, where the loaded UCX has no CUDA support
 // (Debian's); DS_EXPECT_UCX_DEVICE_PATH=direct (tools/gpu-run.sh run --ucx-cu13) makes that a
@@ -11,7 +12,13 @@
 #include <distsample/group.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -20,6 +27,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/det_math_probe.h"
+#include "support/child_processes.h"
 #include "transport/tcp_bootstrap.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -31,6 +39,7 @@ constexpr int32_t kVocab = 4096;
 constexpr int32_t kMaxBatch = 8;
 constexpr int32_t kMaxN = 4;
 constexpr int kSteps = 8;
+constexpr int kDirectUnsupportedExit = 77;
 
 group_config config_for(const char* backend, const char* transport, dist_mode mode, ucx_memory_mode memory) {
     group_config c;
@@ -151,73 +160,139 @@ INSTANTIATE_TEST_SUITE_P(Ucx, UcxDeviceMemory,
                              return std::string(ucx_memory_mode_name(std::get<0>(param_info.param))) + "_" + mode_name(std::get<1>(param_info.param));
                          });
 
-// `direct` below the group: with peer error handling off, UCX may reach a peer over cuda_ipc,
-// which puts GPU memory (the group keeps peer error handling on, where UCX offers no transport for
-// it on a single-GPU machine). Two endpoints on threads swap device shards; every received row
-// equals the host original, phantom rows are zeros. Skips, saying why, where the endpoint refuses
-// `direct` (on the H200 with libucx-cu13: lanes sysv/posix/cma, no cuda_ipc between two contexts
-// of one process).
-TEST(UcxDirect, SwapWithoutPeerErrorHandlingMovesDeviceRowsExactly) {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    constexpr int32_t kWorld = 2;
-    constexpr int32_t kRows = 3;  // one phantom row: pad_bs 4, two rows per rank
-    constexpr int32_t kRowsPerRank = 2;
-    constexpr int32_t kShardVocab = kVocab / kWorld;
-    transport_config config;
-    config.world_size = kWorld;
-    config.vocab_size = kVocab;
-    config.max_swap_rows = kRowsPerRank;
-    config.ucx_device_memory = ucx_memory_mode::direct;
-    config.backend_on_device = true;
-    std::vector<float> full(static_cast<size_t>(kRows) * kVocab);
+// `direct` below the group. Two endpoints swap device shards with ucx_device_memory = direct; every
+// received row equals the host original, phantom rows are zeros. Where the endpoint refuses
+// `direct` (no UCX transport that puts GPU memory between them) the test skips saying why.
+constexpr int32_t kDirectWorld = 2;
+constexpr int32_t kDirectRows = 3;  // one phantom row: pad_bs 4, two rows per rank
+constexpr int32_t kDirectRowsPerRank = 2;
+constexpr auto kDirectTimeout = std::chrono::milliseconds(20000);
+
+std::vector<float> direct_full_logits() {
+    std::vector<float> full(static_cast<size_t>(kDirectRows) * kVocab);
     std::mt19937 rng(11);
     std::normal_distribution<float> gauss(0.0f, 3.0f);
     for (float& l : full) l = gauss(rng);
+    return full;
+}
 
+// Rank r's part: joins the rendezvous at `port`, swaps its device shard of direct_full_logits()
+// and checks the rows it receives. `unsupported` when the endpoint refuses `direct`.
+status swap_device_shard(int32_t r, uint16_t port, bool peer_error_handling) {
+    constexpr int32_t kShardVocab = kVocab / kDirectWorld;
+    transport_config config;
+    config.world_size = kDirectWorld;
+    config.vocab_size = kVocab;
+    config.max_swap_rows = kDirectRowsPerRank;
+    config.ucx_device_memory = ucx_memory_mode::direct;
+    config.backend_on_device = true;
+    config.timeout = kDirectTimeout;
+    const std::vector<float> full = direct_full_logits();
+    std::vector<float> shard_host(static_cast<size_t>(kDirectRows) * kShardVocab);
+    for (int32_t row = 0; row < kDirectRows; ++row) {
+        for (int32_t v = 0; v < kShardVocab; ++v) {
+            shard_host[static_cast<size_t>(row) * kShardVocab + v] = full[static_cast<size_t>(row) * kVocab + r * kShardVocab + v];
+        }
+    }
+    std::shared_ptr<void> shard_device;
+    status s = cuda::upload_to_device(shard_host.data(), shard_host.size() * sizeof(float), shard_device);
+    tcp_bootstrap boot("127.0.0.1", port, r, kDirectWorld, config.timeout);
+    ucx_options options;
+    options.peer_error_handling = peer_error_handling;
+    std::unique_ptr<ucx_endpoint> endpoint;
+    if (s.is_ok()) s = ucx_endpoint::create(config, boot, options, endpoint);
+    logits_view rows;
+    const logits_view shard{shard_device.get(), logits_dtype::f32, kDirectRows, kShardVocab, kShardVocab, true};
+    if (s.is_ok()) s = endpoint->swap_batch_vocab(shard, int64_t{r} * kDirectRowsPerRank, kDirectRowsPerRank, rows);
+    if (s.is_ok() && !rows.on_device) s = status{status_code::internal, "direct swap returned host rows"};
+    std::vector<float> received(static_cast<size_t>(kDirectRowsPerRank) * kVocab);
+    if (s.is_ok()) s = cuda::copy_rows_to_host(rows, received.data());
+    for (int32_t i = 0; s.is_ok() && i < kDirectRowsPerRank; ++i) {
+        const int32_t row = r * kDirectRowsPerRank + i;
+        for (int32_t v = 0; v < kVocab; ++v) {
+            const float expected = row < kDirectRows ? full[static_cast<size_t>(row) * kVocab + v] : 0.0f;
+            if (received[static_cast<size_t>(i) * kVocab + v] != expected) {
+                s = status{status_code::mismatch, fmt::format("rank {}: row {} token {} differs", r, row, v)};
+                break;
+            }
+        }
+    }
+    if (s.is_ok() && endpoint) s = endpoint->barrier();  // nobody leaves while a peer still puts
+    return s;
+}
+
+// Both ranks as threads of this process, each with its own UCX context, peer error handling off
+// (on the H200 with libucx-cu13 UCX gives two contexts of one process sysv/posix/cma and no
+// cuda_ipc lane, so this skips there).
+TEST(UcxDirect, SwapWithoutPeerErrorHandlingMovesDeviceRowsExactly) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     tcp_rendezvous rendezvous;
     ASSERT_TRUE(rendezvous.listen("127.0.0.1", 0).is_ok());
     status served;
-    std::thread server([&] { served = rendezvous.serve(kWorld, config.timeout); });
-    std::vector<status> results(kWorld);
-    std::vector<std::vector<float>> received(kWorld, std::vector<float>(static_cast<size_t>(kRowsPerRank) * kVocab));
+    std::thread server([&] { served = rendezvous.serve(kDirectWorld, kDirectTimeout); });
+    std::vector<status> results(kDirectWorld);
     std::vector<std::thread> ranks;
-    for (int32_t r = 0; r < kWorld; ++r) {
-        ranks.emplace_back([&, r] {
-            std::vector<float> shard_host(static_cast<size_t>(kRows) * kShardVocab);
-            for (int32_t row = 0; row < kRows; ++row) {
-                for (int32_t v = 0; v < kShardVocab; ++v) {
-                    shard_host[static_cast<size_t>(row) * kShardVocab + v] = full[static_cast<size_t>(row) * kVocab + r * kShardVocab + v];
-                }
-            }
-            std::shared_ptr<void> shard_device;
-            status s = cuda::upload_to_device(shard_host.data(), shard_host.size() * sizeof(float), shard_device);
-            tcp_bootstrap boot("127.0.0.1", rendezvous.port(), r, kWorld, config.timeout);
-            ucx_options options;
-            options.peer_error_handling = false;
-            std::unique_ptr<ucx_endpoint> endpoint;
-            if (s.is_ok()) s = ucx_endpoint::create(config, boot, options, endpoint);
-            logits_view rows;
-            const logits_view shard{shard_device.get(), logits_dtype::f32, kRows, kShardVocab, kShardVocab, true};
-            if (s.is_ok()) s = endpoint->swap_batch_vocab(shard, int64_t{r} * kRowsPerRank, kRowsPerRank, rows);
-            if (s.is_ok() && !rows.on_device) s = status{status_code::internal, "direct swap returned host rows"};
-            if (s.is_ok()) s = cuda::copy_rows_to_host(rows, received[static_cast<size_t>(r)].data());
-            results[static_cast<size_t>(r)] = s;
-        });
+    for (int32_t r = 0; r < kDirectWorld; ++r) {
+        ranks.emplace_back([&, r] { results[static_cast<size_t>(r)] = swap_device_shard(r, rendezvous.port(), false); });
     }
     for (std::thread& t : ranks) t.join();
     server.join();
     if (results[0].code == status_code::unsupported) GTEST_SKIP() << results[0].message;
-    for (int32_t r = 0; r < kWorld; ++r) {
-        ASSERT_TRUE(results[static_cast<size_t>(r)].is_ok()) << "rank " << r << ": " << results[static_cast<size_t>(r)].message;
-        for (int32_t i = 0; i < kRowsPerRank; ++i) {
-            const int32_t row = r * kRowsPerRank + i;
-            for (int32_t v = 0; v < kVocab; ++v) {
-                const float expected = row < kRows ? full[static_cast<size_t>(row) * kVocab + v] : 0.0f;
-                ASSERT_EQ(received[static_cast<size_t>(r)][static_cast<size_t>(i) * kVocab + v], expected) << "row " << row << " token " << v;
-            }
-        }
+    for (int32_t r = 0; r < kDirectWorld; ++r) EXPECT_TRUE(results[static_cast<size_t>(r)].is_ok()) << "rank " << r << ": " << results[static_cast<size_t>(r)].message;
+}
+
+// The same with each rank in a process of its own (this binary, started with "direct-rank"), as
+// rank processes run: two processes on one GPU is where UCX offers cuda_ipc, which puts GPU memory
+// to GPU memory. With peer error handling on (what the group uses) and off.
+class UcxDirectAcrossProcesses : public ::testing::TestWithParam<bool> {};
+
+TEST_P(UcxDirectAcrossProcesses, SwapMovesDeviceRowsExactly) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const bool peer_error_handling = GetParam();
+    tcp_rendezvous rendezvous;
+    ASSERT_TRUE(rendezvous.listen("127.0.0.1", 0).is_ok());
+    status served;
+    std::thread server([&] { served = rendezvous.serve(kDirectWorld, kDirectTimeout); });
+    const std::string dir = ::testing::TempDir();
+    std::vector<std::string> outcome_files;
+    child_processes children;
+    for (int32_t r = 0; r < kDirectWorld; ++r) {
+        outcome_files.push_back(fmt::format("{}/ucx_direct_rank{}_{}.txt", dir, r, ::getpid()));
+        ASSERT_TRUE(children.start({sibling_binary("test_ucx_device_memory"), "direct-rank", std::to_string(r), std::to_string(rendezvous.port()),
+                                    peer_error_handling ? "1" : "0", outcome_files.back()}));
     }
+    const std::vector<int> codes = children.wait_all(kDirectTimeout + std::chrono::seconds(10));
+    server.join();
+    std::vector<std::string> outcomes;
+    for (const std::string& file : outcome_files) {
+        std::ifstream in(file);
+        outcomes.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        std::remove(file.c_str());
+    }
+    if (codes[0] == kDirectUnsupportedExit) GTEST_SKIP() << outcomes[0];
+    for (int32_t r = 0; r < kDirectWorld; ++r) {
+        EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "rank process " << r << ": " << outcomes[static_cast<size_t>(r)];
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, UcxDirectAcrossProcesses, ::testing::Bool(),
+                         [](const auto& param_info) { return std::string(param_info.param ? "PeerErrorHandling" : "NoPeerErrorHandling"); });
+
+// "direct-rank RANK PORT PEER_ERROR_HANDLING(0|1) OUTCOME_FILE": one rank of
+// UcxDirectAcrossProcesses. Writes what happened to OUTCOME_FILE; exits 0, kDirectUnsupportedExit
+// when the endpoint refuses `direct`, 1 otherwise.
+int run_direct_rank(char** argv) {
+    const status s = swap_device_shard(std::stoi(argv[2]), static_cast<uint16_t>(std::stoi(argv[3])), std::string(argv[4]) == "1");
+    std::ofstream(argv[5]) << (s.is_ok() ? "ok" : s.message);
+    if (s.code == status_code::unsupported) return kDirectUnsupportedExit;
+    return s.is_ok() ? 0 : 1;
 }
 
 }  // namespace
 }  // namespace ds
+
+int main(int argc, char** argv) {
+    if (argc == 6 && std::string(argv[1]) == "direct-rank") return ds::run_direct_rank(argv);
+    ::testing::InitGoogleTest(&argc, argv);
+    return RUN_ALL_TESTS();
+}

@@ -24,6 +24,45 @@ TEST_P(RemoteRanksModes, SampleAndVerifyEqualTheKernelOnTheFullLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, RemoteRanksModes, ::testing::Values("swap", "sharded", "gathered"));
 
+// Whether `distsample kernel --backend cuda` runs here: a GPU and a build with CUDA.
+bool cuda_backend_runs() {
+    json step = random_step(false, 1);
+    const std::string stem = test_stem() + "_cuda_probe";
+    std::ofstream(stem + "_in.json") << step.dump();
+    const std::string cmd = tool_path() + " kernel sample --backend cuda < " + stem + "_in.json > " + stem + "_out.json 2>&1";
+    return std::system(cmd.c_str()) == 0;
+}
+
+// Rank processes that sample on the GPU (`--backend cuda`): each uploads its shard and swaps it over
+// UCX, in GPU memory where its UCX can put GPU memory between the processes (`auto`: `direct` over
+// cuda_ipc with libucx-cu13, two processes on one GPU; else staged through pinned host buffers).
+// The tokens equal `distsample kernel`; every rank's log names the path it took. Skips without a
+// GPU; DS_EXPECT_UCX_DEVICE_PATH=direct (tools/gpu-run.sh run --ucx-cu13) requires `direct`.
+TEST_F(RemoteRanks, CudaRanksSwapTheirShardsOverUcxAndEqualTheKernel) {
+    if (!cuda_backend_runs()) {
+        GTEST_SKIP() << "distsample kernel --backend cuda does not run here (no GPU, or built without CUDA)";
+    }
+    extra_args_ = {"--backend", "cuda", "--set", "ucx_device_memory=auto"};
+    start_group("swap");
+    const json sample = random_step(false, 11);
+    expect_same_outputs(call_until_ok("sample", sample, milliseconds(30000)), kernel_output("sample", sample));
+    for (uint32_t seed = 12; seed < 15; ++seed) {
+        const json verify = random_step(true, seed);
+        expect_same_outputs(call("verify", verify), kernel_output("verify", verify));
+    }
+    const char* expected = std::getenv("DS_EXPECT_UCX_DEVICE_PATH");
+    for (int r = 0; r < kTp; ++r) {
+        const std::string log = slurp(test_stem() + "_rank" + std::to_string(r) + ".log");
+        const size_t at = log.find("ucx swaps ");
+        ASSERT_NE(at, std::string::npos) << "rank " << r << " did not log its memory path:\n" << log;
+        const std::string line = log.substr(at, log.find('\n', at) - at);
+        std::printf("rank %d: %s\n", r, line.c_str());
+        if (expected != nullptr) {
+            EXPECT_EQ(line.rfind(std::string("ucx swaps ") + expected + " memory", 0), 0u) << line;
+        }
+    }
+}
+
 TEST_F(RemoteRanks, AKilledRankFailsTheStepInFlightNamingItAndARestartedRankReFormsTheGroup) {
     start_group("swap");
     const json step = random_step(true, 7);
