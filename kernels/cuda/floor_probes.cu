@@ -44,24 +44,38 @@ status launch_status() {
 }
 
 // ---- Read floor ----------------------------------------------------------------------------------
-// Grid-stride over the float4s, `Loads` of them in flight per thread (streaming loads, as the
-// streaming greedy kernel's), reduced to one maximum per block so the loads stay.
+// Loads float4s i, i + stride, ... (Loads of them; past the end they read as -inf) with streaming
+// loads, as the streaming greedy kernel's.
+template <int Loads>
+__device__ __forceinline__ void load_group(const float4* data, int64_t i, int64_t stride, int64_t vectors,
+                                           float4 (&group)[Loads]) {
+#pragma unroll
+    for (int u = 0; u < Loads; ++u) {
+        const int64_t at = i + u * stride;
+        group[u] = at < vectors ? __ldcs(data + at) : make_float4(-HUGE_VALF, -HUGE_VALF, -HUGE_VALF, -HUGE_VALF);
+    }
+}
+
+// Grid-stride over the float4s in groups of `Loads`, reduced to one maximum per block so the
+// loads stay. Software-pipelined: the next group is loaded before this one is reduced, so each
+// thread has a whole group in flight (left to itself the compiler consumes each load early and
+// keeps about four in flight whatever `Loads` is).
 template <int Loads>
 __global__ void __launch_bounds__(kBlockThreads) read_probe_kernel(const float4* data, int64_t vectors, float* block_max) {
     __shared__ block_scratch scratch;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * kBlockThreads;
-    int64_t i = static_cast<int64_t>(blockIdx.x) * kBlockThreads + threadIdx.x;
     float best = -HUGE_VALF;
-    for (; i + (Loads - 1) * stride < vectors; i += Loads * stride) {
-        float4 v[Loads];
+    float4 group[Loads];
+    int64_t i = static_cast<int64_t>(blockIdx.x) * kBlockThreads + threadIdx.x;
+    load_group(data, i, stride, vectors, group);
+    for (; i < vectors; i += Loads * stride) {
+        float4 next[Loads];
+        load_group(data, i + Loads * stride, stride, vectors, next);
 #pragma unroll
-        for (int u = 0; u < Loads; ++u) v[u] = __ldcs(data + i + u * stride);
-#pragma unroll
-        for (int u = 0; u < Loads; ++u) best = fmaxf(best, fmaxf(fmaxf(v[u].x, v[u].y), fmaxf(v[u].z, v[u].w)));
-    }
-    for (; i < vectors; i += stride) {
-        const float4 v = __ldcs(data + i);
-        best = fmaxf(best, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
+        for (int u = 0; u < Loads; ++u) {
+            best = fmaxf(best, fmaxf(fmaxf(group[u].x, group[u].y), fmaxf(group[u].z, group[u].w)));
+            group[u] = next[u];
+        }
     }
     float block_best = 0.0f;
     block_argmax(best, static_cast<int32_t>(threadIdx.x), block_best, scratch);
