@@ -1,7 +1,12 @@
 // Sampling kernels on the GPU against the memory floor, measured in one run (issue 3):
 //   floor = bytes of logits read once / device copy bandwidth (read + write) measured here.
 // Each case captures one step (staging copy, kernel, packed output copy) in a CUDA graph and
-// times replays. Prints a table; with --json FILE also writes the figures for bench/peers_torch.py.
+// times replays. Then the floor probes (kernels/cuda/floor_probes.h), in the same run and at each
+// case's rows: the best plain read of the logits, an empty step of the case's graph shape, and the
+// exact per-token arithmetic with logits made in registers; from them a lower bound per case,
+// max(read, arithmetic) + step overhead. Prints both tables; with --json FILE also writes the
+// figures for bench/peers_torch.py.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -11,6 +16,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/det_math_probe.h"
+#include "kernels/cuda/floor_probes.h"
 #include "sources/synthetic_logits.h"
 
 namespace {
@@ -37,11 +43,108 @@ ds::sampling_params with_zero_bias(ds::sampling_params p) {
     return p;
 }
 
+// What the probes measured for one case, at its rows and graph shape.
+struct case_floors {
+    ds::cuda::read_probe_result read;
+    ds::cuda::arithmetic_probe_result arithmetic;
+    double step_overhead_us = 0.0;
+    double arithmetic_us = 0.0;  // the passes the case needs
+    double bound_us = 0.0;       // max(read, arithmetic) + step overhead
+};
+
+struct case_result {
+    const bench_case* c = nullptr;
+    int64_t rows = 0;
+    double ours_us = 0.0;
+    double floor_us = 0.0;
+    case_floors floors;
+};
+
+// The mass pass's time does not depend on the temperature (no branch per token).
+constexpr float kProbeTemperature = 0.8f;
+
+ds::status probe_floors(const bench_case& c, int64_t rows, int32_t vocab, const void* device_logits,
+                        const ds::cuda::cuda_backend& backend, int iterations, case_floors& out) {
+    ds::cuda::graph_shape shape;
+    ds::status s = backend.captured_shape(shape);
+    if (s.is_ok()) s = ds::cuda::probe_step_overhead(shape, iterations, out.step_overhead_us);
+    if (s.is_ok()) s = ds::cuda::probe_read_floor(device_logits, rows, vocab, iterations, out.read);
+    if (s.is_ok()) s = ds::cuda::probe_exact_arithmetic(rows, vocab, kProbeTemperature, iterations, out.arithmetic);
+    if (!s.is_ok()) return s;
+    // Greedy rows need only the argmax; sampled rows need the row maximum before their masses.
+    out.arithmetic_us = out.arithmetic.argmax_pass_us + (ds::is_greedy(c.params) ? 0.0 : out.arithmetic.mass_pass_us);
+    out.bound_us = std::max(out.read.microseconds, out.arithmetic_us) + out.step_overhead_us;
+    return s;
+}
+
+void print_floors(const std::vector<case_result>& results, double bandwidth) {
+    const case_result& full = results.front();  // the first case: the greedy bs 256 step (streaming kernel)
+    const case_floors& f = full.floors;
+    std::printf("\nfloors measured in this run (rows = %lld, the greedy step's graph shape):\n", static_cast<long long>(full.rows));
+    std::printf("  %-66s %8.1f us\n", "copy floor: logits bytes / copy bandwidth (the issue's floor)", full.floor_us);
+    std::printf("  %-66s %8.1f us  %.2f x copy floor, %.2f TB/s read (%d float4 loads/thread, %u blocks)\n",
+                "read probe: best plain read of the logits", f.read.microseconds, f.read.microseconds / full.floor_us,
+                f.read.terabytes_per_second, f.read.loads_in_flight, f.read.blocks);
+    std::printf("  %-66s %8.1f us\n", "step overhead: staging copy + empty kernel + output copy", f.step_overhead_us);
+    std::printf("  %-66s %8.1f us\n", "arithmetic, argmax pass: compare/select per token, no memory", f.arithmetic.argmax_pass_us);
+    std::printf("  %-66s %8.1f us\n", "arithmetic, mass pass: (l - m) / T, det_exp, floor(w 2^40), 3 sums", f.arithmetic.mass_pass_us);
+    std::printf("\nlower bound = max(read probe, arithmetic) + step overhead, probed at each case's rows and graph shape;\n"
+                "arithmetic = argmax pass (greedy) or argmax + mass passes (sampled); ratios to the floor (copy bandwidth %.2f TB/s)\n",
+                bandwidth);
+    std::printf("%-40s %5s %3s %8s %8s %8s %8s %8s %8s %8s %8s\n", "case", "bs", "N", "read", "arith", "step", "bound",
+                "ours", "bound/fl", "ours/fl", "ours/bnd");
+    for (const case_result& r : results) {
+        const case_floors& g = r.floors;
+        std::printf("%-40s %5d %3d %8.1f %8.1f %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f\n", r.c->name.c_str(), r.c->batch,
+                    r.c->tokens_per_req, g.read.microseconds, g.arithmetic_us, g.step_overhead_us, g.bound_us, r.ours_us,
+                    g.bound_us / r.floor_us, r.ours_us / r.floor_us, r.ours_us / g.bound_us);
+    }
+}
+
+// bench/peers_torch.py reads "bandwidth_tbps", "vocab" and "cases"; the probes' figures are the
+// top-level "floor_probes" (rows of the first case) and "case_bounds" (one per case, in order).
+// False when the file cannot be written.
+bool write_json(const std::string& path, const std::vector<case_result>& results, double bandwidth, int32_t vocab,
+                bool probed) {
+    std::ofstream json(path);
+    if (!json) return false;
+    json << "{\"bandwidth_tbps\": " << bandwidth << ", \"vocab\": " << vocab << ", \"cases\": [";
+    for (size_t i = 0; i < results.size(); ++i) {
+        const case_result& r = results[i];
+        const bench_case& c = *r.c;
+        json << (i == 0 ? "" : ",") << "{\"name\": \"" << c.name << "\", \"batch\": " << c.batch
+             << ", \"tokens_per_req\": " << c.tokens_per_req << ", \"temperature\": " << c.params.temperature
+             << ", \"top_k\": " << c.params.top_k << ", \"top_p\": " << c.params.top_p << ", \"ours_us\": " << r.ours_us
+             << ", \"floor_us\": " << r.floor_us << "}";
+    }
+    json << "]";
+    if (probed) {
+        const case_result& full = results.front();
+        const case_floors& f = full.floors;
+        json << ", \"floor_probes\": {\"rows\": " << full.rows << ", \"copy_floor_us\": " << full.floor_us
+             << ", \"read_probe_us\": " << f.read.microseconds << ", \"read_probe_tbps\": " << f.read.terabytes_per_second
+             << ", \"read_loads_in_flight\": " << f.read.loads_in_flight << ", \"read_blocks\": " << f.read.blocks
+             << ", \"step_overhead_us\": " << f.step_overhead_us << ", \"argmax_pass_us\": " << f.arithmetic.argmax_pass_us
+             << ", \"mass_pass_us\": " << f.arithmetic.mass_pass_us << "}, \"case_bounds\": [";
+        for (size_t i = 0; i < results.size(); ++i) {
+            const case_result& r = results[i];
+            const case_floors& g = r.floors;
+            json << (i == 0 ? "" : ",") << "{\"name\": \"" << r.c->name << "\", \"batch\": " << r.c->batch
+                 << ", \"tokens_per_req\": " << r.c->tokens_per_req << ", \"read_probe_us\": " << g.read.microseconds
+                 << ", \"arithmetic_us\": " << g.arithmetic_us << ", \"step_overhead_us\": " << g.step_overhead_us
+                 << ", \"bound_us\": " << g.bound_us << "}";
+        }
+        json << "]";
+    }
+    json << "}\n";
+    return static_cast<bool>(json.flush());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::string json_path;
-    int only_case = -1;  // --case K runs one case (for profilers)
+    int only_case = -1;  // --case K runs one case, without the floor probes (for profilers)
     for (int i = 1; i + 1 < argc; ++i) {
         if (std::string(argv[i]) == "--json") json_path = argv[i + 1];
         if (std::string(argv[i]) == "--case") only_case = std::atoi(argv[i + 1]);
@@ -80,10 +183,8 @@ int main(int argc, char** argv) {
 
     std::printf("device copy bandwidth (read+write): %.2f TB/s; V = %d, fp32 logits, CUDA graph replays\n\n", bandwidth, kVocab);
     std::printf("%-40s %5s %3s %10s %10s %8s\n", "case", "bs", "N", "ours (us)", "floor (us)", "ratio");
-    std::ofstream json;
-    if (!json_path.empty()) json.open(json_path);
-    if (json) json << "{\"bandwidth_tbps\": " << bandwidth << ", \"vocab\": " << kVocab << ", \"cases\": [";
-    bool first = true;
+    const bool probed = only_case < 0;
+    std::vector<case_result> results;
     for (size_t index = 0; index < cases.size(); ++index) {
         const bench_case& c = cases[index];
         if (only_case >= 0 && static_cast<size_t>(only_case) != index) continue;
@@ -129,14 +230,18 @@ int main(int argc, char** argv) {
         const double floor_us = static_cast<double>(rows) * kVocab * sizeof(float) / (bandwidth * 1e12) * 1e6;
         std::printf("%-40s %5d %3d %10.1f %10.1f %8.2f\n", c.name.c_str(), c.batch, c.tokens_per_req, micros, floor_us,
                     micros / floor_us);
-        if (json) {
-            json << (first ? "" : ",") << "{\"name\": \"" << c.name << "\", \"batch\": " << c.batch
-                 << ", \"tokens_per_req\": " << c.tokens_per_req << ", \"temperature\": " << c.params.temperature
-                 << ", \"top_k\": " << c.params.top_k << ", \"top_p\": " << c.params.top_p << ", \"ours_us\": " << micros
-                 << ", \"floor_us\": " << floor_us << "}";
-            first = false;
+        case_result result{&c, rows, micros, floor_us, {}};
+        if (probed) s = probe_floors(c, rows, kVocab, device_logits.get(), *backend, kIterations, result.floors);
+        if (!s.is_ok()) {
+            std::fprintf(stderr, "%s, floor probes: %s\n", c.name.c_str(), s.message.c_str());
+            return 1;
         }
+        results.push_back(result);
     }
-    if (json) json << "]}\n";
+    if (probed) print_floors(results, bandwidth);
+    if (!json_path.empty() && !write_json(json_path, results, bandwidth, kVocab, probed)) {
+        std::fprintf(stderr, "bench_cuda_sampling: cannot write --json %s\n", json_path.c_str());
+        return 1;
+    }
     return 0;
 }

@@ -25,6 +25,7 @@
 
 #include "kernels/cuda/block_primitives.cuh"
 #include "kernels/cuda/chain_kernel.h"
+#include "kernels/cuda/token_math.cuh"
 #include "kernels/det_math.h"
 
 namespace ds::cuda {
@@ -33,14 +34,6 @@ namespace dm = ds::detmath;
 
 namespace {
 
-// A chunk is read in rounds of kBlockThreads float4s: in round s thread t holds the 4 tokens
-// (s * kBlockThreads + t) * 4 .. + 3, so a warp reads 512 consecutive bytes (no bank conflicts)
-// and each round covers a contiguous range of tokens in thread order.
-constexpr int kPerThread = kChunkTokens / kBlockThreads;
-constexpr int kSliceTokens = 4;
-constexpr int kSlices = kPerThread / kSliceTokens;  // rounds
-static_assert(kPerThread % kSliceTokens == 0 && kPerThread <= 64, "whole float4s; one 64-bit candidate mask");
-static_assert(kSlices % 4 == 0, "rounds are counted four at a time in 16-bit fields");
 constexpr int32_t kSortCapacity = 2048;  // candidates cut by sorting; more use radix selection
 constexpr int kRadixDigitBits = 10;
 constexpr int kRadixBins = 1 << kRadixDigitBits;
@@ -94,12 +87,6 @@ struct cut {
         return mass > boundary_mass || (mass == boundary_mass && token <= boundary_token);
     }
 };
-
-// Computed for every token and then selected (no branch per token), like det_exp.
-__device__ __forceinline__ float weight_of(float logit, float max_logit, float temperature) {
-    const float w = dm::det_exp((logit - max_logit) / temperature);
-    return logit == max_logit ? 1.0f : (logit > -HUGE_VALF ? w : 0.0f);
-}
 
 __device__ __forceinline__ uint64_t mass_of(float logit, float max_logit, float temperature) {
     return dm::weight_to_mass(weight_of(logit, max_logit, temperature));
@@ -727,12 +714,7 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
         int32_t best_index = -1;
         for_each_slice(chunk_logits, count, [&](int, int32_t at_token, const float (&values)[kSliceTokens]) {
 #pragma unroll
-            for (int k = 0; k < kSliceTokens; ++k) {
-                if (values[k] > best) {  // strict: the lowest index on ties; skips NaN and -inf
-                    best = values[k];
-                    best_index = first + at_token + k;
-                }
-            }
+            for (int k = 0; k < kSliceTokens; ++k) keep_if_larger(values[k], first + at_token + k, best, best_index);
         });
         float chunk_max = 0.0f;
         const int32_t index = block_argmax(best, best_index, chunk_max, sh.scratch);
@@ -769,24 +751,20 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
                 for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) sh.histogram[i] = 0;
                 __syncthreads();
             }
-            uint64_t nonzero = 0;
-            uint64_t mass_total = 0;
-            uint64_t min_p_mass = 0;
+            mass_sums sums;
             const float max_logit = totals.max_logit;  // in a register: the histogram's atomics would reload it
             for_each_slice(chunk_logits, count, [&](int, int32_t, const float (&values)[kSliceTokens]) {
 #pragma unroll
                 for (int k = 0; k < kSliceTokens; ++k) {
                     const float w = weight_of(values[k], max_logit, r.temperature);
                     const uint64_t q = dm::weight_to_mass(w);
-                    nonzero += q > 0 ? 1 : 0;
-                    mass_total += q;
-                    min_p_mass += q >= row_ctx.min_mass ? q : 0;
+                    sums.add(q, row_ctx.min_mass);
                     if (maybe_cut && q > 0) atomicAdd(&sh.histogram[dm::float_as_bits(w) >> 22], 1u);
                 }
             });
-            nonzero = block_sum(nonzero, sh.scratch);
-            mass_total = block_sum(mass_total, sh.scratch);
-            min_p_mass = block_sum(min_p_mass, sh.scratch);
+            const uint64_t nonzero = block_sum(sums.nonzero, sh.scratch);
+            const uint64_t mass_total = block_sum(sums.total, sh.scratch);
+            const uint64_t min_p_mass = block_sum(sums.min_p, sh.scratch);
             if (threadIdx.x == 0) {
                 chunk_partial& mine = row_partials[chunk];
                 mine.nonzero = nonzero;
@@ -912,10 +890,7 @@ __global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_k
             for (int k = 0; k < kSliceTokens; ++k) {
                 const float value = values[u][k];
                 const int32_t token = at + u * kStreamStride + k;
-                if (value > best) {  // strict: the lowest index on ties; skips NaN and -inf
-                    best = value;
-                    best_index = token;
-                }
+                keep_if_larger(value, token, best, best_index);
                 if (token == draft && token < end) sync.draft_logit = value;  // past `end`: the next segment's
                 if (with_logprobs) {
                     if (value > softmax_max) {
@@ -964,14 +939,18 @@ size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t
     return chain_workspace::layout(nullptr, max_rows, max_batch, vocab, unused);
 }
 
-cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t stream) {
+unsigned chain_kernel_blocks(const chain_kernel_params& params) {
     const auto rows = static_cast<unsigned>(params.batch_size) * static_cast<unsigned>(params.tokens_per_req);
+    return rows * static_cast<unsigned>(params.stream_segments > 0 ? params.stream_segments : chunks_per_row(params.vocab));
+}
+
+cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t stream) {
+    const unsigned blocks = chain_kernel_blocks(params);
     if (params.stream_segments > 0) {
-        streaming_greedy_kernel<<<rows * static_cast<unsigned>(params.stream_segments), kBlockThreads, 0, stream>>>(params);
-        return cudaGetLastError();
+        streaming_greedy_kernel<<<blocks, kBlockThreads, 0, stream>>>(params);
+    } else {
+        chain_kernel<<<blocks, kBlockThreads, sizeof(kernel_shared), stream>>>(params);
     }
-    const dim3 grid(rows * static_cast<unsigned>(chunks_per_row(params.vocab)));
-    chain_kernel<<<grid, kBlockThreads, sizeof(kernel_shared), stream>>>(params);
     return cudaGetLastError();
 }
 

@@ -18,6 +18,9 @@ cudaError_t prepare_chain_kernel();
 // chain_kernel_params::stream_segments from it.
 cudaError_t streaming_kernel_capacity(int device, int& resident_blocks);
 
+// Thread blocks of the kernel launch_chain_kernel starts for `params`.
+unsigned chain_kernel_blocks(const chain_kernel_params& params);
+
 // Enqueues one step on `stream` (capturable in a CUDA graph). Call params.check() first.
 cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t stream);
 

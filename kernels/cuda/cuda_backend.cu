@@ -66,14 +66,14 @@ struct cuda_backend::impl {
     std::vector<request_params> requests;  // host scratch, reserved
 
     // The captured graph and the shape it was captured for.
-    cudaGraphExec_t graph = nullptr;
+    captured_graph graph;
     staging_layout graph_layout;
     chain_kernel_params graph_params;
     step_kind graph_kind = step_kind::sample;
 
     explicit impl(const kernel_config& c) : config(c), pool(c) {}
     ~impl() {
-        if (graph != nullptr) cudaGraphExecDestroy(graph);
+        graph.reset();
         if (stream != nullptr) cudaStreamDestroy(stream);
     }
 
@@ -305,26 +305,15 @@ status cuda_backend::capture_graph(const step_input& step, step_kind kind, bool 
     status s = st.stage(step, kind, with_logprobs, st.graph_layout, st.graph_params);
     if (!s.is_ok()) return s;
     if (step.batch_size == 0) return status::invalid("batch_size = 0: nothing to capture");
-    if (st.graph != nullptr) {
-        cudaGraphExecDestroy(st.graph);
-        st.graph = nullptr;
-    }
-    cudaGraph_t graph = nullptr;
-    CUDA_TRY(cudaStreamBeginCapture(st.stream, cudaStreamCaptureModeThreadLocal));
-    s = st.enqueue(st.graph_layout, st.graph_params);
-    const cudaError_t end = cudaStreamEndCapture(st.stream, &graph);
+    s = st.graph.capture(st.stream, [&] { return st.enqueue(st.graph_layout, st.graph_params); });
     if (!s.is_ok()) return s;
-    CUDA_TRY(end);
-    const cudaError_t instantiated = cudaGraphInstantiate(&st.graph, graph, 0);
-    cudaGraphDestroy(graph);
-    CUDA_TRY(instantiated);
     st.graph_kind = kind;
     return status::success();
 }
 
 status cuda_backend::replay_graph(const step_input& step, const step_output& out) {
     impl& st = *impl_;
-    if (st.graph == nullptr) return status::invalid("replay_graph: no graph has been captured");
+    if (st.graph.empty()) return status::invalid("replay_graph: no graph has been captured");
     staging_layout layout;
     chain_kernel_params params;
     status s = st.stage(step, st.graph_kind, st.graph_params.logprobs != nullptr, layout, params);
@@ -335,22 +324,23 @@ status cuda_backend::replay_graph(const step_input& step, const step_output& out
             "replay_graph: the step's shape differs from the captured one (batch, N, logits, optional inputs, bias and "
             "penalty sizes, and whether every request is plain greedy must match); capture again");
     }
-    CUDA_TRY(cudaGraphLaunch(st.graph, st.stream));
+    s = st.graph.launch(st.stream);
+    if (!s.is_ok()) return s;
     return st.finish(step.batch_size, step.tokens_per_req, st.graph_params.logprobs != nullptr, out);
 }
 
 status cuda_backend::time_graph(int iterations, double& microseconds_per_step) {
     impl& st = *impl_;
-    if (st.graph == nullptr) return status::invalid("time_graph: no graph has been captured");
-    CUDA_TRY(cudaGraphLaunch(st.graph, st.stream));  // warm-up
-    event_timer timer;  // frees its events on every return
-    status s = timer.start(st.stream);
-    if (!s.is_ok()) return s;
-    for (int i = 0; i < iterations; ++i) CUDA_TRY(cudaGraphLaunch(st.graph, st.stream));
-    float ms = 0.0f;
-    s = timer.stop(st.stream, ms);
-    if (!s.is_ok()) return s;
-    microseconds_per_step = 1000.0 * ms / iterations;
+    if (st.graph.empty()) return status::invalid("time_graph: no graph has been captured");
+    return st.graph.time_replays(st.stream, iterations, microseconds_per_step);
+}
+
+status cuda_backend::captured_shape(graph_shape& shape) const {
+    const impl& st = *impl_;
+    if (st.graph.empty()) return status::invalid("captured_shape: no graph has been captured");
+    shape.staged_bytes = st.graph_layout.total;
+    shape.output_bytes = outputs_for(st.graph_params.batch_size, st.graph_params.tokens_per_req).total;
+    shape.kernel_blocks = chain_kernel_blocks(st.graph_params);
     return status::success();
 }
 

@@ -14,6 +14,14 @@
 
 namespace ds::cuda {
 
+// The nodes of a captured step: one host-to-device staging copy, one kernel, one device-to-host
+// copy of the outputs.
+struct graph_shape {
+    size_t staged_bytes = 0;
+    size_t output_bytes = 0;
+    unsigned kernel_blocks = 0;
+};
+
 class cuda_backend final : public sampling_backend {
    public:
     ~cuda_backend() override;
@@ -36,6 +44,9 @@ class cuda_backend final : public sampling_backend {
     // Mean time of one replay of the captured graph (transfers and kernel), from CUDA events
     // around `iterations` back-to-back launches.
     status time_graph(int iterations, double& microseconds_per_step);
+    // What the captured graph moves and launches (bench_cuda_sampling times an empty step of the
+    // same shape).
+    status captured_shape(graph_shape& shape) const;
 
    private:
     struct impl;

@@ -1,6 +1,7 @@
 // CUDA error handling at the kernels/ boundary (DESIGN.md §6): a failed call becomes a status
 // naming the call, the file and the line, after the sticky error is cleared so later calls start
-// clean. Plus RAII owners of device and pinned host memory (move-only).
+// clean. Plus RAII owners of device and pinned host memory (move-only), an event timer and a
+// captured CUDA graph.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -98,6 +99,64 @@ class event_timer {
    private:
     cudaEvent_t start_ = nullptr;
     cudaEvent_t stop_ = nullptr;
+};
+
+// A stream's work recorded as a CUDA graph and instantiated, destroyed with its owner; and the
+// timing every benchmark figure uses (cuda_backend::time_graph, the floor probes).
+class captured_graph {
+   public:
+    captured_graph() = default;
+    captured_graph(const captured_graph&) = delete;
+    captured_graph& operator=(const captured_graph&) = delete;
+    ~captured_graph() { reset(); }
+
+    bool empty() const { return exec_ == nullptr; }
+
+    void reset() {
+        if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+        exec_ = nullptr;
+    }
+
+    // Records what `enqueue()` (returning a status) issues on `stream`, replacing any earlier graph.
+    template <class Enqueue>
+    status capture(cudaStream_t stream, const Enqueue& enqueue) {
+        reset();
+        cudaGraph_t graph = nullptr;
+        CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        const status enqueued = enqueue();
+        const cudaError_t captured = cudaStreamEndCapture(stream, &graph);  // ends the capture on every path
+        cudaError_t instantiated = captured;
+        if (enqueued.is_ok() && captured == cudaSuccess) instantiated = cudaGraphInstantiate(&exec_, graph, 0);
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        if (instantiated != cudaSuccess) exec_ = nullptr;
+        if (!enqueued.is_ok()) return enqueued;
+        CUDA_TRY(instantiated);
+        return status::success();
+    }
+
+    status launch(cudaStream_t stream) const {
+        CUDA_TRY(cudaGraphLaunch(exec_, stream));
+        return status::success();
+    }
+
+    // Mean device time of one replay: one warm-up launch, then `iterations` back-to-back launches
+    // between two events.
+    status time_replays(cudaStream_t stream, int iterations, double& microseconds_per_replay) const {
+        if (iterations < 1) return status::invalid("iterations must be >= 1");
+        CUDA_TRY(cudaGraphLaunch(exec_, stream));  // warm-up
+        event_timer timer;  // frees its events on every return
+        status s = timer.start(stream);
+        if (!s.is_ok()) return s;
+        for (int i = 0; i < iterations; ++i) CUDA_TRY(cudaGraphLaunch(exec_, stream));
+        float ms = 0.0f;
+        s = timer.stop(stream, ms);
+        if (!s.is_ok()) return s;
+        microseconds_per_replay = 1000.0 * ms / iterations;
+        return status::success();
+    }
+
+   private:
+    cudaGraphExec_t exec_ = nullptr;
 };
 
 }  // namespace ds::cuda
