@@ -9,6 +9,7 @@
 
 #include "actors/log.h"
 #include "actors/messages.h"
+#include "actors/step_board.h"
 #include "kernels/validation.h"
 
 namespace ds {
@@ -16,7 +17,8 @@ namespace ds {
 namespace {
 
 // Where a job's answer goes: a CAF response promise (the gateway, remote clients, register and
-// the other fan-outs) or, for a step from the library API, the caller's sink.
+// the other fan-outs) or, for a step from the library API, the caller's sink, which the step's
+// board answers (actors/step_board.h).
 struct reply_to {
     caf::response_promise promise;
     std::shared_ptr<step_reply_sink> sink;
@@ -27,22 +29,6 @@ struct reply_to {
         } else {
             promise.deliver(make_caf_error(why));
         }
-    }
-
-    void answer(step_answer a) {
-        if (!sink) {
-            promise.deliver(std::move(a));
-            return;
-        }
-        step_reply r;
-        r.step_id = a.step_id;
-        r.outputs = *a.outputs;
-        r.desyncs = std::move(a.desyncs);
-        r.timing = a.timing;
-        r.rank_timing = std::move(a.rank_timing);
-        r.timeline = a.timeline;
-        r.timeline.delivered_at_ns = steady_now_ns();
-        sink->answer(std::move(r));
     }
 };
 
@@ -67,14 +53,13 @@ struct coordinator_state {
     uint64_t current_id = 0;
     std::shared_ptr<const dist_step> current_step;
     reply_to current_reply;
-    std::vector<rank_result> results;
+    std::shared_ptr<step_board> board;  // where the running step's results meet
     int32_t pending = 0;
     std::vector<bool> answered;  // by rank, for the running step
     std::chrono::steady_clock::time_point deadline;
     bool deadline_check_armed = false;
     step_timeline timeline;
-    status first_failure;
-    std::vector<desync_event> desyncs;
+    std::shared_ptr<desync_journal> journal = std::make_shared<desync_journal>();
     static inline const char* name = "distsample.coordinator";
 };
 
@@ -87,9 +72,8 @@ void finish_job(coordinator* self) {
     st.busy = false;
     st.current_step.reset();
     st.current_reply = reply_to{};
-    st.results.clear();
+    st.board.reset();
     st.pending = 0;
-    st.first_failure = status::success();
     pump(self);
 }
 
@@ -150,60 +134,45 @@ std::string check_request(const group_config& config, const step_request& r, ste
     return s.is_ok() ? std::string{} : s.message;
 }
 
+void complete_step(coordinator* self);
+
 void fail_current(coordinator* self, const status& why) {
     coordinator_state& st = self->state;
+    // Every rank's result was filed first: the step stands (its board answered a library caller).
+    if (st.board && !st.board->claim_for_failure()) {
+        complete_step(self);
+        return;
+    }
     if (st.current_step) coordinator_log().warn("{}", why.message);
     st.current_reply.fail(why);
     if (st.current_step) st.transport->abort(why.message);  // wake ranks still waiting in collectives
     finish_job(self);
 }
 
-void finish_step(coordinator* self) {
+// Every rank's result is on the board, which settled the step: answer a client that is not the
+// library caller, then have the ranks commit (sent before the next job starts, so every rank
+// commits before it runs the next step).
+void complete_step(coordinator* self) {
     coordinator_state& st = self->state;
     const dist_step& step = *st.current_step;
-    const rank_result& reference = st.results[0];
-    std::vector<desync_event> found;
-    for (const rank_result& r : st.results) {
-        if (r.digest == reference.digest) continue;
-        const int32_t row = r.outputs->first_difference(*reference.outputs, step.plan.tokens_per_req);
-        found.push_back(desync_event{step.id, r.rank, row});
+    step_outcome o = combine_rank_results(step, st.board->results(), st.config.policy);
+    if (!st.current_reply.sink) {
+        if (!o.failure.is_ok()) {
+            st.current_reply.promise.deliver(make_caf_error(o.failure));
+        } else {
+            step_timeline timeline = st.timeline;
+            timeline.results_in_at_ns = timeline.answered_at_ns = steady_now_ns();
+            st.current_reply.promise.deliver(
+                step_answer{step.id, o.agreed, std::move(o.desyncs), o.slowest, std::move(o.rank_timing), timeline});
+        }
     }
-    st.desyncs.insert(st.desyncs.end(), found.begin(), found.end());
-    if (st.desyncs.size() > kKeptDesyncEvents) st.desyncs.erase(st.desyncs.begin(), st.desyncs.end() - static_cast<std::ptrdiff_t>(kKeptDesyncEvents));
-    for (const desync_event& e : found) {
-        coordinator_log().warn("desync in step {}: rank {} differs from rank 0 at request {}", e.step, e.rank, e.first_row);
-    }
-    if (!found.empty() && st.config.policy == rank0_policy::never) {
-        const desync_event& e = found.front();
-        st.current_reply.fail(status{status_code::mismatch, fmt::format("step {}: rank {} differs from rank 0 at request {} (rank-0 policy 'never')",
-                                                                        e.step, e.rank, e.first_row)});
-        finish_job(self);
-        return;
-    }
-    step_timing slowest;
-    std::vector<step_timing> rank_timing;
-    for (const rank_result& r : st.results) {
-        slowest.rank_step_ns = std::max(slowest.rank_step_ns, r.timing.rank_step_ns);
-        slowest.rank_transport_ns = std::max(slowest.rank_transport_ns, r.timing.rank_transport_ns);
-        slowest.rank_received_bytes = std::max(slowest.rank_received_bytes, r.timing.rank_received_bytes);
-        slowest.rank_began_at_ns = std::max(slowest.rank_began_at_ns, r.timing.rank_began_at_ns);
-        slowest.rank_answered_at_ns = std::max(slowest.rank_answered_at_ns, r.timing.rank_answered_at_ns);
-        rank_timing.push_back(r.timing);
-    }
-    // always: every rank commits rank 0's outputs; on_mismatch: only after a desync, else their own.
-    // Sent after the answer (off the caller's path) and before the next job starts, so every rank
-    // commits before it runs the next step.
-    const bool ship = st.config.policy == rank0_policy::always || !found.empty();
-    st.timeline.answered_at_ns = steady_now_ns();
-    st.current_reply.answer(step_answer{step.id, reference.outputs, std::move(found), slowest, std::move(rank_timing), st.timeline});
-    for (const rank_actor_type& rank : st.ranks) {
-        self->send(rank, commit_msg{st.current_step, ship ? reference.outputs : nullptr});
+    if (o.failure.is_ok()) {
+        for (const rank_actor_type& rank : st.ranks) self->send(rank, commit_msg{st.current_step, o.ship ? o.agreed : nullptr});
     }
     finish_job(self);
 }
 
 void on_rank_result(coordinator* self, uint64_t id, rank_result& r) {
-    const int64_t taken_at_ns = steady_now_ns();
     coordinator_state& st = self->state;
     if (!st.busy || id != st.current_id || !st.current_step) return;  // a late answer to a failed step
     if (r.code != 0) {
@@ -211,11 +180,8 @@ void on_rank_result(coordinator* self, uint64_t id, rank_result& r) {
         return;
     }
     st.answered[static_cast<size_t>(r.rank)] = true;
-    st.results[static_cast<size_t>(r.rank)] = std::move(r);
-    if (--st.pending == 0) {
-        st.timeline.results_in_at_ns = taken_at_ns;
-        finish_step(self);
-    }
+    st.board->file(r);  // a no-op when the rank filed it itself, as it does before it answers
+    if (--st.pending == 0) complete_step(self);
 }
 
 // "rank 1, rank 3": when some ranks wait in a collective, the ones they wait for; else `others`.
@@ -279,20 +245,21 @@ void start_step(coordinator* self, job& j) {
     st.current_id = id;
     st.current_reply = std::move(j.reply);
     st.current_step = std::make_shared<const dist_step>(make_dist_step(id, *j.request, plan, st.config.vocab_size));
-    st.results.assign(st.ranks.size(), rank_result{});
     st.pending = static_cast<int32_t>(st.ranks.size());
     st.answered.assign(st.ranks.size(), false);
-    st.timeline = step_timeline{j.received_at_ns};
     st.deadline = std::chrono::steady_clock::now() + st.config.step_timeout;
     arm_deadline_check(self);
     st.transport->begin_epoch(id);  // no rank runs a step now: the last one finished or failed
+    st.timeline = step_timeline{j.received_at_ns};
+    st.timeline.dispatched_at_ns = steady_now_ns();
+    st.board = std::make_shared<step_board>(st.current_step, static_cast<int32_t>(st.ranks.size()), st.config.policy,
+                                            st.current_reply.sink, st.journal, st.timeline);
     for (size_t r = 0; r < st.ranks.size(); ++r) {
         const auto rank = static_cast<int32_t>(r);
-        self->request(st.ranks[r], caf::infinite, run_step_msg{st.current_step})
+        self->request(st.ranks[r], caf::infinite, run_step_msg{st.current_step, st.board})
             .then([self, id](rank_result& result) { on_rank_result(self, id, result); },
                   [self, id, rank](caf::error& e) { on_rank_error(self, id, rank, e); });
     }
-    st.timeline.dispatched_at_ns = steady_now_ns();
 }
 
 // Registration and release go to every rank; the first failure answers the job.
@@ -388,7 +355,7 @@ coordinator_actor_type::behavior_type coordinator_actor(coordinator* self, group
             enqueue(std::move(j));
             return promise;
         },
-        [self](desync_query&) -> desync_log { return desync_log{self->state.desyncs}; },
+        [self](desync_query&) -> desync_log { return desync_log{self->state.journal->latest()}; },
         [self](deadline_check_atom) { check_deadline(self); },
         [self](fault_msg& m) -> caf::result<op_ack> {
             if (m.rank < 0 || static_cast<size_t>(m.rank) >= self->state.ranks.size()) {

@@ -3,7 +3,9 @@
 // replies come in submission order and a rank never sees a registration overtake a step. A step
 // is validated, planned (pad_bs, reqs_per_rank, shards), fanned out to the ranks with response
 // promises and a timeout, and answered exactly once: rank 0's outputs after the digest check and
-// the rank-0 policy, or a typed error naming the field, the rank or the step.
+// the rank-0 policy, or a typed error naming the field, the rank or the step. The ranks' results
+// meet on the step's board (step_board.h), which answers a library caller as soon as the last
+// rank files; the coordinator answers other clients and sends the commits.
 //
 // Messages: submit_msg -> step_answer; register_msg / release_msg / health_msg -> op_ack; desync_query ->
 // desync_log; fault_msg -> op_ack (forwarded to the rank: a test hook).

@@ -53,9 +53,13 @@ struct desync_log {
     std::vector<desync_event> events;
 };
 
-// Coordinator -> rank: run a planned step.
+class step_board;
+
+// Coordinator -> rank: run a planned step, and file a successful result on `board`
+// (actors/step_board.h) before answering.
 struct run_step_msg {
     std::shared_ptr<const dist_step> step;
+    std::shared_ptr<step_board> board;
 };
 
 // Rank -> coordinator: a rank's outputs (or why it failed) and their digest.

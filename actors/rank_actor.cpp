@@ -11,6 +11,7 @@
 #include "actors/log.h"
 #include "actors/messages.h"
 #include "actors/rank_engine.h"
+#include "actors/step_board.h"
 #include "config/fault_plan.h"
 #include "transport/faulty_transport.h"
 
@@ -104,8 +105,10 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
                 result.outputs = outputs;
                 st.last_outputs = outputs;
             }
-            // Answered now, so that the rank can poll for the coordinator's next message.
+            // Answered now, so that the rank can poll for the coordinator's next message. Filed
+            // first: the last rank to file answers a library caller itself (step_board.h).
             result.timing.rank_answered_at_ns = steady_now_ns();
+            if (m.board) m.board->file(result);
             self->make_response_promise<rank_result>().deliver(std::move(result));
             poll_mailbox(self, spin);
             return caf::delegated<rank_result>{};

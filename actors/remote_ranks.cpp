@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "actors/log.h"
+#include "actors/step_board.h"
 #include "transport/tcp_bootstrap.h"
 
 namespace ds {
@@ -291,7 +292,7 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
             });
             self->request(s.ranks[static_cast<size_t>(rank)], s.config.step_timeout, std::move(msg))
                 .then(
-                    [self, key, promise](remote_result& r) mutable {
+                    [self, key, promise, board = m.board](remote_result& r) mutable {
                         if (!untrack(self, key)) return;
                         rank_result result;
                         result.rank = r.rank;
@@ -301,6 +302,7 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
                         result.digest = r.digest;
                         result.outputs = std::make_shared<const step_outputs>(std::move(r.outputs));
                         result.timing = r.timing;
+                        if (board) board->file(result);  // before answering, as rank actors do
                         promise.deliver(std::move(result));
                     },
                     [self, key, promise, rank, step_id](caf::error& e) mutable {

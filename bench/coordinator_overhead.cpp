@@ -162,8 +162,8 @@ std::unique_ptr<ds::group> make_group(benchmark::State& state, const workload& w
 
 // The hops of a step, in order, from the caller's submit to its return: the time between
 // consecutive hop_ends (ranks start and answer in parallel: the latest of each counts).
-const std::vector<const char*> kHops = {"caller->coordinator", "plan+send", "->last rank began", "last rank's step",
-                                        "->coordinator has it", "->coordinator answered", "->future set", "->caller woke"};
+const std::vector<const char*> kHops = {"caller->coordinator", "plan", "send->last rank began", "last rank's step",
+                                        "->last result filed", "->digests compared", "->future set", "->caller woke"};
 
 std::vector<int64_t> hop_ends(int64_t start, const ds::step_reply& reply, int64_t end) {
     return {start,

@@ -47,14 +47,15 @@ struct step_timing {
     int64_t rank_answered_at_ns = 0;
 };
 
-// When the coordinator passed a step on, on steady_clock in nanoseconds:
-// with step_timing's, where a step's time outside the ranks goes (bench_coordinator_overhead).
+// Where a step was when, on steady_clock in nanoseconds: with step_timing's, where a step's time
+// outside the ranks goes (bench_coordinator_overhead). The last three are stamped by the thread
+// that settles the step: the last rank to file its result, usually (actors/step_board.h).
 struct step_timeline {
     int64_t received_at_ns = 0;    // the coordinator took the step
-    int64_t dispatched_at_ns = 0;  // ... had sent every rank its message
-    int64_t results_in_at_ns = 0;  // ... took the last rank's result off its mailbox
-    int64_t answered_at_ns = 0;    // ... answered, digests compared
-    int64_t delivered_at_ns = 0;   // ... fulfilled the library caller's future (0 for other clients)
+    int64_t dispatched_at_ns = 0;  // ... had planned it and began sending the ranks their messages
+    int64_t results_in_at_ns = 0;  // the last rank's result was filed
+    int64_t answered_at_ns = 0;    // digests compared, desyncs recorded
+    int64_t delivered_at_ns = 0;   // the library caller's future was about to be fulfilled (0 for other clients)
 };
 
 inline int64_t steady_now_ns() {
