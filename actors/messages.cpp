@@ -1,6 +1,14 @@
 #include "actors/messages.h"
 
+#include "actors/log.h"
+
+#include <pthread.h>
+#include <time.h>
+
 #include <algorithm>
+#include <chrono>
+#include <future>
+#include <thread>
 
 namespace ds {
 
@@ -41,15 +49,66 @@ status to_status(const caf::error& e, const std::string& what) {
     return {status_code::aborted, what + ": " + caf::to_string(e)};
 }
 
+// CAF's workers count polls of their job queue, not time, and a poll's cost differs between
+// machines (about 20 ns on a 2-core EPYC VM, less on faster hosts, where a count fixed for the VM
+// made the coordinator's worker fall asleep mid-step and cost a thread wake-up per hop). So the
+// count for `spin_us` is measured once per process: a throwaway actor system's one worker polls
+// kCalibrationPolls times after running an actor that notes its thread's CPU clock, then sleeps;
+// its CPU time meanwhile is the polls' time.
+int64_t caf_polls_per_microsecond() {
+    static const int64_t measured = [] {
+        constexpr int64_t kCalibrationPolls = 1'000'000;
+        constexpr int64_t kFallbackPollsPerMicrosecond = 50;  // the 2-core VM's figure
+        auto cpu_us = [](clockid_t clock) {
+            timespec t{};
+            ::clock_gettime(clock, &t);
+            return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) * 1e-3;
+        };
+        caf::actor_system_config cfg;
+        cfg.set("scheduler.max-threads", 1);
+        cfg.set("work-stealing.aggressive-poll-attempts", kCalibrationPolls);
+        cfg.set("work-stealing.moderate-poll-attempts", 0);
+        caf::actor_system system{cfg};
+        std::promise<clockid_t> worker_clock;
+        std::future<clockid_t> noted = worker_clock.get_future();
+        system.spawn([&worker_clock] {
+            clockid_t clock{};
+            pthread_getcpuclockid(pthread_self(), &clock);
+            worker_clock.set_value(clock);
+        });
+        if (noted.wait_for(std::chrono::seconds(5)) != std::future_status::ready) return kFallbackPollsPerMicrosecond;
+        const clockid_t clock = noted.get();
+        const double start = cpu_us(clock);
+        // Polling ends when the worker's CPU time stops growing (its relaxed sleeps wake it
+        // briefly every 10 ms: allow for that).
+        double last = start;
+        for (int quiet = 0, round = 0; quiet < 3 && round < 2000; ++round) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            const double now = cpu_us(clock);
+            quiet = now - last < 200.0 ? quiet + 1 : 0;
+            last = now;
+        }
+        const double spun_us = last - start;
+        return spun_us > 0 ? std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(kCalibrationPolls) / spun_us))
+                           : kFallbackPollsPerMicrosecond;
+    }();
+    return measured;
+}
+
 caf::actor_system_config& configure_actor_system(caf::actor_system_config& cfg, const scheduler_config& scheduler) {
     cfg.add_message_types<caf::id_block::distsample>();
-    // The shared scheduler only runs the coordinator and the client: one worker is plenty. CAF
-    // counts polls, not time: an empty poll takes about 20 ns (18-24 ns measured on a 2-core EPYC
-    // VM). No "moderate" polling: it sleeps `moderate-sleep-duration` (50 us plus the kernel's
-    // timer slack) between polls, which a message arriving then waits out.
-    constexpr int64_t kPollsPerMicrosecond = 50;
+    // The shared scheduler only runs the coordinator (and, in a coordinator process, the
+    // membership actor and the proxies): one worker is plenty. No "moderate" polling: it sleeps
+    // `moderate-sleep-duration` (50 us plus the kernel's timer slack) between polls, which a
+    // message arriving then waits out.
     cfg.set("scheduler.max-threads", scheduler.threads);
-    cfg.set("work-stealing.aggressive-poll-attempts", std::max<int64_t>(1, int64_t{scheduler.spin_us} * kPollsPerMicrosecond));
+    int64_t polls = 1;
+    if (scheduler.spin_us > 0) {
+        polls = int64_t{scheduler.spin_us} * caf_polls_per_microsecond();
+        coordinator_log().info("scheduler: {} polls of the job queue per microsecond here; an idle worker polls {} times ({} us)",
+                               caf_polls_per_microsecond(), polls, scheduler.spin_us);
+    }
+    cfg.set("work-stealing.aggressive-poll-attempts", polls);
     cfg.set("work-stealing.moderate-poll-attempts", 0);
     return cfg;
 }
