@@ -66,6 +66,7 @@ transport_config rank_transport_config(const group_config& config) {
     t.max_collective_bytes = static_cast<size_t>(max_rows) * 512 * sizeof(uint64_t);
     t.timeout = config.transport_timeout;
     t.ucx_device_memory = config.ucx_device_memory;
+    t.ucx_peer_error_handling = config.ucx_peer_error_handling;
     t.backend_on_device = config.backend == "cuda" && config.mode != dist_mode::sharded;
     return t;
 }

@@ -77,9 +77,8 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
     config.timeout = std::chrono::milliseconds(30000);
     ds::tcp_bootstrap boot("127.0.0.1", port, rank, o.tp, config.timeout);
     std::unique_ptr<ds::ucx_endpoint> endpoint;
-    ds::ucx_options ucx;
-    ucx.peer_error_handling = o.peer_error_handling;
-    if (ds::status s = ds::ucx_endpoint::create(config, boot, ucx, endpoint); !s.is_ok()) {
+    config.ucx_peer_error_handling = o.peer_error_handling;
+    if (ds::status s = ds::ucx_endpoint::create(config, boot, endpoint); !s.is_ok()) {
         fmt::print(stderr, "rank {}: {}\n", rank, s.message);
         return 1;
     }

@@ -23,6 +23,21 @@ group_key millis_key(const char* key, std::chrono::milliseconds group_config::*f
             }};
 }
 
+// true or false: a JSON boolean in a file, the word from the environment or a flag.
+group_key bool_key(const char* key, bool group_config::*field) {
+    return {key, [field](const group_config& c) { return json(c.*field); },
+            [field](const std::string& k, const raw_value& v, group_config& c) {
+                if (v.value.is_boolean()) {
+                    c.*field = v.value.get<bool>();
+                    return std::string{};
+                }
+                std::string word;
+                std::string e = v.text ? read_choice(k, v, {"true", "false"}, word) : bad(k, v, "true or false");
+                if (e.empty()) c.*field = word == "true";
+                return e;
+            }};
+}
+
 const std::vector<group_key>& keys() {
     static const std::vector<group_key> table = {
         int_key<group_config>("tp", &group_config::tp, 1, 1024),
@@ -48,6 +63,7 @@ const std::vector<group_key>& keys() {
              if (e.empty()) parse_ucx_memory_mode(name, c.ucx_device_memory);
              return e;
          }},
+        bool_key("ucx_peer_error_handling", &group_config::ucx_peer_error_handling),
         {"mode", [](const group_config& c) { return json(mode_name(c.mode)); },
          [](const std::string& k, const raw_value& v, group_config& c) {
              std::string name;
@@ -116,17 +132,7 @@ const std::vector<group_key>& fault_keys() {
              return texts;
          },
          [](const std::string& k, const raw_value& v, group_config& c) { return read_fault_specs(k, v, c.faults); }},
-        {"payload_checksums", [](const group_config& c) { return json(c.payload_checksums); },
-         [](const std::string& k, const raw_value& v, group_config& c) {
-             if (v.value.is_boolean()) {
-                 c.payload_checksums = v.value.get<bool>();
-                 return std::string{};
-             }
-             std::string word;
-             std::string e = v.text ? read_choice(k, v, {"true", "false"}, word) : bad(k, v, "true or false");
-             if (e.empty()) c.payload_checksums = word == "true";
-             return e;
-         }},
+        bool_key("payload_checksums", &group_config::payload_checksums),
     };
     return table;
 }

@@ -94,7 +94,7 @@ status make_rank_transport(const std::string& name, [[maybe_unused]] const trans
     if (name != "auto" && name != "ucx") return unknown(name);
 #ifdef DISTSAMPLE_HAVE_UCX
     std::unique_ptr<ucx_endpoint> endpoint;
-    if (status s = ucx_endpoint::create(config, boot, {}, endpoint); !s.is_ok()) return s;
+    if (status s = ucx_endpoint::create(config, boot, endpoint); !s.is_ok()) return s;
     out = std::move(endpoint);
     return status::success();
 #else

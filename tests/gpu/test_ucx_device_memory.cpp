@@ -197,10 +197,9 @@ status swap_device_shard(int32_t r, uint16_t port, bool peer_error_handling) {
     std::shared_ptr<void> shard_device;
     status s = cuda::upload_to_device(shard_host.data(), shard_host.size() * sizeof(float), shard_device);
     tcp_bootstrap boot("127.0.0.1", port, r, kDirectWorld, config.timeout);
-    ucx_options options;
-    options.peer_error_handling = peer_error_handling;
+    config.ucx_peer_error_handling = peer_error_handling;
     std::unique_ptr<ucx_endpoint> endpoint;
-    if (s.is_ok()) s = ucx_endpoint::create(config, boot, options, endpoint);
+    if (s.is_ok()) s = ucx_endpoint::create(config, boot, endpoint);
     logits_view rows;
     const logits_view shard{shard_device.get(), logits_dtype::f32, kDirectRows, kShardVocab, kShardVocab, true};
     if (s.is_ok()) s = endpoint->swap_batch_vocab(shard, int64_t{r} * kDirectRowsPerRank, kDirectRowsPerRank, rows);

@@ -34,15 +34,21 @@ bool cuda_backend_runs() {
 }
 
 // Rank processes that sample on the GPU (`--backend cuda`): each uploads its shard and swaps it over
-// UCX, in GPU memory where its UCX can put GPU memory between the processes (`auto`: `direct` over
-// cuda_ipc with libucx-cu13, two processes on one GPU; else staged through pinned host buffers).
-// The tokens equal `distsample kernel`; every rank's log names the path it took. Skips without a
-// GPU; DS_EXPECT_UCX_DEVICE_PATH=direct (tools/gpu-run.sh run --ucx-cu13) requires `direct`.
-TEST_F(RemoteRanks, CudaRanksSwapTheirShardsOverUcxAndEqualTheKernel) {
+// UCX with ucx_device_memory = auto, with UCX's peer error handling on (the default) and off. The
+// tokens equal `distsample kernel`; every rank's log names the memory path it took. Off, UCX may
+// reach the other processes on the GPU over cuda_ipc, so `auto` puts GPU memory to GPU memory
+// (`direct`) where its UCX has CUDA (libucx-cu13); on, only InfiniBand (rc/dc) puts GPU memory,
+// else the ranks stage through pinned host buffers. Skips without a GPU;
+// DS_EXPECT_UCX_DEVICE_PATH=direct (tools/gpu-run.sh run --ucx-cu13) requires `direct` when off.
+class CudaRankProcesses : public RemoteRanks, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(CudaRankProcesses, SwapTheirShardsOverUcxAndEqualTheKernel) {
     if (!cuda_backend_runs()) {
         GTEST_SKIP() << "distsample kernel --backend cuda does not run here (no GPU, or built without CUDA)";
     }
-    extra_args_ = {"--backend", "cuda", "--set", "ucx_device_memory=auto"};
+    const bool peer_error_handling = GetParam();
+    extra_args_ = {"--backend", "cuda", "--set", "ucx_device_memory=auto", "--set",
+                   std::string("ucx_peer_error_handling=") + (peer_error_handling ? "true" : "false")};
     start_group("swap");
     const json sample = random_step(false, 11);
     expect_same_outputs(call_until_ok("sample", sample, milliseconds(30000)), kernel_output("sample", sample));
@@ -51,17 +57,21 @@ TEST_F(RemoteRanks, CudaRanksSwapTheirShardsOverUcxAndEqualTheKernel) {
         expect_same_outputs(call("verify", verify), kernel_output("verify", verify));
     }
     const char* expected = std::getenv("DS_EXPECT_UCX_DEVICE_PATH");
+    const std::string want = !peer_error_handling && expected != nullptr ? expected : "";
     for (int r = 0; r < kTp; ++r) {
         const std::string log = slurp(test_stem() + "_rank" + std::to_string(r) + ".log");
         const size_t at = log.find("ucx swaps ");
         ASSERT_NE(at, std::string::npos) << "rank " << r << " did not log its memory path:\n" << log;
         const std::string line = log.substr(at, log.find('\n', at) - at);
         std::printf("rank %d: %s\n", r, line.c_str());
-        if (expected != nullptr) {
-            EXPECT_EQ(line.rfind(std::string("ucx swaps ") + expected + " memory", 0), 0u) << line;
+        if (!want.empty()) {
+            EXPECT_EQ(line.rfind("ucx swaps " + want + " memory", 0), 0u) << line;
         }
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(Ucx, CudaRankProcesses, ::testing::Bool(),
+                         [](const auto& param_info) { return std::string(param_info.param ? "PeerErrorHandling" : "NoPeerErrorHandling"); });
 
 TEST_F(RemoteRanks, AKilledRankFailsTheStepInFlightNamingItAndARestartedRankReFormsTheGroup) {
     start_group("swap");

@@ -79,7 +79,7 @@ std::vector<status> on_ucx_threads(const transport_config& config, const std::fu
         threads.emplace_back([&, r] {
             tcp_bootstrap boot("127.0.0.1", rendezvous.port(), r, config.world_size, config.timeout);
             std::unique_ptr<ucx_endpoint> endpoint;
-            status s = ucx_endpoint::create(config, boot, {}, endpoint);
+            status s = ucx_endpoint::create(config, boot, endpoint);
             if (s.is_ok()) s = body(r, *endpoint);
             results[static_cast<size_t>(r)] = s;
         });
@@ -308,7 +308,7 @@ TEST(UcxTransport, APeerThatCannotStartIsNamedAtOnce) {
         threads.emplace_back([&, r] {
             tcp_bootstrap boot("127.0.0.1", rendezvous.port(), r, config.world_size, config.timeout);
             std::unique_ptr<ucx_endpoint> endpoint;
-            results[r] = ucx_endpoint::create(r == 0 ? refused : config, boot, {}, endpoint);
+            results[r] = ucx_endpoint::create(r == 0 ? refused : config, boot, endpoint);
         });
     }
     for (std::thread& t : threads) t.join();

@@ -105,7 +105,6 @@ struct ucx_endpoint::resources {
     ucp_worker_h worker = nullptr;
     int event_fd = -1;  // the worker's wake-up descriptor
     ucp_mem_h memory[2] = {nullptr, nullptr};  // per region (ucx_endpoint::region)
-    bool peer_error_handling = true;
     std::vector<ucp_ep_h> eps;                 // per rank; null for this rank
     std::vector<ucp_rkey_h> rkeys[2];          // per region, per rank; null for this rank
     std::vector<uint64_t> remote_base[2];      // per region, per rank: the peer's region address
@@ -118,21 +117,19 @@ struct ucx_endpoint::resources {
 ucx_endpoint::ucx_endpoint(const transport_config& config, int32_t rank)
     : config_(config), rank_(rank), ucx_(std::make_unique<resources>()) {}
 
-status ucx_endpoint::create(const transport_config& config, bootstrap& boot, const ucx_options& options,
-                            std::unique_ptr<ucx_endpoint>& out) {
+status ucx_endpoint::create(const transport_config& config, bootstrap& boot, std::unique_ptr<ucx_endpoint>& out) {
     if (std::string e = config.validate(); !e.empty()) return status::invalid(e);
     if (boot.world_size() != config.world_size) {
         return status::invalid(fmt::format("bootstrap world_size = {}: expected the transport's {}", boot.world_size(),
                                            config.world_size));
     }
     std::unique_ptr<ucx_endpoint> endpoint(new ucx_endpoint(config, boot.rank()));
-    if (status s = endpoint->setup(boot, options); !s.is_ok()) return s;
+    if (status s = endpoint->setup(boot); !s.is_ok()) return s;
     out = std::move(endpoint);
     return status::success();
 }
 
-status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
-    ucx_->peer_error_handling = options.peer_error_handling;  // the memory path depends on it
+status ucx_endpoint::setup(bootstrap& boot) {
     std::string mine;
     const status prepared = prepare(mine);
     // A rank that cannot start still takes part in the exchange, with an empty blob, so that its
@@ -141,7 +138,7 @@ status ucx_endpoint::setup(bootstrap& boot, const ucx_options& options) {
     const status exchanged = boot.exchange(prepared.is_ok() ? mine : std::string(), blobs);
     if (!prepared.is_ok()) return prepared;
     if (!exchanged.is_ok()) return exchanged;
-    return connect(options, blobs);
+    return connect(blobs);
 }
 
 status ucx_endpoint::prepare(std::string& mine) {
@@ -216,7 +213,7 @@ status ucx_endpoint::prepare(std::string& mine) {
     return status::success();
 }
 
-status ucx_endpoint::connect(const ucx_options& options, const std::vector<std::string>& blobs) {
+status ucx_endpoint::connect(const std::vector<std::string>& blobs) {
     const int32_t world = config_.world_size;
     const std::size_t swap_bytes = swap_region_bytes();
     resources& u = *ucx_;
@@ -251,7 +248,7 @@ status ucx_endpoint::connect(const ucx_options& options, const std::vector<std::
         ucp_ep_params_t ep_params{};
         ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
         ep_params.address = reinterpret_cast<const ucp_address_t*>(swap_rkey + theirs.swap_rkey_bytes);
-        if (options.peer_error_handling) {
+        if (config_.ucx_peer_error_handling) {
             ep_params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
             ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
             ep_params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t st) {
@@ -280,7 +277,7 @@ status ucx_endpoint::connect(const ucx_options& options, const std::vector<std::
         const int32_t next = (rank_ + 1) % world;
         transport_summary_ = summarize_lanes(printed([&](FILE* stream) { ucp_ep_print_info(u.eps[static_cast<size_t>(next)], stream); }));
         // The context offered a GPU transport, but this peer is reached another way.
-        if (memory_path_ == ucx_memory_path::direct && !carries_gpu_memory(transport_summary_, u.peer_error_handling)) {
+        if (memory_path_ == ucx_memory_path::direct && !carries_gpu_memory(transport_summary_, config_.ucx_peer_error_handling)) {
             return {status_code::unsupported,
                     fmt::format("rank {}: ucx_device_memory resolved to 'direct', but UCX reaches rank {} over {}, which cannot put GPU "
                                 "memory; set ucx_device_memory = staged (config key ucx_device_memory, DISTSAMPLE_UCX_DEVICE_MEMORY or "
@@ -291,7 +288,7 @@ status ucx_endpoint::connect(const ucx_options& options, const std::vector<std::
     transport_log().info("rank {}: ucx transport ready, {} ranks, {} KiB registered ({} swap buffers), peer error handling {}, to rank {} "
                          "over {}",
                          rank_, world, (control_.size() + swap_bytes) >> 10, ucx_memory_path_name(memory_path_),
-                         options.peer_error_handling ? "on" : "off",
+                         config_.ucx_peer_error_handling ? "on" : "off",
                          (rank_ + 1) % world, transport_summary_.empty() ? "(none)" : transport_summary_);
     return status::success();
 }
@@ -307,7 +304,7 @@ status ucx_endpoint::choose_memory_path() {
     // The context's transports matter only where GPU memory could be put at all.
     facts.gpu_transport = facts.backend_on_device && facts.ucx_has_cuda &&
                           carries_gpu_memory(printed([&](FILE* stream) { ucp_context_print_info(ucx_->context, stream); }),
-                                             ucx_->peer_error_handling);
+                                             config_.ucx_peer_error_handling);
     facts.ucx_version = ucp_get_version_string();
     ucx_memory_choice choice;
     if (status s = choose_ucx_memory_path(config_.ucx_device_memory, facts, choice); !s.is_ok()) {
@@ -330,7 +327,7 @@ ucx_endpoint::~ucx_endpoint() {
         // Force-closing (no goodbye to the peer) needs peer error handling on both sides.
         ucp_request_param_t close{};
         close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        close.flags = u.peer_error_handling ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        close.flags = config_.ucx_peer_error_handling ? UCP_EP_CLOSE_FLAG_FORCE : 0;
         void* request = ucp_ep_close_nbx(ep, &close);
         if (!UCS_PTR_IS_PTR(request)) continue;
         const auto deadline = clock::now() + kCloseTimeout;

@@ -12,8 +12,9 @@
 //
 // Peer failure: endpoints use UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails the call with an
 // error naming its rank instead of a hang (with Debian's UCX 1.13 this drops the shared-memory
-// transports and traffic goes over tcp, DESIGN.md §8; `peer_error_handling = false` keeps shm for
-// benchmarks). A wait past the timeout fails naming the ranks whose flags are missing, or whose
+// transports and traffic goes over tcp, DESIGN.md §8; transport_config::ucx_peer_error_handling
+// = false keeps shared memory, and cuda_ipc for GPU memory, and leaves a dead peer to the
+// timeout). A wait past the timeout fails naming the ranks whose flags are missing, or whose
 // endpoints have not acknowledged this rank's puts. abort() may
 // be called from any thread and wakes the waiter. After a failure the endpoint stays failed until
 // set_epoch starts a new epoch (ranks as threads of one process: ucx_group.h); a dead peer stays
@@ -41,17 +42,12 @@
 
 namespace ds {
 
-struct ucx_options {
-    bool peer_error_handling = true;
-};
-
 class ucx_endpoint final : public transport {
    public:
     // Creates this rank's UCX context, worker and registered region, exchanges addresses and
     // rkeys through `boot`, connects to every peer and meets them in a barrier (bounded by
     // config.timeout). Logs the chosen transports.
-    static status create(const transport_config& config, bootstrap& boot, const ucx_options& options,
-                         std::unique_ptr<ucx_endpoint>& out);
+    static status create(const transport_config& config, bootstrap& boot, std::unique_ptr<ucx_endpoint>& out);
     ~ucx_endpoint() override;
     ucx_endpoint(const ucx_endpoint&) = delete;
     ucx_endpoint& operator=(const ucx_endpoint&) = delete;
@@ -96,9 +92,9 @@ class ucx_endpoint final : public transport {
 
     // prepare (context, memory path, worker, registered regions: this rank's blob), the
     // bootstrap exchange, then connect (endpoints to the peers, their rkeys, a first barrier).
-    status setup(bootstrap& boot, const ucx_options& options);
+    status setup(bootstrap& boot);
     status prepare(std::string& mine);
-    status connect(const ucx_options& options, const std::vector<std::string>& blobs);
+    status connect(const std::vector<std::string>& blobs);
     // Asks the UCX context for CUDA support, resolves config_.ucx_device_memory, logs the choice.
     status choose_memory_path();
     // One collective: issue_puts(parity) puts this rank's data into the peers' areas of that
