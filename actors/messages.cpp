@@ -71,11 +71,15 @@ int64_t caf_polls_per_microsecond() {
         caf::actor_system system{cfg};
         std::promise<clockid_t> worker_clock;
         std::future<clockid_t> noted = worker_clock.get_future();
-        system.spawn([&worker_clock] {
-            clockid_t clock{};
-            pthread_getcpuclockid(pthread_self(), &clock);
-            worker_clock.set_value(clock);
-        });
+        // The promise goes in as an argument: CAF 0.17 binds an empty argument pack through a
+        // null pointer, which UBSan reports.
+        system.spawn(
+            [](caf::event_based_actor*, std::promise<clockid_t>* out) {
+                clockid_t clock{};
+                pthread_getcpuclockid(pthread_self(), &clock);
+                out->set_value(clock);
+            },
+            &worker_clock);
         if (noted.wait_for(std::chrono::seconds(5)) != std::future_status::ready) return kFallbackPollsPerMicrosecond;
         const clockid_t clock = noted.get();
         const double start = cpu_us(clock);
