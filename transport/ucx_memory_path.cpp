@@ -13,9 +13,8 @@ const char* ucx_memory_path_name(ucx_memory_path path) {
     return "unknown";
 }
 
-bool carries_gpu_memory(const std::string& ucx_text, bool peer_error_handling) {
-    const bool rdma = ucx_text.find("rc_") != std::string::npos || ucx_text.find("dc_") != std::string::npos;
-    return rdma || (!peer_error_handling && ucx_text.find("cuda_ipc") != std::string::npos);
+bool carries_gpu_memory(const std::string& ucx_text) {
+    return ucx_text.find("rc_") != std::string::npos || ucx_text.find("dc_") != std::string::npos;
 }
 
 status choose_ucx_memory_path(ucx_memory_mode requested, const ucx_memory_facts& facts, ucx_memory_choice& out) {
@@ -39,8 +38,8 @@ status choose_ucx_memory_path(ucx_memory_mode requested, const ucx_memory_facts&
         missing = fmt::format("the loaded UCX {} reports no CUDA memory support (Debian's UCX has none; a CUDA-enabled UCX "
                               "such as the libucx-cu13 wheel does)", facts.ucx_version);
     } else if (!facts.gpu_transport) {
-        missing = fmt::format("the loaded UCX {} has no transport here that puts GPU memory while it detects peer failure "
-                              "(InfiniBand rc/dc; cuda_ipc has no peer error handling; tcp and shared memory are not trusted with it)",
+        missing = fmt::format("the loaded UCX {} has no transport here that is trusted to put GPU memory (InfiniBand rc/dc; "
+                              "over tcp, shared memory and cuda_ipc the direct swap crashed with UCX 1.22)",
                               facts.ucx_version);
     }
     if (requested == ucx_memory_mode::staged) {

@@ -10,13 +10,11 @@
 //   cuda      direct       yes (and a CUDA build)    direct
 //   cuda      direct       no                        error: says why, and to set staged or auto
 //
-// "UCX reports CUDA memory" also needs a transport that puts GPU memory while UCX watches for peer
-// failure: InfiniBand rc/dc (GPUDirect RDMA), or cuda_ipc when peer error handling is off (it has
-// none). With only tcp and shared memory, `direct` is not offered: on the H200 with the
-// libucx-cu13 wheel (2026-12-03), 2 rank threads died in their first direct swap both over tcp/lo
-// (peer error handling on) and over sysv/posix/cma (off: UCX gave the two contexts of one process
-// no cuda_ipc lane), a segfault in the put. The endpoint refuses `direct` again once it sees the
-// lanes it got.
+// "UCX reports CUDA memory" also needs a transport trusted to put GPU memory: InfiniBand rc/dc
+// (GPUDirect RDMA). Over everything else UCX offered on the H200 with the libucx-cu13 wheel
+// (2026-12-03) the first direct swap died of a segfault: tcp/lo (peer error handling on),
+// sysv/posix/cma (off, two contexts of one process) and cuda_ipc (off, two processes on one GPU).
+// The endpoint refuses `direct` again once it sees the lanes it got.
 //
 // Pure, so the rules are tested without a GPU; the ucx endpoint asks UCX and logs the choice.
 #pragma once
@@ -51,9 +49,8 @@ struct ucx_memory_choice {
 };
 
 // Whether UCX transports named in `ucx_text` (ucp_context_print_info's resources, or an
-// endpoint's lanes) can put GPU memory: rc/dc (GPUDirect RDMA), or cuda_ipc without peer error
-// handling.
-bool carries_gpu_memory(const std::string& ucx_text, bool peer_error_handling);
+// endpoint's lanes) are trusted to put GPU memory: rc/dc (GPUDirect RDMA).
+bool carries_gpu_memory(const std::string& ucx_text);
 
 // The path for `requested`, or an unsupported status saying why and what to set instead.
 status choose_ucx_memory_path(ucx_memory_mode requested, const ucx_memory_facts& facts, ucx_memory_choice& out);

@@ -4,7 +4,9 @@
 // (device → pinned host → UCX on host memory) and once with direct (UCX puts GPU memory to GPU
 // memory). The tokens, accept indices and error flags equal the cpu backend's over the local
 // transport; logprobs agree within 1e-5. Below the group, two endpoints swap device shards with
-// `direct`, as threads and as two processes on one GPU (where UCX's cuda_ipc can put GPU memory).
+// `direct`, as threads and as two processes on one GPU; they skip, saying why, where UCX has no
+// transport trusted with GPU memory (InfiniBand rc/dc): on the H200 the direct swap segfaulted over
+// every lane UCX 1.22 offered there, cuda_ipc between two processes included (2026-12-03).
 //
 // Skips without a GPU. `direct` skips, saying why, where the loaded UCX has no CUDA support
 // (Debian's); DS_EXPECT_UCX_DEVICE_PATH=direct (tools/gpu-run.sh run --ucx-cu13) makes that a
@@ -241,8 +243,8 @@ TEST(UcxDirect, SwapWithoutPeerErrorHandlingMovesDeviceRowsExactly) {
 }
 
 // The same with each rank in a process of its own (this binary, started with "direct-rank"), as
-// rank processes run: two processes on one GPU is where UCX offers cuda_ipc, which puts GPU memory
-// to GPU memory. With peer error handling on (what the group uses) and off.
+// rank processes run: two processes on one GPU is where UCX offers cuda_ipc (with peer error
+// handling off), over which the direct swap segfaulted. With peer error handling on and off.
 class UcxDirectAcrossProcesses : public ::testing::TestWithParam<bool> {};
 
 TEST_P(UcxDirectAcrossProcesses, SwapMovesDeviceRowsExactly) {

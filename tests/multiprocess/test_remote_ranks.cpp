@@ -35,11 +35,11 @@ bool cuda_backend_runs() {
 
 // Rank processes that sample on the GPU (`--backend cuda`): each uploads its shard and swaps it over
 // UCX with ucx_device_memory = auto, with UCX's peer error handling on (the default) and off. The
-// tokens equal `distsample kernel`; every rank's log names the memory path it took. Off, UCX may
-// reach the other processes on the GPU over cuda_ipc, so `auto` puts GPU memory to GPU memory
-// (`direct`) where its UCX has CUDA (libucx-cu13); on, only InfiniBand (rc/dc) puts GPU memory,
-// else the ranks stage through pinned host buffers. Skips without a GPU;
-// DS_EXPECT_UCX_DEVICE_PATH=direct (tools/gpu-run.sh run --ucx-cu13) requires `direct` when off.
+// tokens equal `distsample kernel`; every rank's log names the memory path it took: `direct`
+// where UCX has a transport trusted with GPU memory (InfiniBand rc/dc), else staged through pinned
+// host buffers (on the H200: UCX 1.22 offers cuda_ipc with peer error handling off, but the direct
+// swap segfaulted over it). Skips without a GPU; DS_EXPECT_UCX_DEVICE_PATH=direct requires
+// `direct` with peer error handling off.
 class CudaRankProcesses : public RemoteRanks, public ::testing::WithParamInterface<bool> {};
 
 TEST_P(CudaRankProcesses, SwapTheirShardsOverUcxAndEqualTheKernel) {

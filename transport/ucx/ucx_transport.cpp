@@ -277,7 +277,7 @@ status ucx_endpoint::connect(const std::vector<std::string>& blobs) {
         const int32_t next = (rank_ + 1) % world;
         transport_summary_ = summarize_lanes(printed([&](FILE* stream) { ucp_ep_print_info(u.eps[static_cast<size_t>(next)], stream); }));
         // The context offered a GPU transport, but this peer is reached another way.
-        if (memory_path_ == ucx_memory_path::direct && !carries_gpu_memory(transport_summary_, config_.ucx_peer_error_handling)) {
+        if (memory_path_ == ucx_memory_path::direct && !carries_gpu_memory(transport_summary_)) {
             return {status_code::unsupported,
                     fmt::format("rank {}: ucx_device_memory resolved to 'direct', but UCX reaches rank {} over {}, which cannot put GPU "
                                 "memory; set ucx_device_memory = staged (config key ucx_device_memory, DISTSAMPLE_UCX_DEVICE_MEMORY or "
@@ -303,8 +303,7 @@ status ucx_endpoint::choose_memory_path() {
     facts.ucx_has_cuda = (attributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
     // The context's transports matter only where GPU memory could be put at all.
     facts.gpu_transport = facts.backend_on_device && facts.ucx_has_cuda &&
-                          carries_gpu_memory(printed([&](FILE* stream) { ucp_context_print_info(ucx_->context, stream); }),
-                                             config_.ucx_peer_error_handling);
+                          carries_gpu_memory(printed([&](FILE* stream) { ucp_context_print_info(ucx_->context, stream); }));
     facts.ucx_version = ucp_get_version_string();
     ucx_memory_choice choice;
     if (status s = choose_ucx_memory_path(config_.ucx_device_memory, facts, choice); !s.is_ok()) {
