@@ -289,6 +289,12 @@ void start_fan_out(coordinator* self, job& j, const Msg& msg) {
 
 void pump(coordinator* self) {
     coordinator_state& st = self->state;
+    // Every rank filed its result, which settled the step: complete it now instead of after the
+    // ranks' answers, which may still wait in the mailbox behind this next job.
+    if (st.busy && st.board && st.board->complete() && !st.queue.empty()) {
+        complete_step(self);  // and pumps
+        return;
+    }
     while (!st.busy && !st.queue.empty()) {
         job j = std::move(st.queue.front());
         st.queue.pop_front();

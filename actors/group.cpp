@@ -85,7 +85,11 @@ status group::release(int32_t slot) {
 std::future<step_reply> group::submit(step_request step) {
     auto sink = std::make_shared<step_reply_sink>();
     std::future<step_reply> future = sink->future();
-    caf::anon_send(impl_->coordinator, caller_submit_msg{std::make_shared<const step_request>(std::move(step)), std::move(sink)});
+    // High priority: taken before the previous step's rank answers still in the coordinator's
+    // mailbox (the step's board has answered the caller already). Steps keep their order among
+    // themselves; registrations are waited for (ask), so a step never overtakes one.
+    caf::anon_send<caf::message_priority::high>(
+        impl_->coordinator, caller_submit_msg{std::make_shared<const step_request>(std::move(step)), std::move(sink)});
     return future;
 }
 
