@@ -1,7 +1,5 @@
 #include "actors/messages.h"
 
-#include "actors/log.h"
-
 #include <pthread.h>
 #include <time.h>
 
@@ -9,6 +7,8 @@
 #include <chrono>
 #include <future>
 #include <thread>
+
+#include "actors/log.h"
 
 namespace ds {
 
@@ -50,15 +50,15 @@ status to_status(const caf::error& e, const std::string& what) {
 }
 
 // CAF's workers count polls of their job queue, not time, and a poll's cost differs between
-// machines (about 20 ns on a 2-core EPYC VM, less on faster hosts, where a count fixed for the VM
-// made the coordinator's worker fall asleep mid-step and cost a thread wake-up per hop). So the
+// machines (measured 5 ns on a 2-core EPYC VM, 12 ns on the H200 host; a fixed 50 polls per
+// microsecond let the coordinator's worker fall asleep mid-step, a thread wake-up per hop). So the
 // count for `spin_us` is measured once per process: a throwaway actor system's one worker polls
 // kCalibrationPolls times after running an actor that notes its thread's CPU clock, then sleeps;
 // its CPU time meanwhile is the polls' time.
 int64_t caf_polls_per_microsecond() {
     static const int64_t measured = [] {
         constexpr int64_t kCalibrationPolls = 1'000'000;
-        constexpr int64_t kFallbackPollsPerMicrosecond = 50;  // the 2-core VM's figure
+        constexpr int64_t kFallbackPollsPerMicrosecond = 50;  // the fixed count used before, if the measurement fails
         auto cpu_us = [](clockid_t clock) {
             timespec t{};
             ::clock_gettime(clock, &t);
