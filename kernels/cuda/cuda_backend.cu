@@ -54,7 +54,7 @@ output_layout outputs_for(int32_t bs, int32_t n) {
 struct cuda_backend::impl {
     kernel_config config;
     param_pool pool;
-    cudaStream_t stream = nullptr;
+    cuda_stream stream;
     int streaming_resident_blocks = 1;  // what the GPU holds of the streaming kernel at once
     device_buffer staging_device;
     pinned_buffer staging_host;
@@ -72,10 +72,6 @@ struct cuda_backend::impl {
     step_kind graph_kind = step_kind::sample;
 
     explicit impl(const kernel_config& c) : config(c), pool(c) {}
-    ~impl() {
-        graph.reset();
-        if (stream != nullptr) cudaStreamDestroy(stream);
-    }
 
     size_t max_staging_bytes() const {
         const size_t batch = static_cast<size_t>(config.max_batch);
@@ -190,10 +186,10 @@ struct cuda_backend::impl {
     // The device work of a step: one input copy, the kernel, one output copy. Capturable. (The
     // fault word stays zero until a launch faults; finish() clears it then.)
     status enqueue(const staging_layout& layout, const chain_kernel_params& params) {
-        CUDA_TRY(cudaMemcpyAsync(staging_device.get(), staging_host.get(), layout.total, cudaMemcpyHostToDevice, stream));
-        CUDA_TRY(launch_chain_kernel(params, stream));
+        CUDA_TRY(cudaMemcpyAsync(staging_device.get(), staging_host.get(), layout.total, cudaMemcpyHostToDevice, stream.get()));
+        CUDA_TRY(launch_chain_kernel(params, stream.get()));
         const output_layout out = outputs_for(params.batch_size, params.tokens_per_req);
-        CUDA_TRY(cudaMemcpyAsync(outputs_host.get(), outputs_device.get(), out.total, cudaMemcpyDeviceToHost, stream));
+        CUDA_TRY(cudaMemcpyAsync(outputs_host.get(), outputs_device.get(), out.total, cudaMemcpyDeviceToHost, stream.get()));
         return status::success();
     }
 
@@ -203,12 +199,12 @@ struct cuda_backend::impl {
         CUDA_TRY(cudaMemcpy2DAsync(host_logits_copy.get(), static_cast<size_t>(logits.vocab) * element, logits.data,
                                    static_cast<size_t>(logits.row_stride) * element,
                                    static_cast<size_t>(logits.vocab) * element, static_cast<size_t>(logits.rows),
-                                   cudaMemcpyHostToDevice, stream));
+                                   cudaMemcpyHostToDevice, stream.get()));
         return status::success();
     }
 
     status finish(int32_t bs, int32_t n, bool with_logprobs, const step_output& out) {
-        CUDA_TRY(cudaStreamSynchronize(stream));
+        CUDA_TRY(cudaStreamSynchronize(stream.get()));
         const output_layout layout = outputs_for(bs, n);
         const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
         const auto* host = static_cast<const char*>(outputs_host.get());
@@ -261,7 +257,7 @@ status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_ba
     int device = 0;
     CUDA_TRY(cudaGetDevice(&device));
     CUDA_TRY(streaming_kernel_capacity(device, state->streaming_resident_blocks));
-    CUDA_TRY(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
+    if (status s = state->stream.create(); !s.is_ok()) return s;
     const size_t rows = static_cast<size_t>(config.max_rows());
     const size_t vocab = static_cast<size_t>(config.vocab_size);
     const output_layout max_out = outputs_for(config.max_batch, config.max_tokens_per_req);
@@ -305,7 +301,7 @@ status cuda_backend::capture_graph(const step_input& step, step_kind kind, bool 
     status s = st.stage(step, kind, with_logprobs, st.graph_layout, st.graph_params);
     if (!s.is_ok()) return s;
     if (step.batch_size == 0) return status::invalid("batch_size = 0: nothing to capture");
-    s = st.graph.capture(st.stream, [&] { return st.enqueue(st.graph_layout, st.graph_params); });
+    s = st.graph.capture(st.stream.get(), [&] { return st.enqueue(st.graph_layout, st.graph_params); });
     if (!s.is_ok()) return s;
     st.graph_kind = kind;
     return status::success();
@@ -324,7 +320,7 @@ status cuda_backend::replay_graph(const step_input& step, const step_output& out
             "replay_graph: the step's shape differs from the captured one (batch, N, logits, optional inputs, bias and "
             "penalty sizes, and whether every request is plain greedy must match); capture again");
     }
-    s = st.graph.launch(st.stream);
+    s = st.graph.launch(st.stream.get());
     if (!s.is_ok()) return s;
     return st.finish(step.batch_size, step.tokens_per_req, st.graph_params.logprobs != nullptr, out);
 }
@@ -332,7 +328,7 @@ status cuda_backend::replay_graph(const step_input& step, const step_output& out
 status cuda_backend::time_graph(int iterations, double& microseconds_per_step) {
     impl& st = *impl_;
     if (st.graph.empty()) return status::invalid("time_graph: no graph has been captured");
-    return st.graph.time_replays(st.stream, iterations, microseconds_per_step);
+    return st.graph.time_replays(st.stream.get(), iterations, microseconds_per_step);
 }
 
 status cuda_backend::captured_shape(graph_shape& shape) const {

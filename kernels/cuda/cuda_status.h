@@ -1,6 +1,6 @@
 // CUDA error handling at the kernels/ boundary (DESIGN.md §6): a failed call becomes a status
 // naming the call, the file and the line, after the sticky error is cleared so later calls start
-// clean. Plus RAII owners of device and pinned host memory (move-only), an event timer and a
+// clean. Plus RAII owners of device and pinned host memory (move-only), a stream, an event timer and a
 // captured CUDA graph.
 #pragma once
 
@@ -69,6 +69,26 @@ class pinned_buffer : public cuda_memory<free_pinned> {
         bytes_ = bytes;
         return status::success();
     }
+};
+
+// A non-blocking stream, destroyed with its owner (a graph cannot be captured on the legacy
+// default stream).
+class cuda_stream {
+   public:
+    cuda_stream() = default;
+    cuda_stream(const cuda_stream&) = delete;
+    cuda_stream& operator=(const cuda_stream&) = delete;
+    ~cuda_stream() {
+        if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    }
+    status create() {
+        CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+        return status::success();
+    }
+    cudaStream_t get() const { return stream_; }
+
+   private:
+    cudaStream_t stream_ = nullptr;
 };
 
 // Elapsed device time between two points of a stream, with the events freed on every path.

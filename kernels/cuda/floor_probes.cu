@@ -19,25 +19,6 @@ namespace {
 
 constexpr int kMaxGridMultiple = 4;  // read probe grids: 1..4 times the resident blocks
 
-// The probes' stream (a graph cannot be captured on the legacy default stream).
-class probe_stream {
-   public:
-    probe_stream() = default;
-    probe_stream(const probe_stream&) = delete;
-    probe_stream& operator=(const probe_stream&) = delete;
-    ~probe_stream() {
-        if (stream_ != nullptr) cudaStreamDestroy(stream_);
-    }
-    status create() {
-        CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-        return status::success();
-    }
-    cudaStream_t get() const { return stream_; }
-
-   private:
-    cudaStream_t stream_ = nullptr;
-};
-
 status launch_status() {
     CUDA_TRY(cudaGetLastError());
     return status::success();
@@ -228,7 +209,7 @@ status probe_read_floor(const void* logits, int64_t rows, int32_t vocab, int ite
     CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     CUDA_TRY(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
     device_buffer block_max;
-    probe_stream stream;
+    cuda_stream stream;
     status s = block_max.allocate(static_cast<size_t>(kMaxGridMultiple) * sms * (threads_per_sm / kBlockThreads) * sizeof(float));
     if (s.is_ok()) s = stream.create();
     const auto* data = static_cast<const float4*>(logits);
@@ -253,7 +234,7 @@ status probe_step_overhead(const graph_shape& shape, int iterations, double& mic
     device_buffer staging_device;
     device_buffer outputs_device;
     pinned_buffer outputs_host;
-    probe_stream stream;
+    cuda_stream stream;
     status s = staging_host.allocate(shape.staged_bytes);
     if (s.is_ok()) s = staging_device.allocate(shape.staged_bytes);
     if (s.is_ok()) s = outputs_device.allocate(shape.output_bytes);
@@ -284,7 +265,7 @@ status probe_exact_arithmetic(int64_t rows, int32_t vocab, float temperature, in
         return status::invalid(fmt::format("probe_exact_arithmetic: rows * chunks = {} blocks must be <= {}", blocks, INT_MAX));
     }
     device_buffer block_results;
-    probe_stream stream;
+    cuda_stream stream;
     status s = block_results.allocate(static_cast<size_t>(blocks) * sizeof(uint64_t));
     if (s.is_ok()) s = stream.create();
     if (!s.is_ok()) return s;
