@@ -84,8 +84,8 @@ struct group_config {
     // The ucx transport with the cuda backend: GPU memory over UCX, or staged through the host.
     ucx_memory_mode ucx_device_memory = ucx_memory_mode::automatic;
     // The ucx transport's endpoints detect a failed peer (UCP_ERR_HANDLING_MODE_PEER). Off, UCX
-    // may use the transports without peer error handling (shared memory, cuda_ipc), and a dead
-    // peer is noticed only by transport_timeout.
+    // may use the transports without peer error handling (shared memory; cma is left out), and a
+    // dead peer is noticed only by transport_timeout.
     bool ucx_peer_error_handling = true;
     dist_mode mode = dist_mode::swap;
     rank0_policy policy = rank0_policy::on_mismatch;

@@ -14,7 +14,10 @@ const char* ucx_memory_path_name(ucx_memory_path path) {
 }
 
 bool carries_gpu_memory(const std::string& ucx_text) {
-    return ucx_text.find("rc_") != std::string::npos || ucx_text.find("dc_") != std::string::npos;
+    for (const char* transport : {"cuda_ipc/", "rc_", "dc_"}) {
+        if (ucx_text.find(transport) != std::string::npos) return true;
+    }
+    return false;
 }
 
 status choose_ucx_memory_path(ucx_memory_mode requested, const ucx_memory_facts& facts, ucx_memory_choice& out) {
@@ -38,8 +41,8 @@ status choose_ucx_memory_path(ucx_memory_mode requested, const ucx_memory_facts&
         missing = fmt::format("the loaded UCX {} reports no CUDA memory support (Debian's UCX has none; a CUDA-enabled UCX "
                               "such as the libucx-cu13 wheel does)", facts.ucx_version);
     } else if (!facts.gpu_transport) {
-        missing = fmt::format("the loaded UCX {} has no transport here that is trusted to put GPU memory (InfiniBand rc/dc; "
-                              "over tcp, shared memory and cuda_ipc the direct swap crashed with UCX 1.22)",
+        missing = fmt::format("the loaded UCX {} has no transport here that puts GPU memory (cuda_ipc between processes on "
+                              "one host, or InfiniBand rc/dc)",
                               facts.ucx_version);
     }
     if (requested == ucx_memory_mode::staged) {

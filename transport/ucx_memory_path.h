@@ -10,11 +10,17 @@
 //   cuda      direct       yes (and a CUDA build)    direct
 //   cuda      direct       no                        error: says why, and to set staged or auto
 //
-// "UCX reports CUDA memory" also needs a transport trusted to put GPU memory: InfiniBand rc/dc
-// (GPUDirect RDMA). Over everything else UCX offered on the H200 with the libucx-cu13 wheel
-// (2026-12-03) the first direct swap died of a segfault: tcp/lo (peer error handling on),
-// sysv/posix/cma (off, two contexts of one process) and cuda_ipc (off, two processes on one GPU).
-// The endpoint refuses `direct` again once it sees the lanes it got.
+// "UCX reports CUDA memory" also needs a transport that puts GPU memory: cuda_ipc (processes on
+// one host) or InfiniBand rc/dc (GPUDirect RDMA).
+// Over tcp and shared memory alone `auto` stages and `direct` is refused; the endpoint refuses
+// `direct` again once it sees the lanes it got.
+//
+// On the H200 (UCX 1.22 from the libucx-cu13 wheel, 2026-12-03) the first direct swap died of a
+// segfault on every lane until the cause was found: UCX's memory-type cache learns of CUDA
+// allocations by hooking the driver, missed ours (the CUDA runtime is linked statically), so UCX
+// took device pointers for host memory and read them with the CPU (cma: "Bad address"; shared
+// memory: SIGSEGV). The endpoint of a cuda-backend rank turns that cache off (UCX then asks the
+// driver about each buffer) and names the memory type of every put.
 //
 // Pure, so the rules are tested without a GPU; the ucx endpoint asks UCX and logs the choice.
 #pragma once
@@ -49,7 +55,7 @@ struct ucx_memory_choice {
 };
 
 // Whether UCX transports named in `ucx_text` (ucp_context_print_info's resources, or an
-// endpoint's lanes) are trusted to put GPU memory: rc/dc (GPUDirect RDMA).
+// endpoint's lanes) put GPU memory: cuda_ipc, rc, dc.
 bool carries_gpu_memory(const std::string& ucx_text);
 
 // The path for `requested`, or an unsupported status saying why and what to set instead.

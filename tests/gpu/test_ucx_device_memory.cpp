@@ -5,8 +5,7 @@
 // memory). The tokens, accept indices and error flags equal the cpu backend's over the local
 // transport; logprobs agree within 1e-5. Below the group, two endpoints swap device shards with
 // `direct`, as threads and as two processes on one GPU; they skip, saying why, where UCX has no
-// transport trusted with GPU memory (InfiniBand rc/dc): on the H200 the direct swap segfaulted over
-// every lane UCX 1.22 offered there, cuda_ipc between two processes included (2026-12-03).
+// transport that puts GPU memory (two contexts of one process get no cuda_ipc lane).
 //
 // Skips without a GPU. `direct` skips, saying why, where the loaded UCX has no CUDA support
 // (Debian's); DS_EXPECT_UCX_DEVICE_PATH=direct (tools/gpu-run.sh run --ucx-cu13) makes that a
@@ -223,7 +222,7 @@ status swap_device_shard(int32_t r, uint16_t port, bool peer_error_handling) {
 }
 
 // Both ranks as threads of this process, each with its own UCX context, peer error handling off
-// (on the H200 with libucx-cu13 UCX gives two contexts of one process sysv/posix/cma and no
+// (on the H200 with libucx-cu13 UCX gives two contexts of one process shared memory and no
 // cuda_ipc lane, so this skips there).
 TEST(UcxDirect, SwapWithoutPeerErrorHandlingMovesDeviceRowsExactly) {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
@@ -244,7 +243,7 @@ TEST(UcxDirect, SwapWithoutPeerErrorHandlingMovesDeviceRowsExactly) {
 
 // The same with each rank in a process of its own (this binary, started with "direct-rank"), as
 // rank processes run: two processes on one GPU is where UCX offers cuda_ipc (with peer error
-// handling off), over which the direct swap segfaulted. With peer error handling on and off.
+// handling on and off; the swap segfaulted over it until UCX's memory-type cache was turned off).
 class UcxDirectAcrossProcesses : public ::testing::TestWithParam<bool> {};
 
 TEST_P(UcxDirectAcrossProcesses, SwapMovesDeviceRowsExactly) {

@@ -36,10 +36,9 @@ bool cuda_backend_runs() {
 // Rank processes that sample on the GPU (`--backend cuda`): each uploads its shard and swaps it over
 // UCX with ucx_device_memory = auto, with UCX's peer error handling on (the default) and off. The
 // tokens equal `distsample kernel`; every rank's log names the memory path it took: `direct`
-// where UCX has a transport trusted with GPU memory (InfiniBand rc/dc), else staged through pinned
-// host buffers (on the H200: UCX 1.22 offers cuda_ipc with peer error handling off, but the direct
-// swap segfaulted over it). Skips without a GPU; DS_EXPECT_UCX_DEVICE_PATH=direct requires
-// `direct` with peer error handling off.
+// where UCX has a transport that puts GPU memory (on the H200 with the libucx-cu13 wheel: cuda_ipc,
+// both ways), else staged through pinned host buffers. Skips without a GPU;
+// DS_EXPECT_UCX_DEVICE_PATH=direct requires `direct`.
 class CudaRankProcesses : public RemoteRanks, public ::testing::WithParamInterface<bool> {};
 
 TEST_P(CudaRankProcesses, SwapTheirShardsOverUcxAndEqualTheKernel) {
@@ -57,7 +56,7 @@ TEST_P(CudaRankProcesses, SwapTheirShardsOverUcxAndEqualTheKernel) {
         expect_same_outputs(call("verify", verify), kernel_output("verify", verify));
     }
     const char* expected = std::getenv("DS_EXPECT_UCX_DEVICE_PATH");
-    const std::string want = !peer_error_handling && expected != nullptr ? expected : "";
+    const std::string want = expected != nullptr ? expected : "";
     for (int r = 0; r < kTp; ++r) {
         const std::string log = slurp(test_stem() + "_rank" + std::to_string(r) + ".log");
         const size_t at = log.find("ucx swaps ");

@@ -62,7 +62,7 @@ TEST(UcxMemoryPath, UnavailableDirectIsAStartUpErrorSayingWhatToSet) {
         {facts(true, true, false), "the loaded UCX 1.13.1 reports no CUDA memory support"},
         {facts(true, false, true), "this build has no CUDA support"},
         {facts(false, true, true), "needs backend = 'cuda'"},
-        {facts(true, true, true, false), "has no transport here that is trusted to put GPU memory"},
+        {facts(true, true, true, false), "has no transport here that puts GPU memory"},
     };
     for (const refused_case& c : cases) {
         ucx_memory_choice choice;
@@ -75,13 +75,14 @@ TEST(UcxMemoryPath, UnavailableDirectIsAStartUpErrorSayingWhatToSet) {
     }
 }
 
-TEST(UcxMemoryPath, GpuTransportsAreRdmaOnly) {
+TEST(UcxMemoryPath, GpuTransportsAreCudaIpcAndRdma) {
     EXPECT_TRUE(carries_gpu_memory("lane[0]:  3:rc_mlx5/mlx5_0:1 md[2] -> rma"));
     EXPECT_TRUE(carries_gpu_memory("#   resource 4  :  md 3  dev 2  flags -- dc_mlx5/mlx5_0:1"));
+    EXPECT_TRUE(carries_gpu_memory("lane[3]:  6:cuda_ipc/cuda.0 md[5]         -> md[5]/cuda_ipc/sysdev[0] seg 4294967295 rma_bw#0"));
+    EXPECT_TRUE(carries_gpu_memory("sysv/memory.0, posix/memory.0, cuda_ipc/cuda.0"));
     EXPECT_FALSE(carries_gpu_memory("lane[0]:  2:tcp/lo.0 md[1] -> am keepalive wireup"));
-    EXPECT_FALSE(carries_gpu_memory("cuda_copy/cuda, cuda_ipc/cuda, tcp/lo, posix/memory"));
-    // The direct swap crashed over cuda_ipc on the H200 (UCX 1.22, 2026-12-03).
-    EXPECT_FALSE(carries_gpu_memory("lane[1]:  5:cuda_ipc/cuda md[4] -> rma"));
+    // cuda_copy moves GPU memory within a process only.
+    EXPECT_FALSE(carries_gpu_memory("cuda_copy/cuda, tcp/lo, posix/memory"));
 }
 
 TEST(UcxMemoryMode, NamesRoundTrip) {

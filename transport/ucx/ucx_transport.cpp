@@ -147,6 +147,23 @@ status ucx_endpoint::prepare(std::string& mine) {
 
     ucp_config_t* ucp_config = nullptr;  // UCX_* environment variables (UCX_TLS, UCX_NET_DEVICES) apply
     if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &ucp_config); st != UCS_OK) return ucx_failure(rank_, "ucp_config_read", st);
+    // UCX's memory-type cache misses CUDA allocations it did not see through its driver hooks (our
+    // statically linked CUDA runtime's), and then takes device pointers for host memory
+    // (ucx_memory_path.h): a cuda-backend rank has UCX ask the driver instead, unless told otherwise.
+    // Without peer error handling a failed cma put (process_vm_writev refused by the kernel) is
+    // dropped silently: between rank processes on the H200 host (UCX 1.22) the barrier's flags never
+    // arrived. Shared memory and cuda_ipc carry everything without it, unless UCX_TLS says otherwise.
+    const std::pair<const char*, const char*> overrides[] = {
+        {"MEMTYPE_CACHE", config_.backend_on_device ? "n" : nullptr},
+        {"TLS", config_.ucx_peer_error_handling ? nullptr : "^cma"},
+    };
+    for (const auto& [name, value] : overrides) {
+        if (value == nullptr || std::getenv(fmt::format("UCX_{}", name).c_str()) != nullptr) continue;
+        if (ucs_status_t st = ucp_config_modify(ucp_config, name, value); st != UCS_OK) {
+            ucp_config_release(ucp_config);
+            return ucx_failure(rank_, fmt::format("ucp_config_modify({}={})", name, value).c_str(), st);
+        }
+    }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
@@ -363,10 +380,8 @@ void ucx_endpoint::abort(const char* reason) {
 status ucx_endpoint::put(int32_t peer, const void* data, std::size_t bytes, region to, std::size_t remote_offset, bool from_device) {
     resources& u = *ucx_;
     ucp_request_param_t param{};
-    if (from_device) {  // saves UCX looking the pointer up
-        param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-        param.memory_type = UCS_MEMORY_TYPE_CUDA;
-    }
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;  // saves UCX looking the pointer up
+    param.memory_type = from_device ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
     const auto i = static_cast<size_t>(to);
     void* request = ucp_put_nbx(u.eps[static_cast<size_t>(peer)], data, bytes,
                                 u.remote_base[i][static_cast<size_t>(peer)] + remote_offset, u.rkeys[i][static_cast<size_t>(peer)], &param);

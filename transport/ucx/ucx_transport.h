@@ -13,10 +13,9 @@
 // Peer failure: endpoints use UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails the call with an
 // error naming its rank instead of a hang (with Debian's UCX 1.13 this drops the shared-memory
 // transports and traffic goes over tcp, DESIGN.md §8; transport_config::ucx_peer_error_handling
-// = false keeps shared memory, and cuda_ipc for GPU memory, and leaves a dead peer to the
-// timeout). A wait past the timeout fails naming the ranks whose flags are missing, or whose
-// endpoints have not acknowledged this rank's puts. abort() may
-// be called from any thread and wakes the waiter. After a failure the endpoint stays failed until
+// = false keeps shared memory, without cma, and leaves a dead peer to the timeout). A wait past
+// the timeout fails naming the ranks whose flags are missing, or whose endpoints have not
+// acknowledged this rank's puts. abort() may be called from any thread and wakes the waiter. After a failure the endpoint stays failed until
 // set_epoch starts a new epoch (ranks as threads of one process: ucx_group.h); a dead peer stays
 // failed for good, and a group that lost a rank process is re-formed by creating new endpoints.
 //
@@ -24,7 +23,7 @@
 // areas are host memory; the swap receive areas are host memory for the cpu backend, pinned host
 // memory when a cuda-backend rank stages its device shard through the host (`staged`), or device
 // memory registered as CUDA memory (`direct`, where UCX reports CUDA support, e.g. the libucx-cu13
-// wheel; Debian's UCX has none): then the swap takes the device shard, puts device to device and
+// wheel, and has cuda_ipc or rc/dc; Debian's UCX has none): then the swap takes the device shard, puts device to device and
 // returns device rows (swaps_device_logits).
 #pragma once
 
