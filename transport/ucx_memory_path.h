@@ -11,16 +11,16 @@
 //   cuda      direct       no                        error: says why, and to set staged or auto
 //
 // "UCX reports CUDA memory" also needs a transport that puts GPU memory: cuda_ipc (processes on
-// one host) or InfiniBand rc/dc (GPUDirect RDMA).
-// Over tcp and shared memory alone `auto` stages and `direct` is refused; the endpoint refuses
-// `direct` again once it sees the lanes it got.
+// one host) or InfiniBand rc/dc (GPUDirect RDMA). Over tcp and shared memory alone `auto` stages
+// and `direct` is refused; the endpoint refuses `direct` again once it sees the lanes it got.
 //
 // On the H200 (UCX 1.22 from the libucx-cu13 wheel, 2026-12-03) the first direct swap died of a
 // segfault on every lane until the cause was found: UCX's memory-type cache learns of CUDA
 // allocations by hooking the driver, missed ours (the CUDA runtime is linked statically), so UCX
-// took device pointers for host memory and read them with the CPU (cma: "Bad address"; shared
-// memory: SIGSEGV). The endpoint of a cuda-backend rank turns that cache off (UCX then asks the
-// driver about each buffer) and names the memory type of every put.
+// took device pointers for host memory and read them with the CPU (a two-process probe saw cma
+// fail with "Bad address"; the swap itself segfaulted). The endpoint of a cuda-backend rank turns
+// that cache off (UCX then asks the driver about each buffer) and names the memory type of every
+// put.
 //
 // Pure, so the rules are tested without a GPU; the ucx endpoint asks UCX and logs the choice.
 #pragma once
