@@ -3,7 +3,12 @@
 // memcpy of the same bytes in the same run (what the local transport does for one rank).
 //
 //   bench_transport [--tp 4] [--pad-bs 64] [--n 4] [--vocab 128256] [--steps 30]
-//                   [--peer-error-handling on|off]
+//                   [--peer-error-handling on|off] [--memory host|direct|staged]
+//
+// --memory: where each rank's shard lives and how UCX gets it (ucx_device_memory): host memory (the
+// cpu backend's case); device memory put GPU to GPU (direct); device memory copied to pinned host
+// memory every step, inside the swap's time, as the rank engine stages it (staged). With device
+// memory the baseline is a device-to-device copy of the same bytes (cudaMemcpy2D) instead of memcpy.
 //
 // The process forks TP-1 ranks; they meet through a TCP rendezvous on 127.0.0.1. Rank 0 prints
 // the figures. With peer error handling on (the default of the transport), Debian's UCX 1.13 uses
@@ -19,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/device_memory.h"
 #include "transport/tcp_bootstrap.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -33,6 +39,7 @@ struct options {
     int32_t vocab = 128256;
     int32_t steps = 30;
     bool peer_error_handling = true;
+    std::string memory = "host";  // host | direct | staged
 };
 
 bool parse(int argc, char** argv, options& o) {
@@ -45,9 +52,11 @@ bool parse(int argc, char** argv, options& o) {
         else if (key == "--vocab") o.vocab = std::stoi(value);
         else if (key == "--steps") o.steps = std::stoi(value);
         else if (key == "--peer-error-handling") o.peer_error_handling = value == "on";
+        else if (key == "--memory") o.memory = value;
         else return false;
     }
-    return argc % 2 == 1 && o.tp >= 1 && o.pad_bs % o.tp == 0 && o.vocab % o.tp == 0 && o.steps >= 1;
+    const bool known_memory = o.memory == "host" || o.memory == "direct" || o.memory == "staged";
+    return argc % 2 == 1 && known_memory && o.tp >= 1 && o.pad_bs % o.tp == 0 && o.vocab % o.tp == 0 && o.steps >= 1;
 }
 
 double median(std::vector<double> v) {
@@ -78,19 +87,60 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
     ds::tcp_bootstrap boot("127.0.0.1", port, rank, o.tp, config.timeout);
     std::unique_ptr<ds::ucx_endpoint> endpoint;
     config.ucx_peer_error_handling = o.peer_error_handling;
+    const bool on_device = o.memory != "host";
+    config.backend_on_device = on_device;
+    config.ucx_device_memory = o.memory == "direct" ? ds::ucx_memory_mode::direct : ds::ucx_memory_mode::staged;
     if (ds::status s = ds::ucx_endpoint::create(config, boot, endpoint); !s.is_ok()) {
-        fmt::print(stderr, "rank {}: {}\n", rank, s.message);
+        fmt::print(stderr, "{}\n", s.message);  // it names the rank
         return 1;
     }
 
     std::vector<float> shard(static_cast<size_t>(rows) * shard_vocab);
     for (size_t i = 0; i < shard.size(); ++i) shard[i] = static_cast<float>((i * 2654435761u) % 1000) * 0.01f;
-    const ds::logits_view view{shard.data(), ds::logits_dtype::f32, rows, shard_vocab, shard_vocab};
+    const std::size_t shard_bytes = shard.size() * sizeof(float);
+    const std::size_t slice_bytes = static_cast<std::size_t>(shard_vocab) * sizeof(float);
+    const std::size_t received_row_bytes = static_cast<std::size_t>(o.vocab) * sizeof(float);
+    // What this rank receives in the swap, copied in the same layout: the same bytes.
+    const std::size_t copy_dst_bytes = static_cast<std::size_t>(my_rows) * received_row_bytes;
+    std::vector<float> copy_dst(on_device ? 0 : copy_dst_bytes / sizeof(float));
+    ds::cuda_allocation device_shard, pinned_shard, device_copy_dst;
+    if (on_device) {
+        ds::status s = ds::cuda_allocation::allocate(ds::cuda_memory_kind::device, shard_bytes, device_shard);
+        if (s.is_ok()) s = ds::copy_rows(device_shard.data(), shard_bytes, shard.data(), shard_bytes, shard_bytes, 1);
+        if (s.is_ok()) s = ds::cuda_allocation::allocate(ds::cuda_memory_kind::pinned_host, shard_bytes, pinned_shard);
+        if (s.is_ok()) s = ds::cuda_allocation::allocate(ds::cuda_memory_kind::device, copy_dst_bytes, device_copy_dst);
+        if (!s.is_ok()) {
+            fmt::print(stderr, "rank {}: --memory {}: {}\n", rank, o.memory, s.message);
+            return 1;
+        }
+    }
+    const void* const swapped_shard = o.memory == "host" ? static_cast<const void*>(shard.data())
+                                      : o.memory == "direct" ? static_cast<const void*>(device_shard.data())
+                                                             : static_cast<const void*>(pinned_shard.data());
+    const ds::logits_view view{swapped_shard, ds::logits_dtype::f32, rows, shard_vocab, shard_vocab, o.memory == "direct"};
+    // The baseline: this rank's received slices copied once, by memcpy or device to device.
+    auto copy_swap_bytes = [&]() -> ds::status {
+        for (int32_t peer = 0; peer < o.tp; ++peer) {
+            if (peer == rank) continue;
+            const std::size_t first_row = static_cast<std::size_t>(rank * my_rows);
+            if (on_device) {
+                if (ds::status s = ds::copy_rows(device_copy_dst.data() + peer * slice_bytes, received_row_bytes,
+                                                 device_shard.data() + first_row * slice_bytes, slice_bytes, slice_bytes,
+                                                 static_cast<std::size_t>(my_rows));
+                    !s.is_ok()) {
+                    return s;
+                }
+                continue;
+            }
+            for (int64_t i = 0; i < my_rows; ++i) {
+                std::memcpy(copy_dst.data() + i * o.vocab + int64_t{peer} * shard_vocab, shard.data() + (first_row + i) * shard_vocab,
+                            slice_bytes);
+            }
+        }
+        return ds::status::success();
+    };
     std::vector<int32_t> block(static_cast<size_t>(block_ints), rank), gathered(static_cast<size_t>(block_ints) * o.tp);
     std::vector<double> swap_ms, gather_us, memcpy_ms;
-    // What this rank receives in the swap, copied by memcpy in the same layout: the same bytes.
-    std::vector<float> copy_dst(static_cast<size_t>(my_rows) * o.vocab);
-    const std::size_t slice_bytes = static_cast<std::size_t>(shard_vocab) * sizeof(float);
 
     for (int32_t step = -3; step < o.steps; ++step) {  // three warm-up steps
         if (ds::status s = endpoint->barrier(); !s.is_ok()) {
@@ -99,7 +149,9 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
         }
         const auto start = clock_type::now();
         ds::logits_view full;
-        ds::status s = endpoint->swap_batch_vocab(view, rank * my_rows, my_rows, full);
+        ds::status s = o.memory == "staged" ? ds::copy_rows(pinned_shard.data(), shard_bytes, device_shard.data(), shard_bytes, shard_bytes, 1)
+                                            : ds::status::success();
+        if (s.is_ok()) s = endpoint->swap_batch_vocab(view, rank * my_rows, my_rows, full);
         const auto swapped = clock_type::now();
         if (s.is_ok()) s = endpoint->gather_verify_outputs(block.data(), block.size(), gathered.data());
         const auto done = clock_type::now();
@@ -108,12 +160,9 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
             return 1;
         }
         const auto copy_start = clock_type::now();
-        for (int64_t i = 0; i < my_rows; ++i) {
-            for (int32_t peer = 0; peer < o.tp; ++peer) {
-                if (peer == rank) continue;
-                std::memcpy(copy_dst.data() + i * o.vocab + int64_t{peer} * shard_vocab,
-                            shard.data() + (rank * my_rows + i) * shard_vocab, slice_bytes);
-            }
+        if (ds::status c = copy_swap_bytes(); !c.is_ok()) {
+            fmt::print(stderr, "rank {}: {}\n", rank, c.message);
+            return 1;
         }
         const auto copy_done = clock_type::now();
         if (step < 0) continue;
@@ -125,16 +174,17 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
 
     const double received = static_cast<double>(my_rows) * (o.tp - 1) * static_cast<double>(slice_bytes);
     fmt::print("bench_transport: UCX between {} processes, pad_bs={}, N={}, V={}, fp32, {} steps; peer error handling {}; "
-               "transports: {}\n", o.tp, o.pad_bs, o.n, o.vocab, o.steps, o.peer_error_handling ? "on" : "off",
+               "memory {}; transports: {}\n", o.tp, o.pad_bs, o.n, o.vocab, o.steps, o.peer_error_handling ? "on" : "off", o.memory,
                endpoint->transport_summary());
     fmt::print("  bytes per step: swap {:.2f} MB received per rank ({:.2f} MB across the {} ranks), gather {} B per rank\n",
                received / 1e6, received * o.tp / 1e6, o.tp, static_cast<size_t>(block_ints) * sizeof(int32_t) * (o.tp - 1));
     fmt::print("  swap_batch_vocab       p50 {:9.3f} ms  mean {:9.3f} ms  ({:.2f} GB/s received per rank)\n", median(swap_ms),
                mean(swap_ms), received / (median(swap_ms) * 1e-3) / 1e9);
     fmt::print("  gather_verify_outputs  p50 {:9.1f} us  mean {:9.1f} us\n", median(gather_us), mean(gather_us));
-    fmt::print("  memcpy of the swap's bytes (one rank, same run)  p50 {:9.3f} ms  ({:.2f} GB/s)\n", median(memcpy_ms),
+    const char* baseline = on_device ? "device copy" : "memcpy";
+    fmt::print("  {} of the swap's bytes (one rank, same run)  p50 {:9.3f} ms  ({:.2f} GB/s)\n", baseline, median(memcpy_ms),
                received / (median(memcpy_ms) * 1e-3) / 1e9);
-    fmt::print("  ratio swap / memcpy: {:.1f}x; swap + gather per step p50: {:.3f} ms\n", median(swap_ms) / median(memcpy_ms),
+    fmt::print("  ratio swap / {}: {:.1f}x; swap + gather per step p50: {:.3f} ms\n", baseline, median(swap_ms) / median(memcpy_ms),
                median(swap_ms) + median(gather_us) * 1e-3);
     return 0;
 }
@@ -144,8 +194,9 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
 int main(int argc, char** argv) {
     options o;
     if (!parse(argc, argv, o)) {
-        fmt::print(stderr, "usage: bench_transport [--tp T] [--pad-bs B] [--n N] [--vocab V] [--steps S] [--peer-error-handling on|off]\n"
-                           "(pad-bs and vocab multiples of tp)\n");
+        fmt::print(stderr,
+                   "usage: bench_transport [--tp T] [--pad-bs B] [--n N] [--vocab V] [--steps S] [--peer-error-handling on|off] "
+                   "[--memory host|direct|staged]\n(pad-bs and vocab multiples of tp)\n");
         return 2;
     }
     ds::tcp_rendezvous rendezvous;
