@@ -26,6 +26,7 @@
 
 #include "kernels/device_memory.h"
 #include "transport/tcp_bootstrap.h"
+#include "transport/ucx_memory_path.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace {
@@ -39,8 +40,19 @@ struct options {
     int32_t vocab = 128256;
     int32_t steps = 30;
     bool peer_error_handling = true;
-    std::string memory = "host";  // host | direct | staged
+    ds::ucx_memory_path memory = ds::ucx_memory_path::host;
 };
+
+// --memory names the transport's memory paths (ucx_memory_path_name).
+bool parse_memory(const std::string& name, ds::ucx_memory_path& out) {
+    for (const ds::ucx_memory_path path : {ds::ucx_memory_path::host, ds::ucx_memory_path::direct, ds::ucx_memory_path::staged}) {
+        if (name == ds::ucx_memory_path_name(path)) {
+            out = path;
+            return true;
+        }
+    }
+    return false;
+}
 
 bool parse(int argc, char** argv, options& o) {
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -52,11 +64,9 @@ bool parse(int argc, char** argv, options& o) {
         else if (key == "--vocab") o.vocab = std::stoi(value);
         else if (key == "--steps") o.steps = std::stoi(value);
         else if (key == "--peer-error-handling") o.peer_error_handling = value == "on";
-        else if (key == "--memory") o.memory = value;
-        else return false;
+        else if (key != "--memory" || !parse_memory(value, o.memory)) return false;
     }
-    const bool known_memory = o.memory == "host" || o.memory == "direct" || o.memory == "staged";
-    return argc % 2 == 1 && known_memory && o.tp >= 1 && o.pad_bs % o.tp == 0 && o.vocab % o.tp == 0 && o.steps >= 1;
+    return argc % 2 == 1 && o.tp >= 1 && o.pad_bs % o.tp == 0 && o.vocab % o.tp == 0 && o.steps >= 1;
 }
 
 double median(std::vector<double> v) {
@@ -87,9 +97,9 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
     ds::tcp_bootstrap boot("127.0.0.1", port, rank, o.tp, config.timeout);
     std::unique_ptr<ds::ucx_endpoint> endpoint;
     config.ucx_peer_error_handling = o.peer_error_handling;
-    const bool on_device = o.memory != "host";
+    const bool on_device = o.memory != ds::ucx_memory_path::host;
     config.backend_on_device = on_device;
-    config.ucx_device_memory = o.memory == "direct" ? ds::ucx_memory_mode::direct : ds::ucx_memory_mode::staged;
+    config.ucx_device_memory = o.memory == ds::ucx_memory_path::direct ? ds::ucx_memory_mode::direct : ds::ucx_memory_mode::staged;
     if (ds::status s = ds::ucx_endpoint::create(config, boot, endpoint); !s.is_ok()) {
         fmt::print(stderr, "{}\n", s.message);  // it names the rank
         return 1;
@@ -110,14 +120,14 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
         if (s.is_ok()) s = ds::cuda_allocation::allocate(ds::cuda_memory_kind::pinned_host, shard_bytes, pinned_shard);
         if (s.is_ok()) s = ds::cuda_allocation::allocate(ds::cuda_memory_kind::device, copy_dst_bytes, device_copy_dst);
         if (!s.is_ok()) {
-            fmt::print(stderr, "rank {}: --memory {}: {}\n", rank, o.memory, s.message);
+            fmt::print(stderr, "rank {}: --memory {}: {}\n", rank, ds::ucx_memory_path_name(o.memory), s.message);
             return 1;
         }
     }
-    const void* const swapped_shard = o.memory == "host" ? static_cast<const void*>(shard.data())
-                                      : o.memory == "direct" ? static_cast<const void*>(device_shard.data())
+    const void* const swapped_shard = o.memory == ds::ucx_memory_path::host ? static_cast<const void*>(shard.data())
+                                      : o.memory == ds::ucx_memory_path::direct ? static_cast<const void*>(device_shard.data())
                                                              : static_cast<const void*>(pinned_shard.data());
-    const ds::logits_view view{swapped_shard, ds::logits_dtype::f32, rows, shard_vocab, shard_vocab, o.memory == "direct"};
+    const ds::logits_view view{swapped_shard, ds::logits_dtype::f32, rows, shard_vocab, shard_vocab, o.memory == ds::ucx_memory_path::direct};
     // The baseline: this rank's received slices copied once, by memcpy or device to device.
     auto copy_swap_bytes = [&]() -> ds::status {
         for (int32_t peer = 0; peer < o.tp; ++peer) {
@@ -149,7 +159,7 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
         }
         const auto start = clock_type::now();
         ds::logits_view full;
-        ds::status s = o.memory == "staged" ? ds::copy_rows(pinned_shard.data(), shard_bytes, device_shard.data(), shard_bytes, shard_bytes, 1)
+        ds::status s = o.memory == ds::ucx_memory_path::staged ? ds::copy_rows(pinned_shard.data(), shard_bytes, device_shard.data(), shard_bytes, shard_bytes, 1)
                                             : ds::status::success();
         if (s.is_ok()) s = endpoint->swap_batch_vocab(view, rank * my_rows, my_rows, full);
         const auto swapped = clock_type::now();
@@ -174,7 +184,7 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
 
     const double received = static_cast<double>(my_rows) * (o.tp - 1) * static_cast<double>(slice_bytes);
     fmt::print("bench_transport: UCX between {} processes, pad_bs={}, N={}, V={}, fp32, {} steps; peer error handling {}; "
-               "memory {}; transports: {}\n", o.tp, o.pad_bs, o.n, o.vocab, o.steps, o.peer_error_handling ? "on" : "off", o.memory,
+               "memory {}; transports: {}\n", o.tp, o.pad_bs, o.n, o.vocab, o.steps, o.peer_error_handling ? "on" : "off", ds::ucx_memory_path_name(o.memory),
                endpoint->transport_summary());
     fmt::print("  bytes per step: swap {:.2f} MB received per rank ({:.2f} MB across the {} ranks), gather {} B per rank\n",
                received / 1e6, received * o.tp / 1e6, o.tp, static_cast<size_t>(block_ints) * sizeof(int32_t) * (o.tp - 1));
