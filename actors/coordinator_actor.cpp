@@ -89,15 +89,17 @@ std::string check_request(const group_config& config, const step_request& r, ste
         if ((optional && values.empty()) || values.size() == expected) return {};
         return fmt::format("{}: expected {} entries, got {}", field, expected, values.size());
     };
-    for (const std::string& e : {sized(r.positions, static_cast<size_t>(bs), "positions", false),
-                                 sized(r.candidates, r.kind == step_kind::verify ? rows : 0, "candidates", false),
-                                 sized(r.bitmask, rows * static_cast<size_t>(bitmask_words(config.vocab_size)), "bitmask", true),
-                                 sized(r.coins, static_cast<size_t>(bs) * static_cast<size_t>(n - 1), "coins", true),
-                                 sized(r.final_coins, static_cast<size_t>(bs), "final_coins", true)}) {
+    for (const std::string& e :
+         {sized(r.positions, static_cast<size_t>(bs), "positions", false),
+          sized(r.candidates, r.kind == step_kind::verify ? rows : 0, "candidates", false),
+          sized(r.bitmask, rows * static_cast<size_t>(bitmask_words(config.vocab_size)), "bitmask", true),
+          sized(r.coins, static_cast<size_t>(bs) * static_cast<size_t>(n - 1), "coins", true),
+          sized(r.final_coins, static_cast<size_t>(bs), "final_coins", true)}) {
         if (!e.empty()) return e;
     }
     if (config.ranks_make_logits && !r.shards.empty()) {
-        return fmt::format("shards: expected none, the ranks make their own logits (topology.logits_source), got {}", r.shards.size());
+        return fmt::format("shards: expected none, the ranks make their own logits (topology.logits_source), got {}",
+                           r.shards.size());
     }
     if (!config.ranks_make_logits && r.shards.size() != static_cast<size_t>(config.tp)) {
         return fmt::format("shards: expected one logits view per rank ({}), got {}", config.tp, r.shards.size());
@@ -105,10 +107,15 @@ std::string check_request(const group_config& config, const step_request& r, ste
     for (size_t rank = 0; rank < r.shards.size(); ++rank) {
         const logits_view& v = r.shards[rank];
         if (v.data == nullptr) return fmt::format("shards[{}].data: expected a non-null pointer", rank);
-        if (v.vocab != plan.shard_vocab) return fmt::format("shards[{}].vocab = {}: expected V / TP = {}", rank, v.vocab, plan.shard_vocab);
-        if (static_cast<size_t>(v.rows) != rows) return fmt::format("shards[{}].rows = {}: expected batch_size * N = {}", rank, v.rows, rows);
-        if (v.row_stride < v.vocab) return fmt::format("shards[{}].row_stride = {}: expected >= {}", rank, v.row_stride, v.vocab);
-        if (v.dtype != r.shards[0].dtype) return fmt::format("shards[{}].dtype = {}: expected {} like shards[0]", rank, dtype_name(v.dtype), dtype_name(r.shards[0].dtype));
+        if (v.vocab != plan.shard_vocab)
+            return fmt::format("shards[{}].vocab = {}: expected V / TP = {}", rank, v.vocab, plan.shard_vocab);
+        if (static_cast<size_t>(v.rows) != rows)
+            return fmt::format("shards[{}].rows = {}: expected batch_size * N = {}", rank, v.rows, rows);
+        if (v.row_stride < v.vocab)
+            return fmt::format("shards[{}].row_stride = {}: expected >= {}", rank, v.row_stride, v.vocab);
+        if (v.dtype != r.shards[0].dtype)
+            return fmt::format("shards[{}].dtype = {}: expected {} like shards[0]", rank, dtype_name(v.dtype),
+                               dtype_name(r.shards[0].dtype));
     }
     // The kernels' own checks (slots, positions, candidates, coins, thresholds) over the full vocab.
     kernel_config limits;
@@ -120,8 +127,10 @@ std::string check_request(const group_config& config, const step_request& r, ste
     // validate_step checks the logits' shape, not their values: without shards (the ranks make
     // the rows) it gets the shape of the rows the ranks will make.
     static const float no_logits = 0.0f;
-    in.logits = r.shards.empty() ? logits_view{&no_logits, logits_dtype::f32, static_cast<int64_t>(rows), config.vocab_size, config.vocab_size}
-                                 : logits_view{r.shards[0].data, r.shards[0].dtype, static_cast<int64_t>(rows), config.vocab_size, config.vocab_size};
+    in.logits = r.shards.empty() ? logits_view{&no_logits, logits_dtype::f32, static_cast<int64_t>(rows),
+                                               config.vocab_size, config.vocab_size}
+                                 : logits_view{r.shards[0].data, r.shards[0].dtype, static_cast<int64_t>(rows),
+                                               config.vocab_size, config.vocab_size};
     in.slots = r.slots.data();
     in.positions = r.positions.data();
     in.batch_size = bs;
@@ -167,7 +176,8 @@ void complete_step(coordinator* self) {
         }
     }
     if (o.failure.is_ok()) {
-        for (const rank_actor_type& rank : st.ranks) self->send(rank, commit_msg{st.current_step, o.ship ? o.agreed : nullptr});
+        for (const rank_actor_type& rank : st.ranks)
+            self->send(rank, commit_msg{st.current_step, o.ship ? o.agreed : nullptr});
     }
     finish_job(self);
 }
@@ -176,7 +186,8 @@ void on_rank_result(coordinator* self, uint64_t id, rank_result& r) {
     coordinator_state& st = self->state;
     if (!st.busy || id != st.current_id || !st.current_step) return;  // a late answer to a failed step
     if (r.code != 0) {
-        fail_current(self, status{static_cast<status_code>(r.code), fmt::format("step {}: rank {}: {}", id, r.rank, r.message)});
+        fail_current(
+            self, status{static_cast<status_code>(r.code), fmt::format("step {}: rank {}: {}", id, r.rank, r.message)});
         return;
     }
     st.answered[static_cast<size_t>(r.rank)] = true;
@@ -198,7 +209,8 @@ void on_rank_error(coordinator* self, uint64_t id, int32_t rank, const caf::erro
     coordinator_state& st = self->state;
     if (!st.busy || id != st.current_id) return;
     const std::string names = culprit_names(st, {rank});
-    fail_current(self, to_status(e, fmt::format("step {}: {} did not answer within {} ms", id, names, st.config.step_timeout.count())));
+    fail_current(self, to_status(e, fmt::format("step {}: {} did not answer within {} ms", id, names,
+                                                st.config.step_timeout.count())));
 }
 
 // Step deadlines are watched by one periodic check while steps run, not by a timer per request to
@@ -229,8 +241,8 @@ void check_deadline(coordinator* self) {
         if (!st.answered[r]) silent.push_back(static_cast<int32_t>(r));
     }
     const std::string names = culprit_names(st, silent);
-    fail_current(self, status{status_code::timeout, fmt::format("step {}: {} did not answer within {} ms", st.current_id, names,
-                                                                st.config.step_timeout.count())});
+    fail_current(self, status{status_code::timeout, fmt::format("step {}: {} did not answer within {} ms",
+                                                                st.current_id, names, st.config.step_timeout.count())});
 }
 
 void start_step(coordinator* self, job& j) {
@@ -282,7 +294,8 @@ void start_fan_out(coordinator* self, job& j, const Msg& msg) {
                 },
                 [self, rank](caf::error& e) {
                     if (!self->state.busy) return;
-                    fail_current(self, to_status(e, fmt::format("rank {} did not answer within {} ms", rank, self->state.config.step_timeout.count())));
+                    fail_current(self, to_status(e, fmt::format("rank {} did not answer within {} ms", rank,
+                                                                self->state.config.step_timeout.count())));
                 });
     }
 }
@@ -307,8 +320,9 @@ void pump(coordinator* self) {
     }
 }
 
-coordinator_actor_type::behavior_type coordinator_actor(coordinator* self, group_config config, std::vector<rank_actor_type> ranks,
-                                                       transport_group* transport) {
+coordinator_actor_type::behavior_type coordinator_actor(coordinator* self, group_config config,
+                                                        std::vector<rank_actor_type> ranks,
+                                                        transport_group* transport) {
     self->state.config = config;
     self->state.ranks = std::move(ranks);
     self->state.transport = transport;
@@ -365,7 +379,8 @@ coordinator_actor_type::behavior_type coordinator_actor(coordinator* self, group
         [self](deadline_check_atom) { check_deadline(self); },
         [self](fault_msg& m) -> caf::result<op_ack> {
             if (m.rank < 0 || static_cast<size_t>(m.rank) >= self->state.ranks.size()) {
-                return make_caf_error(status::invalid(fmt::format("rank = {}: expected a rank in [0, {})", m.rank, self->state.ranks.size())));
+                return make_caf_error(status::invalid(
+                    fmt::format("rank = {}: expected a rank in [0, {})", m.rank, self->state.ranks.size())));
             }
             self->delegate(self->state.ranks[static_cast<size_t>(m.rank)], m);
             return caf::delegated<op_ack>{};

@@ -5,8 +5,8 @@
 // second.
 #pragma once
 
-#include <caf/all.hpp>
 #include <fmt/format.h>
+#include <caf/all.hpp>
 
 #include <cstdint>
 

@@ -11,7 +11,8 @@ std::vector<logits_view> split_vocab(const logits_view& full, int32_t tp) {
     const auto* base = static_cast<const unsigned char*>(full.data);
     for (int32_t r = 0; r < tp; ++r) {
         const size_t offset = static_cast<size_t>(r) * static_cast<size_t>(shard_vocab) * dtype_size(full.dtype);
-        shards.push_back(logits_view{base + offset, full.dtype, full.rows, shard_vocab, full.row_stride, full.on_device});
+        shards.push_back(
+            logits_view{base + offset, full.dtype, full.rows, shard_vocab, full.row_stride, full.on_device});
     }
     return shards;
 }
@@ -24,7 +25,9 @@ void step_outputs::resize(int32_t bs, int32_t n) {
     row_error.assign(static_cast<size_t>(bs), 0);
 }
 
-step_output step_outputs::view() { return step_output{packed.data(), accept_index.data(), logprobs.data(), row_error.data()}; }
+step_output step_outputs::view() {
+    return step_output{packed.data(), accept_index.data(), logprobs.data(), row_error.data()};
+}
 
 namespace {
 
@@ -55,11 +58,12 @@ int32_t step_outputs::first_difference(const step_outputs& other, int32_t n) con
     const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
     for (int32_t b = 0; b < bs; ++b) {
         const size_t row = static_cast<size_t>(b) * static_cast<size_t>(n);
-        const bool same = std::equal(packed.begin() + row, packed.begin() + row + n, other.packed.begin() + row) &&
-                          std::equal(accept_index.begin() + row, accept_index.begin() + row + n, other.accept_index.begin() + row) &&
-                          packed[rows + b] == other.packed[rows + b] &&
-                          same_bits(logprobs.data() + row, other.logprobs.data() + row, static_cast<size_t>(n)) &&
-                          row_error[b] == other.row_error[b];
+        const bool same =
+            std::equal(packed.begin() + row, packed.begin() + row + n, other.packed.begin() + row) &&
+            std::equal(accept_index.begin() + row, accept_index.begin() + row + n, other.accept_index.begin() + row) &&
+            packed[rows + b] == other.packed[rows + b] &&
+            same_bits(logprobs.data() + row, other.logprobs.data() + row, static_cast<size_t>(n)) &&
+            row_error[b] == other.row_error[b];
         if (!same) return b;
     }
     return -1;
@@ -75,7 +79,8 @@ step_input dist_step::slice(int32_t first, int32_t count, const logits_view& log
     in.batch_size = count;
     in.tokens_per_req = n;
     in.candidates = candidates.empty() ? nullptr : candidates.data() + rows_before;
-    in.bitmask = bitmask.empty() ? nullptr : bitmask.data() + rows_before * static_cast<size_t>(bitmask_words(logits.vocab));
+    in.bitmask =
+        bitmask.empty() ? nullptr : bitmask.data() + rows_before * static_cast<size_t>(bitmask_words(logits.vocab));
     in.thresholds = thresholds;
     in.coins = coins.empty() ? nullptr : coins.data() + static_cast<size_t>(first) * static_cast<size_t>(n - 1);
     in.final_coins = final_coins.empty() ? nullptr : final_coins.data() + first;

@@ -15,15 +15,15 @@ namespace ds {
 // vocab shard of the bs * N logits rows and must stay valid until the step is answered.
 struct step_request {
     step_kind kind = step_kind::sample;
-    int32_t tokens_per_req = 1;            // N (1 for sample)
-    std::vector<int32_t> slots;            // [bs]
-    std::vector<int64_t> positions;        // [bs]
-    std::vector<int32_t> candidates;       // [bs, N] verify only
-    std::vector<uint32_t> bitmask;         // [bs * N, ceil(V/32)] or empty (all allowed)
-    std::vector<double> coins;             // [bs, N-1] or empty (Philox coins)
-    std::vector<double> final_coins;       // [bs] or empty (Philox draws)
+    int32_t tokens_per_req = 1;       // N (1 for sample)
+    std::vector<int32_t> slots;       // [bs]
+    std::vector<int64_t> positions;   // [bs]
+    std::vector<int32_t> candidates;  // [bs, N] verify only
+    std::vector<uint32_t> bitmask;    // [bs * N, ceil(V/32)] or empty (all allowed)
+    std::vector<double> coins;        // [bs, N-1] or empty (Philox coins)
+    std::vector<double> final_coins;  // [bs] or empty (Philox draws)
     verify_thresholds thresholds;
-    std::vector<logits_view> shards;       // [TP]
+    std::vector<logits_view> shards;  // [TP]
 
     int32_t batch_size() const { return static_cast<int32_t>(slots.size()); }
 };

@@ -19,16 +19,18 @@ std::set<int32_t> ranks_named(const std::string& message) {
     for (size_t at = message.find(word); at != std::string::npos; at = message.find(word, at + 1)) {
         const size_t digits = at + word.size();
         size_t end = digits;
-        while (end < message.size() && end - digits < 6 && std::isdigit(static_cast<unsigned char>(message[end]))) ++end;
+        while (end < message.size() && end - digits < 6 && std::isdigit(static_cast<unsigned char>(message[end])))
+            ++end;
         if (end > digits) ranks.insert(std::stoi(message.substr(digits, end - digits)));
     }
     return ranks;
 }
 
 bool can_fail_a_step(fault_kind kind) {
-    return kind == fault_kind::hang || kind == fault_kind::crash || kind == fault_kind::delay_kernel || kind == fault_kind::delay_transport ||
-           kind == fault_kind::corrupt_payload || kind == fault_kind::alter_logit || kind == fault_kind::drop_put ||
-           kind == fault_kind::duplicate_put || kind == fault_kind::drop_control;
+    return kind == fault_kind::hang || kind == fault_kind::crash || kind == fault_kind::delay_kernel ||
+           kind == fault_kind::delay_transport || kind == fault_kind::corrupt_payload ||
+           kind == fault_kind::alter_logit || kind == fault_kind::drop_put || kind == fault_kind::duplicate_put ||
+           kind == fault_kind::drop_control;
 }
 
 void count_record(std::vector<fault_kind_summary>& summary, const fault_record& r) {
@@ -56,7 +58,8 @@ const char* masked_by_design(fault_kind kind) {
         case fault_kind::delay_transport: return "masked: the delay stayed within the timeouts";
         case fault_kind::duplicate_put: return "masked: the stale copy carried the same bytes as the fresh payload";
         case fault_kind::duplicate_control:
-            return "masked: the rank refused the repeated step by its id and CAF dropped the second reply, which the coordinator "
+            return "masked: the rank refused the repeated step by its id and CAF dropped the second reply, which the "
+                   "coordinator "
                    "no longer awaited";
         case fault_kind::slow_connection: return "masked: the gateway sent the reply late by the delay";
         default: return "";
@@ -104,10 +107,10 @@ std::vector<fault_record> fault_ledger::record(uint64_t step_id, const step_repl
             for (const desync_event* e : events) explained_events.insert(e->rank);
             // Rank 0's outputs are the answer: wrong when rank 0 altered them or received the stale
             // copy (then the duplicating rank, which received nothing stale, differs from it).
-            const bool reference_wrong =
-                r.kind == fault_kind::duplicate_put
-                    ? std::any_of(events.begin(), events.end(), [&](const desync_event* e) { return e->rank == r.rank; })
-                    : r.rank == 0;
+            const bool reference_wrong = r.kind == fault_kind::duplicate_put
+                                             ? std::any_of(events.begin(), events.end(),
+                                                           [&](const desync_event* e) { return e->rank == r.rank; })
+                                             : r.rank == 0;
             if (reference_wrong) {
                 r.action = "answered with rank 0's outputs, which are the altered ones (rank 0 is the reference)";
             } else {
@@ -119,11 +122,13 @@ std::vector<fault_record> fault_ledger::record(uint64_t step_id, const step_repl
             r.detected = true;
             r.failed_step = true;
             failure_explained = true;
-            r.action = r.kind == fault_kind::alter_logit
-                           ? fmt::format("step failed, nothing committed: rank {}'s shard changed after it was handed in, and the "
-                                         "rank sampling that row would have used it ({})",
-                                         r.rank, reply.result.message)
-                           : fmt::format("step failed: {}", reply.result.message);
+            r.action =
+                r.kind == fault_kind::alter_logit
+                    ? fmt::format(
+                          "step failed, nothing committed: rank {}'s shard changed after it was handed in, and the "
+                          "rank sampling that row would have used it ({})",
+                          r.rank, reply.result.message)
+                    : fmt::format("step failed: {}", reply.result.message);
         } else if (!ok) {
             r.masked = true;
             r.action = "masked: the step failed for another fault";
@@ -136,17 +141,20 @@ std::vector<fault_record> fault_ledger::record(uint64_t step_id, const step_repl
         if (r.kind == fault_kind::cut_connection && ok) {
             // The client sees it at once: its connection closes instead of the reply.
             r.detected = true;
-            r.action = "the gateway closed the connection instead of replying; the ranks answered and committed the step, its "
-                       "reply was dropped and counted";
+            r.action =
+                "the gateway closed the connection instead of replying; the ranks answered and committed the step, its "
+                "reply was dropped and counted";
         }
         if (r.detected) r.latency_ns = latency_ns;
     }
     for (const desync_event& e : reply.desyncs) {
         if (explained_events.count(e.rank) == 0) {
-            keep_unexplained(fmt::format("step {}: desync of rank {} at request {} with no fault injected", step_id, e.rank, e.first_row));
+            keep_unexplained(fmt::format("step {}: desync of rank {} at request {} with no fault injected", step_id,
+                                         e.rank, e.first_row));
         }
     }
-    if (!ok && !failure_explained && std::none_of(injected.begin(), injected.end(), [](const fault_record& r) { return r.detected; })) {
+    if (!ok && !failure_explained &&
+        std::none_of(injected.begin(), injected.end(), [](const fault_record& r) { return r.detected; })) {
         keep_unexplained(fmt::format("step {} failed with no fault to blame: {}", step_id, reply.result.message));
     }
     for (const fault_record& r : injected) {
@@ -171,12 +179,14 @@ std::vector<fault_kind_summary> empty_fault_summary() {
 }
 
 std::string fault_table(const std::vector<fault_kind_summary>& summary) {
-    std::string text = fmt::format("| {:<20} | {:>8} | {:>8} | {:>6} | {:>8} | {:>12} | {:>22} |\n", "fault kind", "injected",
-                                   "detected", "masked", "repaired", "failed steps", "worst detection (ms)");
+    std::string text =
+        fmt::format("| {:<20} | {:>8} | {:>8} | {:>6} | {:>8} | {:>12} | {:>22} |\n", "fault kind", "injected",
+                    "detected", "masked", "repaired", "failed steps", "worst detection (ms)");
     text += fmt::format("|{:-<22}|{:->10}|{:->10}|{:->8}|{:->10}|{:->14}|{:->24}|\n", "", "", "", "", "", "", "");
     for (const fault_kind_summary& s : summary) {
-        text += fmt::format("| {:<20} | {:>8} | {:>8} | {:>6} | {:>8} | {:>12} | {:>22.2f} |\n", fault_kind_name(s.kind), s.injected,
-                            s.detected, s.masked, s.repaired, s.failed_steps, static_cast<double>(s.worst_latency_ns) / 1e6);
+        text += fmt::format("| {:<20} | {:>8} | {:>8} | {:>6} | {:>8} | {:>12} | {:>22.2f} |\n",
+                            fault_kind_name(s.kind), s.injected, s.detected, s.masked, s.repaired, s.failed_steps,
+                            static_cast<double>(s.worst_latency_ns) / 1e6);
     }
     return text;
 }
@@ -184,16 +194,23 @@ std::string fault_table(const std::vector<fault_kind_summary>& summary) {
 std::string fault_report_json(const fault_report& report, bool with_latency) {
     nlohmann::json events = nlohmann::json::array();
     for (const fault_record& r : report.records) {
-        nlohmann::json e = {{"step", r.step},         {"rank", r.rank},     {"kind", fault_kind_name(r.kind)},
-                            {"detected", r.detected}, {"masked", r.masked}, {"repaired", r.repaired},
-                            {"failed_step", r.failed_step}, {"first_row", r.first_row}, {"action", r.action}};
+        nlohmann::json e = {{"step", r.step},
+                            {"rank", r.rank},
+                            {"kind", fault_kind_name(r.kind)},
+                            {"detected", r.detected},
+                            {"masked", r.masked},
+                            {"repaired", r.repaired},
+                            {"failed_step", r.failed_step},
+                            {"first_row", r.first_row},
+                            {"action", r.action}};
         if (with_latency) e["latency_ns"] = r.latency_ns;
         events.push_back(std::move(e));
     }
     nlohmann::json kinds = nlohmann::json::array();
     for (const fault_kind_summary& s : report.summary) {
-        nlohmann::json k = {{"kind", fault_kind_name(s.kind)}, {"injected", s.injected}, {"detected", s.detected},
-                            {"masked", s.masked},               {"repaired", s.repaired}, {"failed_steps", s.failed_steps}};
+        nlohmann::json k = {{"kind", fault_kind_name(s.kind)}, {"injected", s.injected},
+                            {"detected", s.detected},          {"masked", s.masked},
+                            {"repaired", s.repaired},          {"failed_steps", s.failed_steps}};
         if (with_latency) k["worst_latency_ns"] = s.worst_latency_ns;
         kinds.push_back(std::move(k));
     }
@@ -215,7 +232,8 @@ std::string parse_fault_report_json(const std::string& text, fault_report& repor
             r.step = e.at("step").get<uint64_t>();
             r.rank = e.at("rank").get<int32_t>();
             const std::string kind = e.at("kind").get<std::string>();
-            if (!parse_fault_kind(kind, r.kind)) return fmt::format("event of step {}: unknown fault kind '{}'", r.step, kind);
+            if (!parse_fault_kind(kind, r.kind))
+                return fmt::format("event of step {}: unknown fault kind '{}'", r.step, kind);
             r.detected = e.at("detected").get<bool>();
             r.masked = e.at("masked").get<bool>();
             r.repaired = e.at("repaired").get<bool>();

@@ -55,8 +55,8 @@ void add_fault_outcome(Counters& c, const fault_record& r) {
 struct fault_report {
     std::vector<fault_kind_summary> summary;  // per kind, in kAllFaultKinds order
     std::deque<fault_record> records;
-    std::deque<std::string> unexplained;      // desync events and failed steps that no injected fault explains
-    int64_t records_left_out = 0;             // older records no longer kept
+    std::deque<std::string> unexplained;  // desync events and failed steps that no injected fault explains
+    int64_t records_left_out = 0;         // older records no longer kept
     int64_t unexplained_left_out = 0;
 };
 

@@ -52,7 +52,8 @@ status group::create(const group_config& config, std::unique_ptr<group>& out) {
     std::unique_ptr<transport_group> transport;
     if (status s = make_transport_group(config.transport, t, transport); !s.is_ok()) return s;
     auto state = std::make_unique<impl>(config, std::move(transport));
-    for (int32_t r = 0; r < config.tp; ++r) state->ranks.push_back(spawn_rank_actor(state->system, config, r, *state->transport));
+    for (int32_t r = 0; r < config.tp; ++r)
+        state->ranks.push_back(spawn_rank_actor(state->system, config, r, *state->transport));
     state->coordinator = spawn_coordinator_actor(state->system, config, state->ranks, *state->transport);
     out.reset(new group(std::move(state)));
     // Building a rank's backend can fail (e.g. cuda not built): say so now, naming the rank.
@@ -97,7 +98,8 @@ step_reply group::step(step_request step) {
     std::future<step_reply> reply = submit(std::move(step));
     // Polling first spares the wake-up of a thread asleep on the future when the answer is near.
     const auto poll_until = std::chrono::steady_clock::now() + std::chrono::microseconds(impl_->config.reply_spin_us);
-    while (std::chrono::steady_clock::now() < poll_until && reply.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    while (std::chrono::steady_clock::now() < poll_until &&
+           reply.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
     }
     return reply.get();
 }

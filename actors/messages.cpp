@@ -93,8 +93,9 @@ int64_t caf_polls_per_microsecond() {
             last = now;
         }
         const double spun_us = last - start;
-        return spun_us > 0 ? std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(kCalibrationPolls) / spun_us))
-                           : kFallbackPollsPerMicrosecond;
+        return spun_us > 0
+                   ? std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(kCalibrationPolls) / spun_us))
+                   : kFallbackPollsPerMicrosecond;
     }();
     return measured;
 }
@@ -109,8 +110,9 @@ caf::actor_system_config& configure_actor_system(caf::actor_system_config& cfg, 
     int64_t polls = 1;
     if (scheduler.spin_us > 0) {
         polls = int64_t{scheduler.spin_us} * caf_polls_per_microsecond();
-        coordinator_log().info("scheduler: {} polls of the job queue per microsecond here; an idle worker polls {} times ({} us)",
-                               caf_polls_per_microsecond(), polls, scheduler.spin_us);
+        coordinator_log().info(
+            "scheduler: {} polls of the job queue per microsecond here; an idle worker polls {} times ({} us)",
+            caf_polls_per_microsecond(), polls, scheduler.spin_us);
     }
     cfg.set("work-stealing.aggressive-poll-attempts", polls);
     cfg.set("work-stealing.moderate-poll-attempts", 0);

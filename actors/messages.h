@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/dist_step.h"
 #include <distsample/group.h>
+#include "actors/dist_step.h"
 
 namespace ds {
 
@@ -115,7 +115,7 @@ struct step_answer {
     uint64_t step_id = 0;
     std::shared_ptr<const step_outputs> outputs;
     std::vector<desync_event> desyncs;
-    step_timing timing;                   // the slowest rank's
+    step_timing timing;                    // the slowest rank's
     std::vector<step_timing> rank_timing;  // every rank's
     step_timeline timeline;
 };
@@ -266,8 +266,8 @@ typename Inspector::result_type inspect(Inspector& f, step_outputs& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_timing& x) {
-    return f(caf::meta::type_name("step_timing"), x.rank_step_ns, x.rank_transport_ns, x.rank_received_bytes, x.rank_began_at_ns,
-             x.rank_answered_at_ns);
+    return f(caf::meta::type_name("step_timing"), x.rank_step_ns, x.rank_transport_ns, x.rank_received_bytes,
+             x.rank_began_at_ns, x.rank_answered_at_ns);
 }
 
 template <class Inspector>
@@ -287,7 +287,8 @@ typename Inspector::result_type inspect(Inspector& f, remote_step_msg& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, remote_result& x) {
-    return f(caf::meta::type_name("remote_result"), x.rank, x.step_id, x.code, x.message, x.digest, x.outputs, x.timing);
+    return f(caf::meta::type_name("remote_result"), x.rank, x.step_id, x.code, x.message, x.digest, x.outputs,
+             x.timing);
 }
 
 template <class Inspector>
@@ -339,33 +340,26 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::fault_plan_msg)
 namespace ds {
 
 // The typed interfaces of the actors (checked at compile time by CAF).
-using rank_actor_type = caf::typed_actor<caf::replies_to<register_msg>::with<op_ack>,
-                                         caf::replies_to<release_msg>::with<op_ack>,
-                                         caf::replies_to<health_msg>::with<op_ack>,
-                                         caf::replies_to<fault_msg>::with<op_ack>,
-                                         caf::replies_to<fault_plan_msg>::with<op_ack>,
-                                         caf::replies_to<run_step_msg>::with<rank_result>,
-                                         caf::reacts_to<commit_msg>>;
+using rank_actor_type =
+    caf::typed_actor<caf::replies_to<register_msg>::with<op_ack>, caf::replies_to<release_msg>::with<op_ack>,
+                     caf::replies_to<health_msg>::with<op_ack>, caf::replies_to<fault_msg>::with<op_ack>,
+                     caf::replies_to<fault_plan_msg>::with<op_ack>, caf::replies_to<run_step_msg>::with<rank_result>,
+                     caf::reacts_to<commit_msg>>;
 
 // The coordinator to itself: look at the running step's deadline (actors/coordinator_actor.cpp).
 using deadline_check_atom = caf::atom_constant<caf::atom("deadline")>;
 
-using coordinator_actor_type = caf::typed_actor<caf::replies_to<submit_msg>::with<step_answer>,
-                                                caf::reacts_to<caller_submit_msg>,
-                                                caf::replies_to<register_msg>::with<op_ack>,
-                                                caf::replies_to<release_msg>::with<op_ack>,
-                                                caf::replies_to<health_msg>::with<op_ack>,
-                                                caf::replies_to<desync_query>::with<desync_log>,
-                                                caf::replies_to<fault_msg>::with<op_ack>,
-                                                caf::reacts_to<deadline_check_atom>>;
+using coordinator_actor_type =
+    caf::typed_actor<caf::replies_to<submit_msg>::with<step_answer>, caf::reacts_to<caller_submit_msg>,
+                     caf::replies_to<register_msg>::with<op_ack>, caf::replies_to<release_msg>::with<op_ack>,
+                     caf::replies_to<health_msg>::with<op_ack>, caf::replies_to<desync_query>::with<desync_log>,
+                     caf::replies_to<fault_msg>::with<op_ack>, caf::reacts_to<deadline_check_atom>>;
 
 // A rank in another process (actors/rank_process.h); its coordinator side is actors/remote_ranks.h.
-using remote_rank_actor_type = caf::typed_actor<caf::replies_to<form_msg>::with<op_ack>,
-                                                caf::replies_to<register_msg>::with<op_ack>,
-                                                caf::replies_to<release_msg>::with<op_ack>,
-                                                caf::replies_to<health_msg>::with<op_ack>,
-                                                caf::replies_to<remote_step_msg>::with<remote_result>,
-                                                caf::reacts_to<remote_commit_msg>,
-                                                caf::replies_to<remote_fault_plan_msg>::with<op_ack>>;
+using remote_rank_actor_type =
+    caf::typed_actor<caf::replies_to<form_msg>::with<op_ack>, caf::replies_to<register_msg>::with<op_ack>,
+                     caf::replies_to<release_msg>::with<op_ack>, caf::replies_to<health_msg>::with<op_ack>,
+                     caf::replies_to<remote_step_msg>::with<remote_result>, caf::reacts_to<remote_commit_msg>,
+                     caf::replies_to<remote_fault_plan_msg>::with<op_ack>>;
 
 }  // namespace ds

@@ -28,8 +28,8 @@ struct rank_state {
     rank_fault fault = rank_fault::none;
     std::shared_ptr<const fault_plan> plan;
     std::shared_ptr<const step_outputs> last_outputs;  // committed when the coordinator says "your own"
-    std::vector<caf::response_promise> unanswered;      // steps swallowed by the stall hook or a hang fault
-    uint64_t last_step = 0;                             // the latest step id this rank received
+    std::vector<caf::response_promise> unanswered;     // steps swallowed by the stall hook or a hang fault
+    uint64_t last_step = 0;                            // the latest step id this rank received
     static inline const char* name = "distsample.rank";
 };
 
@@ -43,10 +43,11 @@ void poll_mailbox(Self* self, std::chrono::microseconds spin) {
     }
 }
 
-rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank_state> self, group_config config, int32_t rank,
-                                         transport_group* transport) {
+rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank_state> self, group_config config,
+                                          int32_t rank, transport_group* transport) {
     self->state.transport = transport;
-    self->state.endpoint = std::make_unique<faulty_transport>(transport->endpoint(rank), config.payload_checksums, config.transport_timeout);
+    self->state.endpoint = std::make_unique<faulty_transport>(transport->endpoint(rank), config.payload_checksums,
+                                                              config.transport_timeout);
     self->state.engine = std::make_unique<rank_engine>(config, rank, *self->state.endpoint);
     const std::chrono::milliseconds drop_wait = drop_put_wait(config);
     const std::chrono::microseconds spin{config.rank_spin_us};
@@ -87,7 +88,8 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
             st.transport->enter_epoch(rank, m.step->id);
             // Armed before the kernel delay, so that the endpoint counts it in how late the rank is.
             st.endpoint->arm(transport_faults_at(plan, faults, rank, st.endpoint->world_size(), m.step->id, drop_wait));
-            if (faults.kernel_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms));
+            if (faults.kernel_delay_ms > 0)
+                std::this_thread::sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms));
             auto outputs = std::make_shared<step_outputs>();
             status s = st.engine->run(*m.step, *outputs);
             if (s.is_ok()) {
@@ -99,7 +101,8 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
             result.step_id = m.step->id;
             result.code = static_cast<int32_t>(s.code);
             result.message = s.message;
-            result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns(), st.engine->last_received_bytes(), began_at_ns, 0};
+            result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns(),
+                                        st.engine->last_received_bytes(), began_at_ns, 0};
             if (s.is_ok()) {
                 result.digest = outputs->digest();
                 result.outputs = outputs;
@@ -118,7 +121,8 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
             const std::shared_ptr<const step_outputs> agreed = m.agreed ? m.agreed : st.last_outputs;
             if (!agreed) return;
             status s = st.engine->commit(*m.step, *agreed);
-            if (!s.is_ok()) rank_log().error("rank {}: commit of step {} failed: {}", st.engine->rank(), m.step->id, s.message);
+            if (!s.is_ok())
+                rank_log().error("rank {}: commit of step {} failed: {}", st.engine->rank(), m.step->id, s.message);
             poll_mailbox(self, spin);
         },
     };
@@ -126,7 +130,8 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
 
 }  // namespace
 
-rank_actor_type spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank, transport_group& transport) {
+rank_actor_type spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank,
+                                 transport_group& transport) {
     return system.spawn<caf::detached>(rank_actor, config, rank, &transport);
 }
 

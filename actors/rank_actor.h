@@ -16,6 +16,7 @@
 
 namespace ds {
 
-rank_actor_type spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank, transport_group& transport);
+rank_actor_type spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank,
+                                 transport_group& transport);
 
 }  // namespace ds

@@ -18,8 +18,8 @@ void alter_outputs(bool token, bool accept_length, int32_t vocab, int32_t n, ste
     }
 }
 
-armed_transport_faults transport_faults_at(const fault_plan& plan, const rank_step_faults& own, int32_t rank, int32_t world,
-                                           uint64_t step, std::chrono::milliseconds drop_wait) {
+armed_transport_faults transport_faults_at(const fault_plan& plan, const rank_step_faults& own, int32_t rank,
+                                           int32_t world, uint64_t step, std::chrono::milliseconds drop_wait) {
     armed_transport_faults armed;
     armed.delay_ms = own.transport_delay_ms;
     armed.corrupt = own.corrupt_payload;
@@ -28,7 +28,8 @@ armed_transport_faults transport_faults_at(const fault_plan& plan, const rank_st
     armed.drop_put_ms = own.drop_put ? static_cast<int32_t>(drop_wait.count()) : 0;
     for (std::size_t i = 0; i < plan.faults.size(); ++i) {
         const fault_spec& f = plan.faults[i];
-        if (f.kind == fault_kind::duplicate_put && f.rank != rank && (f.rank + 1) % world == rank && fault_fires(plan, i, step)) {
+        if (f.kind == fault_kind::duplicate_put && f.rank != rank && (f.rank + 1) % world == rank &&
+            fault_fires(plan, i, step)) {
             armed.stale_put_from = f.rank;
             break;
         }
@@ -61,7 +62,9 @@ transport_config rank_transport_config(const group_config& config) {
     t.world_size = config.tp;
     t.vocab_size = config.vocab_size;
     const int64_t max_rows = int64_t{config.limits().max_pad_bs()} * config.max_tokens_per_req;
-    t.max_swap_rows = config.mode == dist_mode::gathered ? max_rows : config.mode == dist_mode::swap ? max_rows / config.tp : 0;
+    t.max_swap_rows = config.mode == dist_mode::gathered ? max_rows
+                      : config.mode == dist_mode::swap   ? max_rows / config.tp
+                                                         : 0;
     // The sharded sampler's largest collective: two 256-bin histograms per row.
     t.max_collective_bytes = static_cast<size_t>(max_rows) * 512 * sizeof(uint64_t);
     t.timeout = config.transport_timeout;
@@ -76,7 +79,8 @@ rank_engine::rank_engine(const group_config& config, int32_t rank, transport& en
     const int32_t max_pad_bs = config.limits().max_pad_bs();
     if (config.mode == dist_mode::sharded) {
         if (config.backend != "cpu") {
-            init_status_ = {status_code::unsupported, fmt::format("backend = '{}': sharded mode runs on the cpu backend only", config.backend)};
+            init_status_ = {status_code::unsupported,
+                            fmt::format("backend = '{}': sharded mode runs on the cpu backend only", config.backend)};
             return;
         }
         const kernel_config k = rank_kernel_config(config, config.max_batch);
@@ -98,8 +102,9 @@ rank_engine::rank_engine(const group_config& config, int32_t rank, transport& en
     if (!init_status_.is_ok()) return;
     if (backend_reads_device_ && !endpoint.swaps_device_logits()) {
         // The largest shard: every row of the largest batch over this rank's V/TP, in f32.
-        const std::size_t bytes = static_cast<std::size_t>(config.max_batch) * static_cast<std::size_t>(config.max_tokens_per_req) *
-                                  static_cast<std::size_t>(config.vocab_size / config.tp) * dtype_size(logits_dtype::f32);
+        const std::size_t bytes =
+            static_cast<std::size_t>(config.max_batch) * static_cast<std::size_t>(config.max_tokens_per_req) *
+            static_cast<std::size_t>(config.vocab_size / config.tp) * dtype_size(logits_dtype::f32);
         init_status_ = cuda_allocation::allocate(cuda_memory_kind::pinned_host, bytes, pinned_staging_);
         if (!init_status_.is_ok()) return;
     }
@@ -150,7 +155,8 @@ status rank_engine::run(const dist_step& planned, step_outputs& out) {
         case dist_mode::swap: s = run_swap(step, out); break;
         case dist_mode::sharded: s = sharded_->run(step, *shard_pool_, endpoint_, out); break;
     }
-    last_run_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    last_run_ns_ =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
     last_transport_ns_ = endpoint_.elapsed_ns();
     last_received_bytes_ = endpoint_.received_bytes();
     return s;
@@ -174,7 +180,8 @@ status rank_engine::run_swap(const dist_step& step, step_outputs& out) {
     const int32_t per_rank = plan.reqs_per_rank;
     const int32_t first = plan.first_request(rank_);
     logits_view mine;
-    status s = endpoint_.swap_batch_vocab(step.shards[static_cast<size_t>(rank_)], int64_t{first} * n, int64_t{per_rank} * n, mine);
+    status s = endpoint_.swap_batch_vocab(step.shards[static_cast<size_t>(rank_)], int64_t{first} * n,
+                                          int64_t{per_rank} * n, mine);
     if (s.is_ok()) s = readable_by_backend(mine);
     if (!s.is_ok()) return s;
     const step_input in = step.slice(first, per_rank, mine);
@@ -230,8 +237,10 @@ status rank_engine::readable_by_backend(logits_view& rows) {
 }
 
 status rank_engine::stage_to_host(const logits_view& rows, logits_view& staged) {
-    if (pinned_staging_.data() != nullptr) return stage_device_logits(rows, pinned_staging_.data(), pinned_staging_.bytes(), staged);
-    const std::size_t bytes = static_cast<std::size_t>(rows.vocab) * dtype_size(rows.dtype) * static_cast<std::size_t>(rows.rows);
+    if (pinned_staging_.data() != nullptr)
+        return stage_device_logits(rows, pinned_staging_.data(), pinned_staging_.bytes(), staged);
+    const std::size_t bytes =
+        static_cast<std::size_t>(rows.vocab) * dtype_size(rows.dtype) * static_cast<std::size_t>(rows.rows);
     host_staging_.resize(std::max(host_staging_.size(), bytes));
     return stage_device_logits(rows, host_staging_.data(), host_staging_.size(), staged);
 }

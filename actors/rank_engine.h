@@ -23,8 +23,8 @@ void alter_outputs(bool token, bool accept_length, int32_t vocab, int32_t n, ste
 // The transport faults of step `step` on rank `rank` of `world`: its own, and the stale
 // duplicate of the previous rank's payload when that rank's duplicate_put fires. A rank whose put
 // is dropped gives up after `drop_wait` (drop_put_wait).
-armed_transport_faults transport_faults_at(const fault_plan& plan, const rank_step_faults& own, int32_t rank, int32_t world,
-                                           uint64_t step, std::chrono::milliseconds drop_wait);
+armed_transport_faults transport_faults_at(const fault_plan& plan, const rank_step_faults& own, int32_t rank,
+                                           int32_t world, uint64_t step, std::chrono::milliseconds drop_wait);
 
 // How long a rank whose put was dropped waits before it gives up: until it has been named, by the
 // coordinator's step timeout or its peers' transport timeout, whichever comes first, so that it
@@ -73,16 +73,16 @@ class rank_engine {
     int64_t last_run_ns_ = 0;
     int64_t last_transport_ns_ = 0;
     int64_t last_received_bytes_ = 0;
-    std::unique_ptr<sampling_backend> backend_;   // gathered, swap
-    std::unique_ptr<param_pool> shard_pool_;      // sharded: parameters over the global vocab
-    std::unique_ptr<sharded_sampler> sharded_;    // sharded
+    std::unique_ptr<sampling_backend> backend_;  // gathered, swap
+    std::unique_ptr<param_pool> shard_pool_;     // sharded: parameters over the global vocab
+    std::unique_ptr<sharded_sampler> sharded_;   // sharded
     // swap: this rank's outputs and the gathered blocks, sized once.
     step_outputs local_out_;
     std::vector<int32_t> packed_block_;
     std::vector<int32_t> gathered_blocks_;
     std::vector<int32_t> extra_block_;  // logprob bits and error flags
     std::vector<int32_t> gathered_extras_;
-    bool backend_reads_device_ = false;          // the cuda backend takes device logits as they are
+    bool backend_reads_device_ = false;  // the cuda backend takes device logits as they are
     // Logits moved to where the transport or the backend reads them: a host copy of device rows
     // (the shard for a host transport, or the swapped rows of a device transport: never both in
     // one step), and a device copy of a host shard for a transport that swaps device memory.

@@ -1,7 +1,7 @@
 #include "actors/rank_process.h"
 
-#include <caf/io/all.hpp>
 #include <fmt/format.h>
+#include <caf/io/all.hpp>
 
 #include <unistd.h>
 
@@ -31,11 +31,11 @@ struct rank_process_state {
     fault_plan plan;
     std::vector<caf::response_promise> unanswered;  // steps swallowed by a hang fault, dropped at the next form
     uint64_t last_step_id = 0;                      // the latest step this process received
-    const logits_source* source = nullptr;  // null: the logits come with each step
-    std::vector<uint64_t> contexts;         // by slot: the source's context of the request
-    std::vector<float> source_row;          // one full-vocab row of the source
-    std::vector<uint8_t> own_logits;        // this rank's shard of the current step, from the source
-    dist_step last_step;                  // kept for its commit
+    const logits_source* source = nullptr;          // null: the logits come with each step
+    std::vector<uint64_t> contexts;                 // by slot: the source's context of the request
+    std::vector<float> source_row;                  // one full-vocab row of the source
+    std::vector<uint8_t> own_logits;                // this rank's shard of the current step, from the source
+    dist_step last_step;                            // kept for its commit
     step_outputs last_outputs;
     static inline const char* name = "distsample.rank_process";
 };
@@ -56,7 +56,8 @@ void make_shard(const logits_source& source, const std::vector<uint64_t>& contex
             const size_t at = static_cast<size_t>(b) * static_cast<size_t>(n) + static_cast<size_t>(j);
             if (j > 0) context = logits_source::next_context(context, step.candidates[at]);
             source.logits(context, row.data());
-            std::copy_n(row.data() + static_cast<size_t>(step.plan.vocab_begin(rank)), shard_vocab, shard + at * shard_vocab);
+            std::copy_n(row.data() + static_cast<size_t>(step.plan.vocab_begin(rank)), shard_vocab,
+                        shard + at * shard_vocab);
         }
     }
 }
@@ -74,7 +75,8 @@ status form(rank_process_state& st, const group_config& config, int32_t rank, co
     st.endpoint.reset();
     st.unanswered.clear();  // the coordinator gave up on them before it formed a new epoch
     tcp_bootstrap boot(m.host, m.port, rank, config.tp, config.transport_timeout);
-    if (status s = make_rank_transport(config.transport, rank_transport_config(config), boot, st.endpoint); !s.is_ok()) return s;
+    if (status s = make_rank_transport(config.transport, rank_transport_config(config), boot, st.endpoint); !s.is_ok())
+        return s;
     st.faulty = std::make_unique<faulty_transport>(*st.endpoint, config.payload_checksums, config.transport_timeout);
     auto engine = std::make_unique<rank_engine>(config, rank, *st.faulty);
     if (!engine->init_status().is_ok()) return engine->init_status();
@@ -94,12 +96,14 @@ remote_result run_step(rank_process_state& st, int32_t rank, int32_t vocab, cons
     remote_result result;
     result.rank = rank;
     result.step_id = m.step.id;
-    status s = st.engine ? status::success() : status{status_code::aborted, "no transport endpoint: the group is not formed"};
+    status s =
+        st.engine ? status::success() : status{status_code::aborted, "no transport endpoint: the group is not formed"};
     if (s.is_ok() && st.source != nullptr) {
         if (!m.logits.empty()) {
-            s = status::invalid(fmt::format("the step carries {} bytes of logits, but this rank makes its own (topology.logits_source): "
-                                            "expected the same topology.logits_source at the coordinator",
-                                            m.logits.size()));
+            s = status::invalid(fmt::format(
+                "the step carries {} bytes of logits, but this rank makes its own (topology.logits_source): "
+                "expected the same topology.logits_source at the coordinator",
+                m.logits.size()));
         } else {
             make_shard(*st.source, st.contexts, m.step, rank, st.source_row, st.own_logits);
             m.dtype = logits_dtype::f32;
@@ -108,18 +112,23 @@ remote_result run_step(rank_process_state& st, int32_t rank, int32_t vocab, cons
     const std::vector<uint8_t>& logits = st.source != nullptr ? st.own_logits : m.logits;
     const size_t row_bytes = static_cast<size_t>(m.step.plan.shard_vocab) * dtype_size(m.dtype);
     if (s.is_ok() && (row_bytes == 0 || logits.size() % row_bytes != 0)) {
-        s = status::invalid(fmt::format("logits: {} bytes is not a whole number of {}-byte shard rows", logits.size(), row_bytes));
+        s = status::invalid(
+            fmt::format("logits: {} bytes is not a whole number of {}-byte shard rows", logits.size(), row_bytes));
     }
     if (s.is_ok()) {
         const auto rows = static_cast<int64_t>(logits.size() / row_bytes);
         m.step.shards.assign(static_cast<size_t>(m.step.plan.tp), logits_view{});
-        m.step.shards[static_cast<size_t>(rank)] = logits_view{logits.data(), m.dtype, rows, m.step.plan.shard_vocab, m.step.plan.shard_vocab};
+        m.step.shards[static_cast<size_t>(rank)] =
+            logits_view{logits.data(), m.dtype, rows, m.step.plan.shard_vocab, m.step.plan.shard_vocab};
         // Armed before the kernel delay, so that the endpoint counts it in how late the rank is.
         st.faulty->arm(transport_faults);
         if (faults.kernel_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms));
         s = st.engine->run(m.step, result.outputs);
-        if (s.is_ok()) alter_outputs(faults.alter_token, faults.alter_accept_length, vocab, m.step.plan.tokens_per_req, result.outputs);
-        result.timing = step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns(), st.engine->last_received_bytes()};
+        if (s.is_ok())
+            alter_outputs(faults.alter_token, faults.alter_accept_length, vocab, m.step.plan.tokens_per_req,
+                          result.outputs);
+        result.timing =
+            step_timing{st.engine->last_run_ns(), st.engine->last_transport_ns(), st.engine->last_received_bytes()};
     }
     result.code = static_cast<int32_t>(s.code);
     result.message = s.message;
@@ -140,7 +149,8 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
         return op_ack{rank};
     };
     auto engine_call = [self, ack](auto call) -> caf::result<op_ack> {
-        if (!self->state.engine) return ack(status{status_code::aborted, "no transport endpoint: the group is not formed"});
+        if (!self->state.engine)
+            return ack(status{status_code::aborted, "no transport endpoint: the group is not formed"});
         return ack(call(*self->state.engine));
     };
     return {
@@ -166,7 +176,8 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
         [engine_call](health_msg&) -> caf::result<op_ack> {
             return engine_call([](rank_engine& e) { return e.init_status(); });
         },
-        [self, rank, vocab = config.vocab_size, drop_wait = drop_put_wait(config)](remote_step_msg& m) -> caf::result<remote_result> {
+        [self, rank, vocab = config.vocab_size,
+         drop_wait = drop_put_wait(config)](remote_step_msg& m) -> caf::result<remote_result> {
             rank_process_state& st = self->state;
             if (m.step.id <= st.last_step_id) return repeated_step(rank, m.step.id, st.last_step_id);
             const rank_step_faults faults = faults_at(st.plan, rank, m.step.id);
@@ -182,8 +193,8 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
             }
             st.last_step_id = m.step.id;
             if (faults.duplicate_control) deliver_again(self, m);
-            const armed_transport_faults transport_faults =
-                transport_faults_at(st.plan, faults, rank, st.faulty ? st.faulty->world_size() : 0, m.step.id, drop_wait);
+            const armed_transport_faults transport_faults = transport_faults_at(
+                st.plan, faults, rank, st.faulty ? st.faulty->world_size() : 0, m.step.id, drop_wait);
             const remote_result result = run_step(st, rank, vocab, faults, transport_faults, m);
             if (faults.hang) {
                 // The step ran, so the peers' collectives completed: over UCX a peer that never
@@ -199,7 +210,8 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
             plan.seed = m.seed;
             for (const std::string& text : m.faults) {
                 fault_spec spec;
-                if (std::string e = parse_fault_spec(text, spec); !e.empty()) return make_caf_error(status::invalid(fmt::format("rank {}: {}", rank, e)));
+                if (std::string e = parse_fault_spec(text, spec); !e.empty())
+                    return make_caf_error(status::invalid(fmt::format("rank {}: {}", rank, e)));
                 plan.faults.push_back(spec);
             }
             self->state.plan = std::move(plan);
@@ -215,9 +227,13 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
             const int32_t n = st.last_step.plan.tokens_per_req;
             for (int32_t b = 0; s.is_ok() && b < agreed.batch_size(); ++b) {
                 uint64_t& context = st.contexts[static_cast<size_t>(st.last_step.slots[static_cast<size_t>(b)])];
-                const int32_t accepted = agreed.packed[static_cast<size_t>(agreed.batch_size()) * static_cast<size_t>(n) + static_cast<size_t>(b)];
+                const int32_t accepted =
+                    agreed.packed[static_cast<size_t>(agreed.batch_size()) * static_cast<size_t>(n) +
+                                  static_cast<size_t>(b)];
                 for (int32_t i = 0; i < accepted; ++i) {
-                    context = logits_source::next_context(context, agreed.packed[static_cast<size_t>(b) * static_cast<size_t>(n) + static_cast<size_t>(i)]);
+                    context = logits_source::next_context(
+                        context,
+                        agreed.packed[static_cast<size_t>(b) * static_cast<size_t>(n) + static_cast<size_t>(i)]);
                 }
             }
         },
@@ -225,7 +241,8 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
 }
 
 // The coordinator may start after its ranks: retry until the join timeout.
-caf::expected<caf::actor> connect(caf::actor_system& system, const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
+caf::expected<caf::actor> connect(caf::actor_system& system, const std::string& host, uint16_t port,
+                                  std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
         auto coordinator = system.middleman().remote_actor(host, port);
@@ -236,18 +253,22 @@ caf::expected<caf::actor> connect(caf::actor_system& system, const std::string& 
 
 }  // namespace
 
-status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host, uint16_t port,
-                        const topology_config& topology, const logits_source* source) {
+status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host,
+                        uint16_t port, const topology_config& topology, const logits_source* source) {
     auto coordinator = connect(system, host, port, topology.join_timeout);
     if (!coordinator) {
-        return {status_code::aborted, fmt::format("rank {}: cannot reach the coordinator at {}:{}: {}", rank, host, port,
-                                                  caf::to_string(coordinator.error()))};
+        return {status_code::aborted, fmt::format("rank {}: cannot reach the coordinator at {}:{}: {}", rank, host,
+                                                  port, caf::to_string(coordinator.error()))};
     }
     auto me = system.spawn<caf::detached>(rank_process_behavior, config, rank, source);
     caf::scoped_actor self{system};
     status joined;
-    self->request(*coordinator, topology.join_timeout, join_msg{rank, config.tp, config.vocab_size, config.mode, caf::actor_cast<caf::actor>(me)})
-        .receive([](op_ack&) {}, [&](caf::error& e) { joined = to_status(e, fmt::format("rank {}: the coordinator did not answer the join", rank)); });
+    self->request(*coordinator, topology.join_timeout,
+                  join_msg{rank, config.tp, config.vocab_size, config.mode, caf::actor_cast<caf::actor>(me)})
+        .receive([](op_ack&) {},
+                 [&](caf::error& e) {
+                     joined = to_status(e, fmt::format("rank {}: the coordinator did not answer the join", rank));
+                 });
     if (joined.is_ok()) {
         rank_log().info("rank {} joined the coordinator at {}:{}", rank, host, port);
         self->monitor(*coordinator);

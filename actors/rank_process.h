@@ -17,8 +17,8 @@
 
 #include "config/group_config.h"
 #include "config/topology_config.h"
-#include "sources/logits_source.h"
 #include "kernels/sampling_types.h"
+#include "sources/logits_source.h"
 
 namespace ds {
 
@@ -27,7 +27,7 @@ namespace ds {
 // configured by configure_remote_actor_system. End the process afterwards without destroying
 // `system`: CAF 0.17's teardown can wait forever for an actor the middleman sent to the (now gone)
 // coordinator, since something in the middleman keeps a strong reference to it.
-status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host, uint16_t port,
-                        const topology_config& topology = {}, const logits_source* source = nullptr);
+status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host,
+                        uint16_t port, const topology_config& topology = {}, const logits_source* source = nullptr);
 
 }  // namespace ds

@@ -1,13 +1,13 @@
 #include "actors/remote_ranks.h"
 
-#include <caf/io/all.hpp>
 #include <fmt/format.h>
+#include <caf/io/all.hpp>
 
 #include <cstring>
 #include <functional>
 #include <map>
-#include <utility>
 #include <stdexcept>
+#include <utility>
 
 #include "actors/log.h"
 #include "actors/step_board.h"
@@ -28,15 +28,15 @@ struct pending_call {
 
 struct membership_state {
     group_config config;
-    std::string host;                                  // where each epoch's rendezvous listens
-    uint16_t rendezvous_port = 0;                      // and on which port (0: any free one)
-    std::vector<remote_rank_actor_type> ranks;         // null until the rank joins
-    std::vector<register_msg> registrations;           // by slot, replayed when the group forms
-    remote_fault_plan_msg faults;                      // every rank's plan, sent again when the group forms
+    std::string host;                           // where each epoch's rendezvous listens
+    uint16_t rendezvous_port = 0;               // and on which port (0: any free one)
+    std::vector<remote_rank_actor_type> ranks;  // null until the rank joins
+    std::vector<register_msg> registrations;    // by slot, replayed when the group forms
+    remote_fault_plan_msg faults;               // every rank's plan, sent again when the group forms
     bool formed = false;
     bool forming = false;
-    bool reform_requested = false;                     // while forming: form again when done
-    bool form_when_idle = false;                       // form once no call is in flight
+    bool reform_requested = false;  // while forming: form again when done
+    bool form_when_idle = false;    // form once no call is in flight
     uint64_t epoch = 0;
     std::map<uint64_t, pending_call> in_flight;
     uint64_t next_key = 0;
@@ -112,9 +112,10 @@ remote_fault_plan_msg remote_plan(const fault_plan& plan) {
 // The rendezvous blocks until every rank has arrived (bounded): a blocking actor, its own thread.
 // (Arguments passed through spawn, not captured: CAF 0.17 dereferences a null argument tuple for
 // an actor function without arguments, which UBSan rejects.)
-void serve_rendezvous(caf::blocking_actor*, std::shared_ptr<tcp_rendezvous> rendezvous, int32_t tp, std::chrono::milliseconds timeout,
-                      uint64_t epoch) {
-    if (status s = rendezvous->serve(tp, timeout); !s.is_ok()) coordinator_log().warn("rendezvous of epoch {}: {}", epoch, s.message);
+void serve_rendezvous(caf::blocking_actor*, std::shared_ptr<tcp_rendezvous> rendezvous, int32_t tp,
+                      std::chrono::milliseconds timeout, uint64_t epoch) {
+    if (status s = rendezvous->serve(tp, timeout); !s.is_ok())
+        coordinator_log().warn("rendezvous of epoch {}: {}", epoch, s.message);
 }
 
 void form_done(membership_actor* self, uint64_t epoch, const status& s) {
@@ -183,17 +184,21 @@ void try_form(membership_actor* self) {
     auto answers = std::make_shared<form_answers>(form_answers{st.config.tp, status::success()});
     auto answered = [self, epoch, answers](const status& s) {
         if (!s.is_ok() && answers->first_failure.is_ok()) answers->first_failure = s;
-        if (--answers->remaining > 0 || !self->state.forming || epoch != self->state.epoch) return;  // or given up already
+        if (--answers->remaining > 0 || !self->state.forming || epoch != self->state.epoch)
+            return;  // or given up already
         form_done(self, epoch, answers->first_failure);
     };
     for (int32_t r = 0; r < st.config.tp; ++r) {
         // Before the form_msg (one sender, so in order): a restarted process gets its plan back.
         // A plan the rank rejects was rejected when it was set, so the answer is only logged.
         self->request(st.ranks[static_cast<size_t>(r)], 2 * timeout, st.faults)
-            .then([](op_ack&) {}, [r](caf::error& e) { coordinator_log().warn("rank {}: fault plan: {}", r, caf::to_string(e)); });
+            .then([](op_ack&) {},
+                  [r](caf::error& e) { coordinator_log().warn("rank {}: fault plan: {}", r, caf::to_string(e)); });
         self->request(st.ranks[static_cast<size_t>(r)], 2 * timeout, form)
             .then([answered](op_ack&) { answered(status::success()); },
-                  [answered, epoch, r](caf::error& e) { answered(to_status(e, fmt::format("rank {} did not form epoch {}", r, epoch))); });
+                  [answered, epoch, r](caf::error& e) {
+                      answered(to_status(e, fmt::format("rank {} did not form epoch {}", r, epoch)));
+                  });
     }
 }
 
@@ -230,8 +235,11 @@ caf::result<op_ack> forward_op(membership_actor* self, int32_t rank, const Msg& 
         return make_caf_error(status{status_code::aborted, fmt::format("rank {}: {}", culprit, reason)});
     }
     auto promise = self->make_response_promise();
-    auto named = [rank](const status& why) { return make_caf_error(status{why.code, fmt::format("rank {}: {}", rank, why.message)}); };
-    const uint64_t key = track(self, rank, [promise, named](const status& why) mutable { promise.deliver(named(why)); });
+    auto named = [rank](const status& why) {
+        return make_caf_error(status{why.code, fmt::format("rank {}: {}", rank, why.message)});
+    };
+    const uint64_t key =
+        track(self, rank, [promise, named](const status& why) mutable { promise.deliver(named(why)); });
     self->request(st.ranks[static_cast<size_t>(rank)], st.config.step_timeout, msg)
         .then(
             [self, key, promise](op_ack& a) mutable {
@@ -243,7 +251,8 @@ caf::result<op_ack> forward_op(membership_actor* self, int32_t rank, const Msg& 
     return caf::delegated<op_ack>{};
 }
 
-caf::behavior membership_behavior(membership_actor* self, group_config config, std::string host, uint16_t rendezvous_port) {
+caf::behavior membership_behavior(membership_actor* self, group_config config, std::string host,
+                                  uint16_t rendezvous_port) {
     membership_state& st = self->state;
     st.config = config;
     st.host = std::move(host);
@@ -256,17 +265,23 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
         [self](join_msg& m) -> caf::result<op_ack> {
             membership_state& s = self->state;
             if (m.rank < 0 || m.rank >= s.config.tp) {
-                return make_caf_error(status::invalid(fmt::format("rank = {}: expected a rank in [0, {})", m.rank, s.config.tp)));
+                return make_caf_error(
+                    status::invalid(fmt::format("rank = {}: expected a rank in [0, {})", m.rank, s.config.tp)));
             }
-            if (m.tp != s.config.tp) return make_caf_error(status::invalid(fmt::format("tp = {}: the coordinator has tp = {}", m.tp, s.config.tp)));
+            if (m.tp != s.config.tp)
+                return make_caf_error(
+                    status::invalid(fmt::format("tp = {}: the coordinator has tp = {}", m.tp, s.config.tp)));
             if (m.vocab_size != s.config.vocab_size) {
-                return make_caf_error(status::invalid(fmt::format("vocab_size = {}: the coordinator has vocab_size = {}", m.vocab_size, s.config.vocab_size)));
+                return make_caf_error(status::invalid(fmt::format(
+                    "vocab_size = {}: the coordinator has vocab_size = {}", m.vocab_size, s.config.vocab_size)));
             }
             if (m.mode != s.config.mode) {
-                return make_caf_error(status::invalid(fmt::format("mode = {}: the coordinator has mode = {}", mode_name(m.mode), mode_name(s.config.mode))));
+                return make_caf_error(status::invalid(fmt::format("mode = {}: the coordinator has mode = {}",
+                                                                  mode_name(m.mode), mode_name(s.config.mode))));
             }
             auto handle = caf::actor_cast<remote_rank_actor_type>(m.handle);
-            if (!handle) return make_caf_error(status::invalid(fmt::format("rank {}: joined without an actor", m.rank)));
+            if (!handle)
+                return make_caf_error(status::invalid(fmt::format("rank {}: joined without an actor", m.rank)));
             auto& slot = s.ranks[static_cast<size_t>(m.rank)];
             if (slot) self->demonitor(slot.address());
             slot = handle;
@@ -285,7 +300,8 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
             }
             remote_step_msg msg{*m.step, logits_dtype::f32, {}};
             msg.step.shards.clear();
-            if (status c = copy_shard(*m.step, rank, msg); !c.is_ok()) return failed_result(rank, step_id, c.code, c.message);
+            if (status c = copy_shard(*m.step, rank, msg); !c.is_ok())
+                return failed_result(rank, step_id, c.code, c.message);
             auto promise = self->make_response_promise();
             const uint64_t key = track(self, rank, [promise, rank, step_id](const status& why) mutable {
                 promise.deliver(failed_result(rank, step_id, why.code, why.message));
@@ -307,7 +323,8 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
                     },
                     [self, key, promise, rank, step_id](caf::error& e) mutable {
                         if (!untrack(self, key)) return;
-                        const status why = to_status(e, fmt::format("did not answer within {} ms", self->state.config.step_timeout.count()));
+                        const status why = to_status(
+                            e, fmt::format("did not answer within {} ms", self->state.config.step_timeout.count()));
                         promise.deliver(failed_result(rank, step_id, why.code, why.message));
                     });
             return caf::delegated<rank_result>{};
@@ -319,11 +336,13 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
             self->send(s.ranks[static_cast<size_t>(rank)], std::move(msg));
         },
         [self](int32_t rank, register_msg& m) -> caf::result<op_ack> {
-            if (m.slot > 0 && m.slot < self->state.config.max_slots) self->state.registrations[static_cast<size_t>(m.slot)] = m;
+            if (m.slot > 0 && m.slot < self->state.config.max_slots)
+                self->state.registrations[static_cast<size_t>(m.slot)] = m;
             return forward_op(self, rank, m);
         },
         [self](int32_t rank, release_msg& m) -> caf::result<op_ack> {
-            if (m.slot > 0 && m.slot < self->state.config.max_slots) self->state.registrations[static_cast<size_t>(m.slot)] = register_msg{};
+            if (m.slot > 0 && m.slot < self->state.config.max_slots)
+                self->state.registrations[static_cast<size_t>(m.slot)] = register_msg{};
             return forward_op(self, rank, m);
         },
         [self](int32_t rank, health_msg& m) -> caf::result<op_ack> { return forward_op(self, rank, m); },
@@ -353,7 +372,9 @@ rank_actor_type::behavior_type rank_proxy(rank_actor_type::pointer self, caf::ac
             return caf::delegated<op_ack>{};
         },
         [rank](fault_msg&) -> caf::result<op_ack> {
-            return make_caf_error(status{status_code::unsupported, fmt::format("rank {}: fault hooks are not available in rank processes", rank)});
+            return make_caf_error(
+                status{status_code::unsupported,
+                       fmt::format("rank {}: fault hooks are not available in rank processes", rank)});
         },
         [forward](fault_plan_msg& m) -> caf::result<op_ack> {
             forward(m);
@@ -375,7 +396,9 @@ class remote_transport_group final : public transport_group {
     remote_transport_group(int32_t world, caf::actor members) : world_(world), membership_(std::move(members)) {}
     int32_t world_size() const override { return world_; }
     const char* backend_name() const override { return "rank processes"; }
-    transport& endpoint(int32_t) override { throw std::logic_error("the endpoints of remote ranks live in the rank processes"); }
+    transport& endpoint(int32_t) override {
+        throw std::logic_error("the endpoints of remote ranks live in the rank processes");
+    }
     void enter_epoch(int32_t, uint64_t) override {}
     void abort(const std::string&) override { caf::anon_send(membership_, reform_atom::value); }
     void begin_epoch(uint64_t) override {}
@@ -388,7 +411,8 @@ class remote_transport_group final : public transport_group {
 
 }  // namespace
 
-caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config& cfg, const topology_config& topology) {
+caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config& cfg,
+                                                        const topology_config& topology) {
     configure_actor_system(cfg);
     cfg.load<caf::io::middleman>();
     // A rank process whose host vanishes without closing its connection is noticed after
@@ -398,13 +422,14 @@ caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config
     return cfg;
 }
 
-status publish_remote_ranks(caf::actor_system& system, const group_config& config, const std::string& host, uint16_t port,
-                            remote_ranks& out, const topology_config& topology) {
+status publish_remote_ranks(caf::actor_system& system, const group_config& config, const std::string& host,
+                            uint16_t port, remote_ranks& out, const topology_config& topology) {
     out.membership = system.spawn(membership_behavior, config, host, static_cast<uint16_t>(topology.rendezvous_port));
     auto published = system.middleman().publish(out.membership, port, host.c_str(), true);
     if (!published) {
         caf::anon_send_exit(out.membership, caf::exit_reason::user_shutdown);
-        return {status_code::internal, fmt::format("cannot listen on {}:{}: {}", host, port, caf::to_string(published.error()))};
+        return {status_code::internal,
+                fmt::format("cannot listen on {}:{}: {}", host, port, caf::to_string(published.error()))};
     }
     out.port = *published;
     out.proxies.clear();

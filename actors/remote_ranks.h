@@ -10,8 +10,8 @@
 // rank; steps fail fast while the group is incomplete; when the rank joins again the group is
 // re-formed. A failed step (the coordinator aborts the group) also re-forms it, so no endpoint left
 // inside a failed collective is used again; a re-form waits until every call in flight to a rank
-// process has been answered or has timed out, and an epoch ends once every rank has answered it. Penalty counts committed since a request's
-// registration are not carried over a re-form (the registration, with its history, is).
+// process has been answered or has timed out, and an epoch ends once every rank has answered it. Penalty counts
+// committed since a request's registration are not carried over a re-form (the registration, with its history, is).
 #pragma once
 
 #include <caf/all.hpp>
@@ -30,18 +30,19 @@ namespace ds {
 
 // Loads the middleman and sets its heartbeat and connection timeout from the topology (Debian's
 // CAF has heartbeats off, and a dead peer would then only be noticed when its connection resets).
-caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config& cfg, const topology_config& topology = {});
+caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config& cfg,
+                                                        const topology_config& topology = {});
 
 struct remote_ranks {
-    std::vector<rank_actor_type> proxies;         // rank r's stand-in, for spawn_coordinator_actor
-    std::unique_ptr<transport_group> transport;   // what the coordinator aborts: re-forms the group
+    std::vector<rank_actor_type> proxies;        // rank r's stand-in, for spawn_coordinator_actor
+    std::unique_ptr<transport_group> transport;  // what the coordinator aborts: re-forms the group
     caf::actor membership;
-    uint16_t port = 0;                            // where the membership actor is published
+    uint16_t port = 0;  // where the membership actor is published
 };
 
 // Publishes the membership actor on host:port (port 0: any free port). The rendezvous of each
 // epoch listens on `host` too, on topology.rendezvous_port.
-status publish_remote_ranks(caf::actor_system& system, const group_config& config, const std::string& host, uint16_t port,
-                            remote_ranks& out, const topology_config& topology = {});
+status publish_remote_ranks(caf::actor_system& system, const group_config& config, const std::string& host,
+                            uint16_t port, remote_ranks& out, const topology_config& topology = {});
 
 }  // namespace ds

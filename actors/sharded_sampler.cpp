@@ -79,7 +79,9 @@ constexpr uint64_t kMaxSent = 255;
 // send candidates (TP >= 2) hold at most 2^24 / 2 tokens (config: V <= 2^24).
 constexpr int kIndexBits = 23;
 constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
-uint64_t candidate_key(uint64_t q, int32_t local_token) { return (q << kIndexBits) | (kIndexMask - static_cast<uint64_t>(local_token)); }
+uint64_t candidate_key(uint64_t q, int32_t local_token) {
+    return (q << kIndexBits) | (kIndexMask - static_cast<uint64_t>(local_token));
+}
 
 // What a decider announces when its candidates did not reach the bound it was promised (a bug):
 // every rank then fails the step instead of sampling from different cuts.
@@ -92,7 +94,8 @@ sharded_sampler::sharded_sampler(const group_config& config, int32_t rank)
       world_(config.tp),
       shard_vocab_(config.vocab_size / config.tp),
       vocab_offset_(rank * shard_vocab_),
-      logits_(static_cast<size_t>(config.max_batch) * static_cast<size_t>(config.max_tokens_per_req) * static_cast<size_t>(shard_vocab_)),
+      logits_(static_cast<size_t>(config.max_batch) * static_cast<size_t>(config.max_tokens_per_req) *
+              static_cast<size_t>(shard_vocab_)),
       masses_(logits_.size()) {}
 
 status sharded_sampler::select_cut(transport& endpoint, const std::vector<uint64_t>& goals, bool by_mass,
@@ -120,7 +123,8 @@ status sharded_sampler::select_cut(transport& endpoint, const std::vector<uint64
         std::fill(histograms.begin(), histograms.end(), 0);
         for (size_t i = 0; i < a; ++i) {
             uint64_t* counts = histograms.data() + i * 2 * kBins;
-            cpu::mass_histogram(row_masses(static_cast<int64_t>(active[i])), shard_vocab_, local[i], prefix[i], shift, counts, counts + kBins);
+            cpu::mass_histogram(row_masses(static_cast<int64_t>(active[i])), shard_vocab_, local[i], prefix[i], shift,
+                                counts, counts + kBins);
         }
         if (status s = endpoint.all_reduce(histograms.data(), histograms.size(), reduce_op::sum); !s.is_ok()) return s;
         for (size_t i = 0; i < a; ++i) {
@@ -151,7 +155,8 @@ status sharded_sampler::select_cut(transport& endpoint, const std::vector<uint64
         const uint64_t q = prefix[i];
         const uint64_t goal = goals[active[i]];
         needed[i] = by_mass ? (goal - above_mass[i] + q - 1) / q : goal - above_count[i];
-        mine[i] = static_cast<uint64_t>(cpu::count_with_mass(row_masses(static_cast<int64_t>(active[i])), shard_vocab_, local[i], q));
+        mine[i] = static_cast<uint64_t>(
+            cpu::count_with_mass(row_masses(static_cast<int64_t>(active[i])), shard_vocab_, local[i], q));
     }
     if (status s = endpoint.all_gather(mine.data(), a * sizeof(uint64_t), every.data()); !s.is_ok()) return s;
     std::vector<uint64_t>& announced = scratch_.announced;  // boundary's global index + 1, from its owner
@@ -160,8 +165,8 @@ status sharded_sampler::select_cut(transport& endpoint, const std::vector<uint64
         uint64_t before = 0;
         for (int32_t r = 0; r < rank_; ++r) before += every[static_cast<size_t>(r) * a + i];
         if (needed[i] > before && needed[i] <= before + mine[i]) {
-            const int32_t token = cpu::nth_with_mass(row_masses(static_cast<int64_t>(active[i])), shard_vocab_, local[i], prefix[i],
-                                                     static_cast<int64_t>(needed[i] - before - 1));
+            const int32_t token = cpu::nth_with_mass(row_masses(static_cast<int64_t>(active[i])), shard_vocab_,
+                                                     local[i], prefix[i], static_cast<int64_t>(needed[i] - before - 1));
             announced[i] = static_cast<uint64_t>(vocab_offset_ + token) + 1;
         }
     }
@@ -184,7 +189,8 @@ void sharded_sampler::summarize(size_t row, uint64_t* summary) {
         if (mass[i] > 0) sorted.push_back(mass[i]);
     }
     const size_t largest = std::min<size_t>(sorted.size(), depth_at(kLevels - 1));
-    std::partial_sort(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(largest), sorted.end(), std::greater<>());
+    std::partial_sort(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(largest), sorted.end(),
+                      std::greater<>());
     uint64_t above = 0;
     size_t summed = 0;
     for (int level = 0; level < kLevels; ++level) {
@@ -203,7 +209,8 @@ bool sharded_sampler::plan_cut(size_t row, bool by_count, uint64_t goal, const s
             const uint64_t* summary = summaries[static_cast<size_t>(r)];
             uint64_t best = 0;
             for (int level = 0; level < kLevels && summary_q(summary[level]) >= q; ++level) {
-                best = by_count ? std::min(depth_at(level), counts[static_cast<size_t>(r)]) : summary_mass(summary[level]);
+                best =
+                    by_count ? std::min(depth_at(level), counts[static_cast<size_t>(r)]) : summary_mass(summary[level]);
             }
             sum += best;
         }
@@ -267,7 +274,8 @@ status sharded_sampler::settle_planned_cuts(transport& endpoint, std::vector<cpu
         size_t written = 0;
         for (int32_t i = 0; i < shard_vocab_ && room > 0; ++i) {
             if (mass[i] < plans[p].threshold) continue;
-            if (written == room) return {status_code::internal, "sharded_sampler: a rank holds more candidates than its summary bound"};
+            if (written == room)
+                return {status_code::internal, "sharded_sampler: a rank holds more candidates than its summary bound"};
             candidates[at + written++] = candidate_key(mass[i], i);
         }
         at += room;
@@ -275,7 +283,8 @@ status sharded_sampler::settle_planned_cuts(transport& endpoint, std::vector<cpu
     std::vector<uint64_t>& every = scratch_.all_candidates;
     every.resize(block * world);
     if (block > 0) {
-        if (status s = endpoint.all_gather(candidates.data(), block * sizeof(uint64_t), every.data()); !s.is_ok()) return s;
+        if (status s = endpoint.all_gather(candidates.data(), block * sizeof(uint64_t), every.data()); !s.is_ok())
+            return s;
     }
     std::vector<uint64_t>& announced = scratch_.announced_cuts;  // per plan: the boundary's Q and global token + 1
     announced.assign(2 * plans.size(), 0);
@@ -325,7 +334,8 @@ status sharded_sampler::settle_planned_cuts(transport& endpoint, std::vector<cpu
     }
     if (status s = endpoint.all_reduce(announced.data(), announced.size(), reduce_op::max); !s.is_ok()) return s;
     for (size_t p = 0; p < plans.size(); ++p) {
-        if (announced[2 * p] == kBrokenBound) return {status_code::internal, "sharded_sampler: a decider's candidates did not reach its planned cut"};
+        if (announced[2 * p] == kBrokenBound)
+            return {status_code::internal, "sharded_sampler: a decider's candidates did not reach its planned cut"};
         cpu::filter_cut& cut = cuts[plans[p].row];
         cut.has_boundary = true;
         cut.boundary_mass = announced[2 * p];
@@ -340,7 +350,9 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
     const int32_t words = bitmask_words(shard_vocab_ * world_);
     const logits_view& shard = step.shards[static_cast<size_t>(rank_)];
-    auto params_of = [&](size_t row) -> const sampling_params& { return pool.params(step.slots[row / static_cast<size_t>(n)]); };
+    auto params_of = [&](size_t row) -> const sampling_params& {
+        return pool.params(step.slots[row / static_cast<size_t>(n)]);
+    };
 
     // 1. Processed shard rows and the global argmax of each.
     std::vector<uint64_t>& keys = scratch_.keys;
@@ -349,7 +361,8 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         const int32_t slot = step.slots[row / static_cast<size_t>(n)];
         const uint32_t* mask = step.bitmask.empty() ? nullptr : step.bitmask.data() + row * static_cast<size_t>(words);
         float* l = logits_.data() + row * static_cast<size_t>(shard_vocab_);
-        cpu::prepare_shard_logits(shard, static_cast<int64_t>(row), pool.params(slot), pool.seen_tokens(slot), mask, vocab_offset_, l);
+        cpu::prepare_shard_logits(shard, static_cast<int64_t>(row), pool.params(slot), pool.seen_tokens(slot), mask,
+                                  vocab_offset_, l);
         const int32_t best = cpu::argmax_of(l, shard_vocab_);
         if (best >= 0) keys[row] = argmax_key(l[best], vocab_offset_ + best);
     }
@@ -387,19 +400,24 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     shared.assign(stride, 0);
     all_shared.resize(stride * static_cast<size_t>(world_));
     for (size_t row = 0; row < rows; ++row) {
-        if (top[row] >= 0) shared[row] = double_bits(cpu::exp_sum(row_logits(static_cast<int64_t>(row)), shard_vocab_, max_logit[row]));
+        if (top[row] >= 0)
+            shared[row] =
+                double_bits(cpu::exp_sum(row_logits(static_cast<int64_t>(row)), shard_vocab_, max_logit[row]));
     }
     for (size_t k = 0; k < stochastic_rows.size(); ++k) {
         const size_t row = stochastic_rows[k];
         uint64_t* mass = masses_.data() + row * static_cast<size_t>(shard_vocab_);
-        cpu::masses_of(row_logits(static_cast<int64_t>(row)), shard_vocab_, max_logit[row], params_of(row).temperature, mass);
+        cpu::masses_of(row_logits(static_cast<int64_t>(row)), shard_vocab_, max_logit[row], params_of(row).temperature,
+                       mass);
         for (int32_t i = 0; i < shard_vocab_; ++i) {
             shared[totals_at + 2 * k] += mass[i] > 0 ? 1 : 0;
             shared[totals_at + 2 * k + 1] += mass[i];
         }
     }
-    for (size_t i = 0; i < cut_rows.size(); ++i) summarize(cut_rows[i], shared.data() + summaries_at + i * kSummaryWords);
-    if (status s = endpoint.all_gather(shared.data(), stride * sizeof(uint64_t), all_shared.data()); !s.is_ok()) return s;
+    for (size_t i = 0; i < cut_rows.size(); ++i)
+        summarize(cut_rows[i], shared.data() + summaries_at + i * kSummaryWords);
+    if (status s = endpoint.all_gather(shared.data(), stride * sizeof(uint64_t), all_shared.data()); !s.is_ok())
+        return s;
     std::vector<uint64_t>& totals = scratch_.totals;  // [count, mass] per row
     std::vector<double>& normaliser = scratch_.normaliser;
     std::vector<uint64_t>& rank_counts = scratch_.rank_counts;  // [rank, row]
@@ -438,16 +456,19 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         const size_t row = cut_rows[i];
         const sampling_params& p = params_of(row);
         const bool by_count = p.top_k >= 0 && static_cast<uint64_t>(p.top_k) < totals[2 * row];
-        const uint64_t goal = by_count ? static_cast<uint64_t>(p.top_k) : dm::top_p_mass_target(p.top_p, totals[2 * row + 1]);
+        const uint64_t goal =
+            by_count ? static_cast<uint64_t>(p.top_k) : dm::top_p_mass_target(p.top_p, totals[2 * row + 1]);
         if (!by_count && goal >= totals[2 * row + 1]) continue;  // keeps every token with mass: no boundary
         for (int32_t r = 0; r < world_; ++r) {
-            summaries[static_cast<size_t>(r)] = all_shared.data() + static_cast<size_t>(r) * stride + summaries_at + i * kSummaryWords;
+            summaries[static_cast<size_t>(r)] =
+                all_shared.data() + static_cast<size_t>(r) * stride + summaries_at + i * kSummaryWords;
             counts[static_cast<size_t>(r)] = rank_counts[static_cast<size_t>(r) * rows + row];
         }
         cut_plan plan;
         plan.top_p = p.top_p;
         slots.resize(slots.size() + static_cast<size_t>(world_));
-        if (plan_cut(row, by_count, goal, summaries, counts, plan, slots.data() + slots.size() - static_cast<size_t>(world_))) {
+        if (plan_cut(row, by_count, goal, summaries, counts, plan,
+                     slots.data() + slots.size() - static_cast<size_t>(world_))) {
             plans.push_back(plan);
         } else {
             slots.resize(slots.size() - static_cast<size_t>(world_));
@@ -457,7 +478,8 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     if (status s = settle_planned_cuts(endpoint, cuts); !s.is_ok()) return s;
     for (size_t row = 0; row < rows; ++row) {
         const sampling_params& p = params_of(row);
-        if (by_radix[row] && p.top_k >= 0 && static_cast<uint64_t>(p.top_k) < totals[2 * row]) goals[row] = static_cast<uint64_t>(p.top_k);
+        if (by_radix[row] && p.top_k >= 0 && static_cast<uint64_t>(p.top_k) < totals[2 * row])
+            goals[row] = static_cast<uint64_t>(p.top_k);
     }
     if (status s = select_cut(endpoint, goals, false, cuts, top_k_mass); !s.is_ok()) return s;
     for (size_t row = 0; row < rows; ++row) {
@@ -467,7 +489,8 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     std::vector<uint64_t>& top_p_mass = scratch_.top_p_mass;  // only the cut matters from here on
     top_p_mass.assign(rows, 0);
     if (status s = select_cut(endpoint, goals, true, cuts, top_p_mass); !s.is_ok()) return s;
-    for (size_t row = 0; row < rows; ++row) cuts[row].min_mass = std::max<uint64_t>(1, dm::min_p_mass_threshold(params_of(row).min_p));
+    for (size_t row = 0; row < rows; ++row)
+        cuts[row].min_mass = std::max<uint64_t>(1, dm::min_p_mass_threshold(params_of(row).min_p));
 
     // 4. Every rank's kept mass and the draft's kept mass (from its owner), per stochastic row.
     std::vector<uint64_t>& mine = scratch_.kept;
@@ -489,11 +512,13 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         const size_t j = row % static_cast<size_t>(n);
         if (j + 1 < static_cast<size_t>(n)) {
             const int32_t draft = step.candidates[b * static_cast<size_t>(n) + j + 1] - vocab_offset_;
-            if (draft >= 0 && draft < shard_vocab_ && local_cuts[row].keeps(draft, mass[draft])) mine[2 * k + 1] = mass[draft];
+            if (draft >= 0 && draft < shard_vocab_ && local_cuts[row].keeps(draft, mass[draft]))
+                mine[2 * k + 1] = mass[draft];
         }
     }
     if (kept_words > 0) {
-        if (status s = endpoint.all_gather(mine.data(), kept_words * sizeof(uint64_t), every.data()); !s.is_ok()) return s;
+        if (status s = endpoint.all_gather(mine.data(), kept_words * sizeof(uint64_t), every.data()); !s.is_ok())
+            return s;
     }
     auto kept_on = [&](int32_t r, size_t row) { return every[static_cast<size_t>(r) * kept_words + kept_at[row]]; };
     auto draft_mass_of = [&](size_t row) {
@@ -535,18 +560,24 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
                 if (has_draft) {
                     const uint64_t draft_mass = draft_mass_of(row);
                     const double prob = static_cast<double>(draft_mass) / static_cast<double>(kept);
-                    const double coin = !step.coins.empty()
-                                            ? step.coins[static_cast<size_t>(b) * static_cast<size_t>(n - 1) + static_cast<size_t>(j)]
-                                            : dm::bits_to_unit_double(dm::random_bits64(p.seed, position, static_cast<uint32_t>(j + 1), dm::draw_purpose::coin));
-                    draft_accepted = prob >= step.thresholds.single || (draft_mass > 0 && coin <= prob / step.thresholds.acc);
+                    const double coin =
+                        !step.coins.empty()
+                            ? step.coins[static_cast<size_t>(b) * static_cast<size_t>(n - 1) + static_cast<size_t>(j)]
+                            : dm::bits_to_unit_double(dm::random_bits64(p.seed, position, static_cast<uint32_t>(j + 1),
+                                                                        dm::draw_purpose::coin));
+                    draft_accepted =
+                        prob >= step.thresholds.single || (draft_mass > 0 && coin <= prob / step.thresholds.acc);
                     excluded_mass = draft_mass;
                 }
                 if (!draft_accepted) {
-                    const uint64_t bits = !step.final_coins.empty()
-                                              ? dm::unit_double_to_bits(step.final_coins[static_cast<size_t>(b)])
-                                              : dm::random_bits64(p.seed, position, static_cast<uint32_t>(j), dm::draw_purpose::token);
+                    const uint64_t bits =
+                        !step.final_coins.empty()
+                            ? dm::unit_double_to_bits(step.final_coins[static_cast<size_t>(b)])
+                            : dm::random_bits64(p.seed, position, static_cast<uint32_t>(j), dm::draw_purpose::token);
                     const bool residual = kept > excluded_mass;
-                    draws[static_cast<size_t>(b)] = draw{row, dm::mul_high64(bits, residual ? kept - excluded_mass : kept), residual && has_draft ? draft : -1};
+                    draws[static_cast<size_t>(b)] =
+                        draw{row, dm::mul_high64(bits, residual ? kept - excluded_mass : kept),
+                             residual && has_draft ? draft : -1};
                     drawing[static_cast<size_t>(b)] = 1;
                 }
             }
@@ -573,11 +604,13 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         const draw& d = draws[static_cast<size_t>(b)];
         const int32_t excluded_owner = d.excluded < 0 ? -1 : d.excluded / shard_vocab_;
         uint64_t before = 0;
-        for (int32_t r = 0; r < rank_; ++r) before += kept_on(r, d.row) - (r == excluded_owner ? draft_mass_of(d.row) : 0);
+        for (int32_t r = 0; r < rank_; ++r)
+            before += kept_on(r, d.row) - (r == excluded_owner ? draft_mass_of(d.row) : 0);
         const uint64_t own = kept_on(rank_, d.row) - (rank_ == excluded_owner ? draft_mass_of(d.row) : 0);
         if (d.target >= before && d.target - before < own) {
             const int32_t excluded_local = rank_ == excluded_owner ? d.excluded - vocab_offset_ : -1;
-            const int32_t token = cpu::token_at_mass(row_masses(static_cast<int64_t>(d.row)), shard_vocab_, local_cuts[d.row], d.target - before, excluded_local);
+            const int32_t token = cpu::token_at_mass(row_masses(static_cast<int64_t>(d.row)), shard_vocab_,
+                                                     local_cuts[d.row], d.target - before, excluded_local);
             if (token >= 0) {
                 found[static_cast<size_t>(b)] = static_cast<uint64_t>(vocab_offset_ + token) + 1;
                 shifted[d.row] = shifted_logit(d.row, token);
@@ -586,11 +619,13 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     }
     for (size_t row = 0; row < rows; ++row) {
         const int32_t token = predict[row] - vocab_offset_;
-        if (out.accept_index[row] >= 0 && predict[row] >= 0 && token >= 0 && token < shard_vocab_) shifted[row] = shifted_logit(row, token);
+        if (out.accept_index[row] >= 0 && predict[row] >= 0 && token >= 0 && token < shard_vocab_)
+            shifted[row] = shifted_logit(row, token);
     }
     if (status s = endpoint.all_reduce(found.data(), found.size(), reduce_op::max); !s.is_ok()) return s;
     for (int32_t b = 0; b < bs; ++b) {
-        if (drawing[static_cast<size_t>(b)]) predict[draws[static_cast<size_t>(b)].row] = static_cast<int32_t>(found[static_cast<size_t>(b)]) - 1;
+        if (drawing[static_cast<size_t>(b)])
+            predict[draws[static_cast<size_t>(b)].row] = static_cast<int32_t>(found[static_cast<size_t>(b)]) - 1;
     }
 
     // 6. Logprobs of the emitted tokens: the owner's shifted logit less the log of the summed
@@ -599,7 +634,8 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         if (out.accept_index[row] < 0 || top[row] < 0 || predict[row] < 0) continue;
         out.logprobs[row] = static_cast<float>(from_double_bits(shifted[row]) - std::log(normaliser[row]));
     }
-    for (int32_t b = 0; b < bs; ++b) out.row_error[static_cast<size_t>(b)] = predict[static_cast<size_t>(b) * n + lengths[b] - 1] < 0 ? 1 : 0;
+    for (int32_t b = 0; b < bs; ++b)
+        out.row_error[static_cast<size_t>(b)] = predict[static_cast<size_t>(b) * n + lengths[b] - 1] < 0 ? 1 : 0;
     return status::success();
 }
 

@@ -98,7 +98,8 @@ class sharded_sampler {
         std::vector<uint64_t> rank_counts;
         // select_cut
         std::vector<size_t> active;
-        std::vector<uint64_t> prefix, above_count, above_mass, histograms, needed, tie_counts, all_tie_counts, announced;
+        std::vector<uint64_t> prefix, above_count, above_mass, histograms, needed, tie_counts, all_tie_counts,
+            announced;
         std::vector<cpu::filter_cut> local_domains;
     };
 

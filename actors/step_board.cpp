@@ -20,12 +20,14 @@ step_outcome combine_rank_results(const dist_step& step, const std::vector<rank_
         o.slowest.rank_answered_at_ns = std::max(o.slowest.rank_answered_at_ns, r.timing.rank_answered_at_ns);
         o.rank_timing.push_back(r.timing);
         if (r.digest == reference.digest) continue;
-        o.desyncs.push_back(desync_event{step.id, r.rank, r.outputs->first_difference(*reference.outputs, step.plan.tokens_per_req)});
+        o.desyncs.push_back(
+            desync_event{step.id, r.rank, r.outputs->first_difference(*reference.outputs, step.plan.tokens_per_req)});
     }
     if (!o.desyncs.empty() && policy == rank0_policy::never) {
         const desync_event& e = o.desyncs.front();
         o.failure = status{status_code::mismatch,
-                           fmt::format("step {}: rank {} differs from rank 0 at request {} (rank-0 policy 'never')", e.step, e.rank, e.first_row)};
+                           fmt::format("step {}: rank {} differs from rank 0 at request {} (rank-0 policy 'never')",
+                                       e.step, e.rank, e.first_row)};
     }
     // always: every rank commits rank 0's outputs; on_mismatch: only after a desync, else their own.
     o.ship = policy == rank0_policy::always || !o.desyncs.empty();
@@ -44,8 +46,9 @@ std::vector<desync_event> desync_journal::latest() const {
     return {events_.begin(), events_.end()};
 }
 
-step_board::step_board(std::shared_ptr<const dist_step> step, int32_t ranks, rank0_policy policy, std::shared_ptr<step_reply_sink> caller,
-                       std::shared_ptr<desync_journal> journal, const step_timeline& timeline)
+step_board::step_board(std::shared_ptr<const dist_step> step, int32_t ranks, rank0_policy policy,
+                       std::shared_ptr<step_reply_sink> caller, std::shared_ptr<desync_journal> journal,
+                       const step_timeline& timeline)
     : step_(std::move(step)),
       ranks_(ranks),
       policy_(policy),
@@ -72,10 +75,12 @@ bool step_board::claim_for_failure() {
 void step_board::settle() {
     const int64_t complete_at_ns = steady_now_ns();
     int expected = open;
-    if (!claim_.compare_exchange_strong(expected, settled, std::memory_order_acq_rel)) return;  // failed by the coordinator
+    if (!claim_.compare_exchange_strong(expected, settled, std::memory_order_acq_rel))
+        return;  // failed by the coordinator
     step_outcome o = combine_rank_results(*step_, results_, policy_);
     for (const desync_event& e : o.desyncs) {
-        coordinator_log().warn("desync in step {}: rank {} differs from rank 0 at request {}", e.step, e.rank, e.first_row);
+        coordinator_log().warn("desync in step {}: rank {} differs from rank 0 at request {}", e.step, e.rank,
+                               e.first_row);
     }
     journal_->record(o.desyncs);
     const int64_t answered_at_ns = steady_now_ns();

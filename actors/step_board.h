@@ -49,8 +49,9 @@ class step_board {
    public:
     // `caller`: the library caller's end, answered by the settling filing (null: the coordinator
     // answers). `timeline` holds the coordinator's stamps so far.
-    step_board(std::shared_ptr<const dist_step> step, int32_t ranks, rank0_policy policy, std::shared_ptr<step_reply_sink> caller,
-               std::shared_ptr<desync_journal> journal, const step_timeline& timeline);
+    step_board(std::shared_ptr<const dist_step> step, int32_t ranks, rank0_policy policy,
+               std::shared_ptr<step_reply_sink> caller, std::shared_ptr<desync_journal> journal,
+               const step_timeline& timeline);
     step_board(const step_board&) = delete;
     step_board& operator=(const step_board&) = delete;
 

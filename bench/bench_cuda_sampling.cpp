@@ -80,24 +80,29 @@ ds::status probe_floors(const bench_case& c, int64_t rows, int32_t vocab, const 
 void print_floors(const std::vector<case_result>& results, double bandwidth) {
     const case_result& full = results.front();  // the first case: the greedy bs 256 step (streaming kernel)
     const case_floors& f = full.floors;
-    std::printf("\nfloors measured in this run (rows = %lld, the greedy step's graph shape):\n", static_cast<long long>(full.rows));
+    std::printf("\nfloors measured in this run (rows = %lld, the greedy step's graph shape):\n",
+                static_cast<long long>(full.rows));
     std::printf("  %-66s %8.1f us\n", "copy floor: logits bytes / copy bandwidth (the issue's floor)", full.floor_us);
     std::printf("  %-66s %8.1f us  %.2f x copy floor, %.2f TB/s read (%d float4 loads/thread, %u blocks)\n",
                 "read probe: best plain read of the logits", f.read.microseconds, f.read.microseconds / full.floor_us,
                 f.read.terabytes_per_second, f.read.loads_in_flight, f.read.blocks);
     std::printf("  %-66s %8.1f us\n", "step overhead: staging copy + empty kernel + output copy", f.step_overhead_us);
-    std::printf("  %-66s %8.1f us\n", "arithmetic, argmax pass: compare/select per token, no memory", f.arithmetic.argmax_pass_us);
-    std::printf("  %-66s %8.1f us\n", "arithmetic, mass pass: (l - m) / T, det_exp, floor(w 2^40), 3 sums", f.arithmetic.mass_pass_us);
-    std::printf("\nlower bound = max(read probe, arithmetic) + step overhead, probed at each case's rows and graph shape;\n"
-                "arithmetic = argmax pass (greedy) or argmax + mass passes (sampled); ratios to the floor (copy bandwidth %.2f TB/s)\n",
-                bandwidth);
+    std::printf("  %-66s %8.1f us\n", "arithmetic, argmax pass: compare/select per token, no memory",
+                f.arithmetic.argmax_pass_us);
+    std::printf("  %-66s %8.1f us\n", "arithmetic, mass pass: (l - m) / T, det_exp, floor(w 2^40), 3 sums",
+                f.arithmetic.mass_pass_us);
+    std::printf(
+        "\nlower bound = max(read probe, arithmetic) + step overhead, probed at each case's rows and graph shape;\n"
+        "arithmetic = argmax pass (greedy) or argmax + mass passes (sampled); ratios to the floor (copy bandwidth %.2f "
+        "TB/s)\n",
+        bandwidth);
     std::printf("%-40s %5s %3s %8s %8s %8s %8s %8s %8s %8s %8s\n", "case", "bs", "N", "read", "arith", "step", "bound",
                 "ours", "bound/fl", "ours/fl", "ours/bnd");
     for (const case_result& r : results) {
         const case_floors& g = r.floors;
         std::printf("%-40s %5d %3d %8.1f %8.1f %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f\n", r.c->name.c_str(), r.c->batch,
-                    r.c->tokens_per_req, g.read.microseconds, g.arithmetic_us, g.step_overhead_us, g.bound_us, r.ours_us,
-                    g.bound_us / r.floor_us, r.ours_us / r.floor_us, r.ours_us / g.bound_us);
+                    r.c->tokens_per_req, g.read.microseconds, g.arithmetic_us, g.step_overhead_us, g.bound_us,
+                    r.ours_us, g.bound_us / r.floor_us, r.ours_us / r.floor_us, r.ours_us / g.bound_us);
     }
 }
 
@@ -122,9 +127,11 @@ bool write_json(const std::string& path, const std::vector<case_result>& results
         const case_result& full = results.front();
         const case_floors& f = full.floors;
         json << ", \"floor_probes\": {\"rows\": " << full.rows << ", \"copy_floor_us\": " << full.floor_us
-             << ", \"read_probe_us\": " << f.read.microseconds << ", \"read_probe_tbps\": " << f.read.terabytes_per_second
+             << ", \"read_probe_us\": " << f.read.microseconds
+             << ", \"read_probe_tbps\": " << f.read.terabytes_per_second
              << ", \"read_loads_in_flight\": " << f.read.loads_in_flight << ", \"read_blocks\": " << f.read.blocks
-             << ", \"step_overhead_us\": " << f.step_overhead_us << ", \"argmax_pass_us\": " << f.arithmetic.argmax_pass_us
+             << ", \"step_overhead_us\": " << f.step_overhead_us
+             << ", \"argmax_pass_us\": " << f.arithmetic.argmax_pass_us
              << ", \"mass_pass_us\": " << f.arithmetic.mass_pass_us << "}, \"case_bounds\": [";
         for (size_t i = 0; i < results.size(); ++i) {
             const case_result& r = results[i];
@@ -174,14 +181,17 @@ int main(int argc, char** argv) {
     lm_config.vocab_size = kVocab;
     const ds::synthetic_lm lm(lm_config);
     std::vector<float> logits(size_t{256} * kVocab);
-    for (int r = 0; r < 256; ++r) lm.logits(static_cast<uint64_t>(r) * 7919, logits.data() + static_cast<size_t>(r) * kVocab);
+    for (int r = 0; r < 256; ++r)
+        lm.logits(static_cast<uint64_t>(r) * 7919, logits.data() + static_cast<size_t>(r) * kVocab);
     std::shared_ptr<void> device_logits;
-    if (ds::status s = ds::cuda::upload_to_device(logits.data(), logits.size() * sizeof(float), device_logits); !s.is_ok()) {
+    if (ds::status s = ds::cuda::upload_to_device(logits.data(), logits.size() * sizeof(float), device_logits);
+        !s.is_ok()) {
         std::fprintf(stderr, "%s\n", s.message.c_str());
         return 1;
     }
 
-    std::printf("device copy bandwidth (read+write): %.2f TB/s; V = %d, fp32 logits, CUDA graph replays\n\n", bandwidth, kVocab);
+    std::printf("device copy bandwidth (read+write): %.2f TB/s; V = %d, fp32 logits, CUDA graph replays\n\n", bandwidth,
+                kVocab);
     std::printf("%-40s %5s %3s %10s %10s %8s\n", "case", "bs", "N", "ours (us)", "floor (us)", "ratio");
     const bool probed = only_case < 0;
     std::vector<case_result> results;

@@ -56,7 +56,8 @@ struct workload {
     std::vector<int64_t> positions;
     std::vector<ds::sampling_params> params;
 
-    workload(int32_t batch_size, int32_t tokens_per_req, int32_t vocab_size) : batch(batch_size), n(tokens_per_req), vocab(vocab_size) {
+    workload(int32_t batch_size, int32_t tokens_per_req, int32_t vocab_size)
+        : batch(batch_size), n(tokens_per_req), vocab(vocab_size) {
         ds::synthetic_lm_config target_config;
         target_config.vocab_size = vocab;
         ds::synthetic_lm_config draft_config = target_config;
@@ -80,7 +81,8 @@ struct workload {
                 target.logits(context, logits.data() + (static_cast<size_t>(b) * n + j) * vocab);
                 if (j + 1 < n) {
                     draft.logits(context, draft_row.data());
-                    const int32_t token = static_cast<int32_t>(std::max_element(draft_row.begin(), draft_row.end()) - draft_row.begin());
+                    const int32_t token =
+                        static_cast<int32_t>(std::max_element(draft_row.begin(), draft_row.end()) - draft_row.begin());
                     candidates.push_back(token);
                     context = ds::logits_source::next_context(context, token);
                 }
@@ -135,7 +137,8 @@ std::vector<std::string>& report() {
 
 // A group of `tp` rank threads for `w`'s shape with every request registered, or null after
 // telling `state` why not.
-std::unique_ptr<ds::group> make_group(benchmark::State& state, const workload& w, ds::dist_mode mode, int32_t tp, int32_t spin_us = 0) {
+std::unique_ptr<ds::group> make_group(benchmark::State& state, const workload& w, ds::dist_mode mode, int32_t tp,
+                                      int32_t spin_us = 0) {
     ds::group_config config;
     config.scheduler_spin_us = spin_us;
     config.reply_spin_us = spin_us;
@@ -162,8 +165,9 @@ std::unique_ptr<ds::group> make_group(benchmark::State& state, const workload& w
 
 // The hops of a step, in order, from the caller's submit to its return: the time between
 // consecutive hop_ends (ranks start and answer in parallel: the latest of each counts).
-const std::vector<const char*> kHops = {"caller->coordinator", "plan", "send->last rank began", "last rank's step",
-                                        "->last result filed", "->digests compared", "->future set", "->caller woke"};
+const std::vector<const char*> kHops = {
+    "caller->coordinator", "plan",         "send->last rank began", "last rank's step", "->last result filed",
+    "->digests compared",  "->future set", "->caller woke"};
 
 std::vector<int64_t> hop_ends(int64_t start, const ds::step_reply& reply, int64_t end) {
     return {start,
@@ -202,20 +206,27 @@ void BM_CoordinatorStep(benchmark::State& state) {
         overhead_us.push_back(latency - static_cast<double>(reply.timing.rank_step_ns) * 1e-3);
         transport_us.push_back(static_cast<double>(reply.timing.rank_transport_ns) * 1e-3);
         const std::vector<int64_t> passed = hop_ends(start, reply, end);
-        for (size_t h = 0; h < kHops.size(); ++h) hop_us[h].push_back(static_cast<double>(passed[h + 1] - passed[h]) * 1e-3);
+        for (size_t h = 0; h < kHops.size(); ++h)
+            hop_us[h].push_back(static_cast<double>(passed[h + 1] - passed[h]) * 1e-3);
     }
     const percentiles l = of(latency_us), o = of(overhead_us), t = of(transport_us);
     std::string hops;
-    for (size_t h = 0; h < kHops.size(); ++h) hops += fmt::format("{}{} {:.1f}", h == 0 ? "" : ", ", kHops[h], of(hop_us[h]).p50);
+    for (size_t h = 0; h < kHops.size(); ++h)
+        hops += fmt::format("{}{} {:.1f}", h == 0 ? "" : ", ", kHops[h], of(hop_us[h]).p50);
     state.counters["latency_p50_us"] = l.p50;
     state.counters["coordinator_p50_us"] = o.p50;
     state.counters["coordinator_p99_us"] = o.p99;
     const bool full = w.batch == kBatch && config.tp == kTp;
     if (full && spin_us == 0) latencies()[mode] = l;
-    auto against = [](double value, double target) { return fmt::format("{:7.1f} us ({:4.2f}x target {:3.0f}: {})", value, value / target, target, value <= target ? "met" : "NOT met"); };
-    report().push_back(fmt::format("{:<9} {} spin {:4} us: step latency p50 {:9.1f} us  p99 {:9.1f} us | coordinator overhead p50 {}  p99 {} | rank time in collectives p50 {:8.1f} us",
-                                   ds::mode_name(mode), fmt::format("TP={} bs={:<2} N={}", config.tp, w.batch, w.n), spin_us, l.p50, l.p99,
-                                   against(o.p50, kTargetP50Us), against(o.p99, kTargetP99Us), t.p50));
+    auto against = [](double value, double target) {
+        return fmt::format("{:7.1f} us ({:4.2f}x target {:3.0f}: {})", value, value / target, target,
+                           value <= target ? "met" : "NOT met");
+    };
+    report().push_back(
+        fmt::format("{:<9} {} spin {:4} us: step latency p50 {:9.1f} us  p99 {:9.1f} us | coordinator overhead p50 {}  "
+                    "p99 {} | rank time in collectives p50 {:8.1f} us",
+                    ds::mode_name(mode), fmt::format("TP={} bs={:<2} N={}", config.tp, w.batch, w.n), spin_us, l.p50,
+                    l.p99, against(o.p50, kTargetP50Us), against(o.p99, kTargetP99Us), t.p50));
     report().push_back(fmt::format("          hops p50 (us): {}", hops));
 }
 
@@ -251,7 +262,8 @@ void BM_BytesPerStep(benchmark::State& state) {
     const std::unique_ptr<ds::group> group = make_group(state, w, mode, kTp);
     if (!group) return;
     for (int32_t b = 0; mix != param_mix::workload && b < w.batch; ++b) {
-        if (!group->release(b + 1).is_ok() || !group->register_request(b + 1, in_mix(w.params[static_cast<size_t>(b)], mix)).is_ok()) {
+        if (!group->release(b + 1).is_ok() ||
+            !group->register_request(b + 1, in_mix(w.params[static_cast<size_t>(b)], mix)).is_ok()) {
             state.SkipWithError("re-register failed");
             return;
         }
@@ -269,10 +281,12 @@ void BM_BytesPerStep(benchmark::State& state) {
     bytes_by_mode[{mix, mode}] = bytes;
     state.counters["received_bytes_per_step"] = bytes;
     const auto swap = bytes_by_mode.find({mix, ds::dist_mode::swap});
-    const std::string against_swap =
-        swap != bytes_by_mode.end() && swap->second > 0 ? fmt::format("= {:.2f} % of swap's", 100.0 * bytes / swap->second) : "";
-    report().push_back(fmt::format("{:<9} {:<24} TP={} bs={} N={} V={}: the ranks receive {:>9.0f} bytes per step {}", ds::mode_name(mode),
-                                   mix_name(mix), kTp, kBatch, kN, kLargeVocab, bytes, against_swap));
+    const std::string against_swap = swap != bytes_by_mode.end() && swap->second > 0
+                                         ? fmt::format("= {:.2f} % of swap's", 100.0 * bytes / swap->second)
+                                         : "";
+    report().push_back(fmt::format("{:<9} {:<24} TP={} bs={} N={} V={}: the ranks receive {:>9.0f} bytes per step {}",
+                                   ds::mode_name(mode), mix_name(mix), kTp, kBatch, kN, kLargeVocab, bytes,
+                                   against_swap));
 }
 
 // The kernels alone. `ranks` backends, each verifying `requests` requests (its share of the
@@ -303,7 +317,8 @@ void BM_DirectKernels(benchmark::State& state) {
             state.SkipWithError("backend");
             return;
         }
-        for (int32_t b = 0; b < kBatch; ++b) (void)k.backend->pool().register_request(b + 1, w.params[static_cast<size_t>(b)]);
+        for (int32_t b = 0; b < kBatch; ++b)
+            (void)k.backend->pool().register_request(b + 1, w.params[static_cast<size_t>(b)]);
         k.packed.resize(static_cast<size_t>(requests) * (kN + 1));
         k.accept_index.resize(static_cast<size_t>(requests) * kN);
         k.logprobs.resize(static_cast<size_t>(requests) * kN);
@@ -317,7 +332,8 @@ void BM_DirectKernels(benchmark::State& state) {
         k.in.candidates = w.candidates.data() + static_cast<size_t>(first) * kN;
     }
     auto run = [](rank_kernel& k) {
-        k.result = k.backend->verify(k.in, ds::step_output{k.packed.data(), k.accept_index.data(), k.logprobs.data(), k.row_error.data()});
+        k.result = k.backend->verify(
+            k.in, ds::step_output{k.packed.data(), k.accept_index.data(), k.logprobs.data(), k.row_error.data()});
     };
     std::vector<double> micros;
     for (auto _ : state) {
@@ -326,7 +342,8 @@ void BM_DirectKernels(benchmark::State& state) {
         for (size_t r = 1; r < kernels.size(); ++r) threads.emplace_back(run, std::ref(kernels[r]));
         run(kernels[0]);
         for (std::thread& t : threads) t.join();
-        const double elapsed = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+        const double elapsed =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
         for (const rank_kernel& k : kernels) {
             if (!k.result.is_ok()) {
                 state.SkipWithError(k.result.message.c_str());
@@ -339,11 +356,13 @@ void BM_DirectKernels(benchmark::State& state) {
     const percentiles p = of(micros);
     if (ranks == kTp) {
         for (const auto& [mode, l] : latencies()) {
-            report().push_back(fmt::format("{:<9} distributed overhead (step latency - direct per-rank kernels): p50 {:9.1f} us  p99 {:9.1f} us",
-                                           ds::mode_name(mode), l.p50 - p.p50, l.p99 - p.p99));
+            report().push_back(fmt::format(
+                "{:<9} distributed overhead (step latency - direct per-rank kernels): p50 {:9.1f} us  p99 {:9.1f} us",
+                ds::mode_name(mode), l.p50 - p.p50, l.p99 - p.p99));
         }
     }
-    report().push_back(fmt::format("direct    {} thread(s) x verify of {} requests: p50 {:9.1f} us  p99 {:9.1f} us", ranks, requests, p.p50, p.p99));
+    report().push_back(fmt::format("direct    {} thread(s) x verify of {} requests: p50 {:9.1f} us  p99 {:9.1f} us",
+                                   ranks, requests, p.p50, p.p99));
 }
 
 BENCHMARK(BM_CoordinatorStep)
@@ -376,7 +395,13 @@ BENCHMARK(BM_BytesPerStep)
     ->Args({static_cast<int>(ds::dist_mode::sharded), static_cast<int>(param_mix::greedy)})
     ->Iterations(2)
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_DirectKernels)->ArgName("ranks")->Arg(kTp)->Arg(1)->Iterations(100)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DirectKernels)
+    ->ArgName("ranks")
+    ->Arg(kTp)
+    ->Arg(1)
+    ->Iterations(100)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
@@ -385,7 +410,8 @@ int main(int argc, char** argv) {
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
-    fmt::print("\nTP={} bs={} N={} V={}, CPU backend, local transport (modes: 0 = gathered, 1 = swap, 2 = sharded)\n", kTp, kBatch, kN, kVocab);
+    fmt::print("\nTP={} bs={} N={} V={}, CPU backend, local transport (modes: 0 = gathered, 1 = swap, 2 = sharded)\n",
+               kTp, kBatch, kN, kVocab);
 
     for (const std::string& line : report()) fmt::print("{}\n", line);
     return 0;

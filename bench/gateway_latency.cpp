@@ -4,8 +4,8 @@
 // server's synthetic model. Also the same step through ds::group directly (no sockets).
 //
 //   bench_gateway_latency [CALLS] [SECONDS]   (defaults 3000 calls, 3 s per throughput run)
-#include <boost/asio.hpp>
 #include <fmt/format.h>
+#include <boost/asio.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -62,17 +62,21 @@ class echo_server {
         std::vector<uint8_t> payload;
         session(tcp::socket s, const std::string& r) : socket(std::move(s)), reply(r) {}
         void read() {
-            asio::async_read(socket, asio::buffer(header), [self = shared_from_this()](boost::system::error_code ec, size_t) {
-                if (ec) return;
-                const uint32_t n = (uint32_t{self->header[0]} << 24) | (uint32_t{self->header[1]} << 16) | (uint32_t{self->header[2]} << 8) | self->header[3];
-                self->payload.resize(n);
-                asio::async_read(self->socket, asio::buffer(self->payload), [self](boost::system::error_code ec2, size_t) {
-                    if (ec2) return;
-                    asio::async_write(self->socket, asio::buffer(self->reply), [self](boost::system::error_code ec3, size_t) {
-                        if (!ec3) self->read();
-                    });
+            asio::async_read(
+                socket, asio::buffer(header), [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                    if (ec) return;
+                    const uint32_t n = (uint32_t{self->header[0]} << 24) | (uint32_t{self->header[1]} << 16) |
+                                       (uint32_t{self->header[2]} << 8) | self->header[3];
+                    self->payload.resize(n);
+                    asio::async_read(self->socket, asio::buffer(self->payload),
+                                     [self](boost::system::error_code ec2, size_t) {
+                                         if (ec2) return;
+                                         asio::async_write(self->socket, asio::buffer(self->reply),
+                                                           [self](boost::system::error_code ec3, size_t) {
+                                                               if (!ec3) self->read();
+                                                           });
+                                     });
                 });
-            });
         }
     };
     void accept() {
@@ -164,7 +168,8 @@ int main(int argc, char** argv) {
     const std::string address = fmt::format("127.0.0.1:{}", server.tcp_port());
 
     std::unique_ptr<client::gateway_client> c;
-    if (status s = client::gateway_client::connect(address, "", c); !s.is_ok()) return fmt::print(stderr, "error: {}\n", s.message), 1;
+    if (status s = client::gateway_client::connect(address, "", c); !s.is_ok())
+        return fmt::print(stderr, "error: {}\n", s.message), 1;
     std::vector<int32_t> slots(kClients, 0);
     for (int32_t& slot : slots) {
         wire::SamplingParams p;
@@ -192,7 +197,8 @@ int main(int argc, char** argv) {
         step_request step;
         step.slots = {slots[0]};
         step.positions = {i};
-        step.shards = split_vocab(logits_view{row.data(), logits_dtype::f32, 1, config.vocab_size, config.vocab_size}, config.tp);
+        step.shards =
+            split_vocab(logits_view{row.data(), logits_dtype::f32, 1, config.vocab_size, config.vocab_size}, config.tp);
         const auto start = clock_type::now();
         if (!ranks->step(std::move(step)).result.is_ok()) return 1;
         if (i >= 200) direct_us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - start).count());
@@ -209,15 +215,22 @@ int main(int argc, char** argv) {
     const percentiles echo_rt = latency(*e, slots[0], calls);
     const double echo_rate = throughput(echo_address, slots, seconds);
 
-    fmt::print("tiny step: sample, bs 1, V {}, TP {}, CPU backend, {} mode; request frame {} B, reply frame {} B; {} calls, {} clients for {} s\n",
-               config.vocab_size, config.tp, mode_name(config.mode), request_frame.size(), reply_frame.size(), calls, kClients, seconds);
+    fmt::print(
+        "tiny step: sample, bs 1, V {}, TP {}, CPU backend, {} mode; request frame {} B, reply frame {} B; {} calls, "
+        "{} clients for {} s\n",
+        config.vocab_size, config.tp, mode_name(config.mode), request_frame.size(), reply_frame.size(), calls, kClients,
+        seconds);
     fmt::print("{:<34} {:>10} {:>10} {:>14}\n", "", "p50 (us)", "p99 (us)", "steps/s x16");
-    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14}\n", "ds::group::step (no sockets)", direct.p50_us, direct.p99_us, "-");
-    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14.0f}\n", "gateway round trip (TCP loopback)", gateway_rt.p50_us, gateway_rt.p99_us, gateway_rate);
-    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14.0f}\n", "raw Asio echo, same frame sizes", echo_rt.p50_us, echo_rt.p99_us, echo_rate);
-    fmt::print("gateway / echo: p50 {:.1f}x, p99 {:.1f}x, throughput {:.2f}x; gateway p50 minus direct step: {:.1f} us\n",
-               gateway_rt.p50_us / echo_rt.p50_us, gateway_rt.p99_us / echo_rt.p99_us, gateway_rate / echo_rate,
-               gateway_rt.p50_us - direct.p50_us);
+    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14}\n", "ds::group::step (no sockets)", direct.p50_us, direct.p99_us,
+               "-");
+    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14.0f}\n", "gateway round trip (TCP loopback)", gateway_rt.p50_us,
+               gateway_rt.p99_us, gateway_rate);
+    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14.0f}\n", "raw Asio echo, same frame sizes", echo_rt.p50_us,
+               echo_rt.p99_us, echo_rate);
+    fmt::print(
+        "gateway / echo: p50 {:.1f}x, p99 {:.1f}x, throughput {:.2f}x; gateway p50 minus direct step: {:.1f} us\n",
+        gateway_rt.p50_us / echo_rt.p50_us, gateway_rt.p99_us / echo_rt.p99_us, gateway_rate / echo_rate,
+        gateway_rt.p50_us - direct.p50_us);
     server.stop();
     return 0;
 }

@@ -6,7 +6,6 @@
 // deployment; the in-process ranks read the same model's rows in place.
 //
 //   bench_remote_latency [steps=300] [mode=swap]
-#include <caf/io/all.hpp>
 #include <distsample/group.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -14,6 +13,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <caf/io/all.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -83,7 +83,8 @@ step_data make_step() {
         d.request.positions.push_back(10 + b);
     }
     d.request.kind = ds::step_kind::sample;
-    d.request.shards = ds::split_vocab(ds::logits_view{d.logits.data(), ds::logits_dtype::f32, kBatch, kVocab, kVocab}, kTp);
+    d.request.shards =
+        ds::split_vocab(ds::logits_view{d.logits.data(), ds::logits_dtype::f32, kBatch, kVocab, kVocab}, kTp);
     return d;
 }
 
@@ -100,7 +101,9 @@ std::vector<int32_t> history_of(int32_t b) { return {b + 1, 7 * b + 3}; }
 
 void print_row(const std::string& path, std::vector<double> us) {
     std::sort(us.begin(), us.end());
-    auto at = [&us](double q) { return us[std::min(us.size() - 1, static_cast<size_t>(q * static_cast<double>(us.size())))]; };
+    auto at = [&us](double q) {
+        return us[std::min(us.size() - 1, static_cast<size_t>(q * static_cast<double>(us.size())))];
+    };
     fmt::print("| {:<44} | {:>8.1f} | {:>8.1f} | {:>6} |\n", path, at(0.5), at(0.99), us.size());
 }
 
@@ -151,7 +154,8 @@ void bench_rank_processes(const std::string& mode, int steps) {
             ds::synthetic_lm_config lm;
             lm.vocab_size = kVocab;
             const ds::synthetic_lm model(lm);
-            const ds::status s = ds::run_rank_process(*system, config, r, "127.0.0.1", port, ds::topology_config{}, &model);
+            const ds::status s =
+                ds::run_rank_process(*system, config, r, "127.0.0.1", port, ds::topology_config{}, &model);
             ::_exit(s.is_ok() ? 0 : 1);
         }
         children.push_back(pid);
@@ -176,7 +180,8 @@ void bench_rank_processes(const std::string& mode, int steps) {
             std::this_thread::sleep_for(std::chrono::milliseconds{50});
         }
         for (int32_t b = 1; b < kBatch; ++b) {
-            if (!ask<ds::op_ack>(self, coordinator, ds::register_msg{b + 1, params_of(b), history_of(b)}).is_ok()) std::exit(1);
+            if (!ask<ds::op_ack>(self, coordinator, ds::register_msg{b + 1, params_of(b), history_of(b)}).is_ok())
+                std::exit(1);
         }
         ds::step_request own_logits = make_step().request;
         own_logits.shards.clear();  // the ranks make them
@@ -209,7 +214,8 @@ void bench_rank_processes(const std::string& mode, int steps) {
 int main(int argc, char** argv) {
     const int steps = argc > 1 ? std::atoi(argv[1]) : 300;
     const std::string mode = argc > 2 ? argv[2] : "swap";
-    fmt::print("sample step, TP = {}, bs = {}, V = {}, mode {}, CPU backend, {} steps (after 20 warm-up)\n\n", kTp, kBatch, kVocab, mode, steps);
+    fmt::print("sample step, TP = {}, bs = {}, V = {}, mode {}, CPU backend, {} steps (after 20 warm-up)\n\n", kTp,
+               kBatch, kVocab, mode, steps);
     fmt::print("| {:<44} | {:>8} | {:>8} | {:>6} |\n|---|---:|---:|---:|\n", "ranks", "p50 µs", "p99 µs", "steps");
     // Forks first, while this process has no threads.
     bench_rank_processes(mode, steps);

@@ -26,8 +26,8 @@
 
 #include "kernels/device_memory.h"
 #include "transport/tcp_bootstrap.h"
-#include "transport/ucx_memory_path.h"
 #include "transport/ucx/ucx_transport.h"
+#include "transport/ucx_memory_path.h"
 
 namespace {
 
@@ -45,7 +45,8 @@ struct options {
 
 // --memory names the transport's memory paths (ucx_memory_path_name).
 bool parse_memory(const std::string& name, ds::ucx_memory_path& out) {
-    for (const ds::ucx_memory_path path : {ds::ucx_memory_path::host, ds::ucx_memory_path::direct, ds::ucx_memory_path::staged}) {
+    for (const ds::ucx_memory_path path :
+         {ds::ucx_memory_path::host, ds::ucx_memory_path::direct, ds::ucx_memory_path::staged}) {
         if (name == ds::ucx_memory_path_name(path)) {
             out = path;
             return true;
@@ -58,13 +59,20 @@ bool parse(int argc, char** argv, options& o) {
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string key = argv[i];
         const std::string value = argv[i + 1];
-        if (key == "--tp") o.tp = std::stoi(value);
-        else if (key == "--pad-bs") o.pad_bs = std::stoi(value);
-        else if (key == "--n") o.n = std::stoi(value);
-        else if (key == "--vocab") o.vocab = std::stoi(value);
-        else if (key == "--steps") o.steps = std::stoi(value);
-        else if (key == "--peer-error-handling") o.peer_error_handling = value == "on";
-        else if (key != "--memory" || !parse_memory(value, o.memory)) return false;
+        if (key == "--tp")
+            o.tp = std::stoi(value);
+        else if (key == "--pad-bs")
+            o.pad_bs = std::stoi(value);
+        else if (key == "--n")
+            o.n = std::stoi(value);
+        else if (key == "--vocab")
+            o.vocab = std::stoi(value);
+        else if (key == "--steps")
+            o.steps = std::stoi(value);
+        else if (key == "--peer-error-handling")
+            o.peer_error_handling = value == "on";
+        else if (key != "--memory" || !parse_memory(value, o.memory))
+            return false;
     }
     return argc % 2 == 1 && o.tp >= 1 && o.pad_bs % o.tp == 0 && o.vocab % o.tp == 0 && o.steps >= 1;
 }
@@ -99,7 +107,8 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
     config.ucx_peer_error_handling = o.peer_error_handling;
     const bool on_device = o.memory != ds::ucx_memory_path::host;
     config.backend_on_device = on_device;
-    config.ucx_device_memory = o.memory == ds::ucx_memory_path::direct ? ds::ucx_memory_mode::direct : ds::ucx_memory_mode::staged;
+    config.ucx_device_memory =
+        o.memory == ds::ucx_memory_path::direct ? ds::ucx_memory_mode::direct : ds::ucx_memory_mode::staged;
     if (ds::status s = ds::ucx_endpoint::create(config, boot, endpoint); !s.is_ok()) {
         fmt::print(stderr, "{}\n", s.message);  // it names the rank
         return 1;
@@ -125,9 +134,11 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
         }
     }
     const void* const swapped_shard = o.memory == ds::ucx_memory_path::host ? static_cast<const void*>(shard.data())
-                                      : o.memory == ds::ucx_memory_path::direct ? static_cast<const void*>(device_shard.data())
-                                                             : static_cast<const void*>(pinned_shard.data());
-    const ds::logits_view view{swapped_shard, ds::logits_dtype::f32, rows, shard_vocab, shard_vocab, o.memory == ds::ucx_memory_path::direct};
+                                      : o.memory == ds::ucx_memory_path::direct
+                                          ? static_cast<const void*>(device_shard.data())
+                                          : static_cast<const void*>(pinned_shard.data());
+    const ds::logits_view view{swapped_shard, ds::logits_dtype::f32, rows,
+                               shard_vocab,   shard_vocab,           o.memory == ds::ucx_memory_path::direct};
     // The baseline: this rank's received slices copied once, by memcpy or device to device.
     auto copy_swap_bytes = [&]() -> ds::status {
         for (int32_t peer = 0; peer < o.tp; ++peer) {
@@ -135,16 +146,16 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
             const std::size_t first_row = static_cast<std::size_t>(rank * my_rows);
             if (on_device) {
                 if (ds::status s = ds::copy_rows(device_copy_dst.data() + peer * slice_bytes, received_row_bytes,
-                                                 device_shard.data() + first_row * slice_bytes, slice_bytes, slice_bytes,
-                                                 static_cast<std::size_t>(my_rows));
+                                                 device_shard.data() + first_row * slice_bytes, slice_bytes,
+                                                 slice_bytes, static_cast<std::size_t>(my_rows));
                     !s.is_ok()) {
                     return s;
                 }
                 continue;
             }
             for (int64_t i = 0; i < my_rows; ++i) {
-                std::memcpy(copy_dst.data() + i * o.vocab + int64_t{peer} * shard_vocab, shard.data() + (first_row + i) * shard_vocab,
-                            slice_bytes);
+                std::memcpy(copy_dst.data() + i * o.vocab + int64_t{peer} * shard_vocab,
+                            shard.data() + (first_row + i) * shard_vocab, slice_bytes);
             }
         }
         return ds::status::success();
@@ -159,8 +170,10 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
         }
         const auto start = clock_type::now();
         ds::logits_view full;
-        ds::status s = o.memory == ds::ucx_memory_path::staged ? ds::copy_rows(pinned_shard.data(), shard_bytes, device_shard.data(), shard_bytes, shard_bytes, 1)
-                                            : ds::status::success();
+        ds::status s =
+            o.memory == ds::ucx_memory_path::staged
+                ? ds::copy_rows(pinned_shard.data(), shard_bytes, device_shard.data(), shard_bytes, shard_bytes, 1)
+                : ds::status::success();
         if (s.is_ok()) s = endpoint->swap_batch_vocab(view, rank * my_rows, my_rows, full);
         const auto swapped = clock_type::now();
         if (s.is_ok()) s = endpoint->gather_verify_outputs(block.data(), block.size(), gathered.data());
@@ -183,19 +196,22 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
     if (ds::status s = endpoint->barrier(); !s.is_ok() || rank != 0) return s.is_ok() ? 0 : 1;
 
     const double received = static_cast<double>(my_rows) * (o.tp - 1) * static_cast<double>(slice_bytes);
-    fmt::print("bench_transport: UCX between {} processes, pad_bs={}, N={}, V={}, fp32, {} steps; peer error handling {}; "
-               "memory {}; transports: {}\n", o.tp, o.pad_bs, o.n, o.vocab, o.steps, o.peer_error_handling ? "on" : "off", ds::ucx_memory_path_name(o.memory),
-               endpoint->transport_summary());
-    fmt::print("  bytes per step: swap {:.2f} MB received per rank ({:.2f} MB across the {} ranks), gather {} B per rank\n",
-               received / 1e6, received * o.tp / 1e6, o.tp, static_cast<size_t>(block_ints) * sizeof(int32_t) * (o.tp - 1));
-    fmt::print("  swap_batch_vocab       p50 {:9.3f} ms  mean {:9.3f} ms  ({:.2f} GB/s received per rank)\n", median(swap_ms),
-               mean(swap_ms), received / (median(swap_ms) * 1e-3) / 1e9);
+    fmt::print(
+        "bench_transport: UCX between {} processes, pad_bs={}, N={}, V={}, fp32, {} steps; peer error handling {}; "
+        "memory {}; transports: {}\n",
+        o.tp, o.pad_bs, o.n, o.vocab, o.steps, o.peer_error_handling ? "on" : "off", ds::ucx_memory_path_name(o.memory),
+        endpoint->transport_summary());
+    fmt::print(
+        "  bytes per step: swap {:.2f} MB received per rank ({:.2f} MB across the {} ranks), gather {} B per rank\n",
+        received / 1e6, received * o.tp / 1e6, o.tp, static_cast<size_t>(block_ints) * sizeof(int32_t) * (o.tp - 1));
+    fmt::print("  swap_batch_vocab       p50 {:9.3f} ms  mean {:9.3f} ms  ({:.2f} GB/s received per rank)\n",
+               median(swap_ms), mean(swap_ms), received / (median(swap_ms) * 1e-3) / 1e9);
     fmt::print("  gather_verify_outputs  p50 {:9.1f} us  mean {:9.1f} us\n", median(gather_us), mean(gather_us));
     const char* baseline = on_device ? "device copy" : "memcpy";
-    fmt::print("  {} of the swap's bytes (one rank, same run)  p50 {:9.3f} ms  ({:.2f} GB/s)\n", baseline, median(baseline_ms),
-               received / (median(baseline_ms) * 1e-3) / 1e9);
-    fmt::print("  ratio swap / {}: {:.1f}x; swap + gather per step p50: {:.3f} ms\n", baseline, median(swap_ms) / median(baseline_ms),
-               median(swap_ms) + median(gather_us) * 1e-3);
+    fmt::print("  {} of the swap's bytes (one rank, same run)  p50 {:9.3f} ms  ({:.2f} GB/s)\n", baseline,
+               median(baseline_ms), received / (median(baseline_ms) * 1e-3) / 1e9);
+    fmt::print("  ratio swap / {}: {:.1f}x; swap + gather per step p50: {:.3f} ms\n", baseline,
+               median(swap_ms) / median(baseline_ms), median(swap_ms) + median(gather_us) * 1e-3);
     return 0;
 }
 
@@ -205,7 +221,8 @@ int main(int argc, char** argv) {
     options o;
     if (!parse(argc, argv, o)) {
         fmt::print(stderr,
-                   "usage: bench_transport [--tp T] [--pad-bs B] [--n N] [--vocab V] [--steps S] [--peer-error-handling on|off] "
+                   "usage: bench_transport [--tp T] [--pad-bs B] [--n N] [--vocab V] [--steps S] "
+                   "[--peer-error-handling on|off] "
                    "[--memory host|direct|staged]\n(pad-bs and vocab multiples of tp)\n");
         return 2;
     }

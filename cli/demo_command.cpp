@@ -81,7 +81,8 @@ std::string join(const logits_source& model, const int32_t* tokens, int32_t coun
 
 // The target model and a weaker draft of it: the synthetic generator with extra draft noise, or a
 // trigram model of a text with its bigram model as the draft.
-std::string make_models(const demo_options& options, std::unique_ptr<logits_source>& target, std::unique_ptr<logits_source>& draft) {
+std::string make_models(const demo_options& options, std::unique_ptr<logits_source>& target,
+                        std::unique_ptr<logits_source>& draft) {
     if (options.model == "ngram") {
         auto trigram = std::make_unique<ngram_lm>();
         auto bigram = std::make_unique<ngram_lm>();
@@ -91,7 +92,8 @@ std::string make_models(const demo_options& options, std::unique_ptr<logits_sour
         draft = std::move(bigram);
         return {};
     }
-    if (options.model != "synthetic") return fmt::format("--model = '{}': expected 'synthetic' or 'ngram'", options.model);
+    if (options.model != "synthetic")
+        return fmt::format("--model = '{}': expected 'synthetic' or 'ngram'", options.model);
     synthetic_lm_config target_config;
     target_config.vocab_size = options.vocab;
     target_config.seed = options.seed;
@@ -147,9 +149,12 @@ int run_demo_command(const demo_options& options) {
             return 1;
         }
     }
-    fmt::print("distsample demo: {} backend, TP={} rank actors ({} mode, {} transport), V={}, {} requests, N={} ({} drafts per step), {} steps\n",
-               config.backend, config.tp, mode_name(config.mode), config.transport, vocab, bs, n, n - 1, options.steps);
-    for (int32_t b = 0; b < bs; ++b) fmt::print("  request {} (slot {}): {}\n", b, b + 1, requests[static_cast<size_t>(b)].label);
+    fmt::print(
+        "distsample demo: {} backend, TP={} rank actors ({} mode, {} transport), V={}, {} requests, N={} ({} drafts "
+        "per step), {} steps\n",
+        config.backend, config.tp, mode_name(config.mode), config.transport, vocab, bs, n, n - 1, options.steps);
+    for (int32_t b = 0; b < bs; ++b)
+        fmt::print("  request {} (slot {}): {}\n", b, b + 1, requests[static_cast<size_t>(b)].label);
 
     std::vector<float> logits(static_cast<size_t>(bs) * n * vocab);
     std::vector<int32_t> candidates(static_cast<size_t>(bs) * n);
@@ -166,7 +171,8 @@ int run_demo_command(const demo_options& options) {
         step.slots = slots;
         for (int32_t b = 0; b < bs; ++b) step.positions.push_back(requests[static_cast<size_t>(b)].position);
         if (verify_step) step.candidates = candidates;
-        step.shards = split_vocab(logits_view{logits.data(), logits_dtype::f32, int64_t{bs} * rows_per_req, vocab, vocab}, config.tp);
+        step.shards = split_vocab(
+            logits_view{logits.data(), logits_dtype::f32, int64_t{bs} * rows_per_req, vocab, vocab}, config.tp);
         const auto start = std::chrono::steady_clock::now();
         step_reply reply = ranks->step(std::move(step));
         step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -179,7 +185,8 @@ int run_demo_command(const demo_options& options) {
     };
 
     // Step 0: plain sampling of each request's first token.
-    for (int32_t b = 0; b < bs; ++b) target.logits(requests[static_cast<size_t>(b)].context, logits.data() + static_cast<size_t>(b) * vocab);
+    for (int32_t b = 0; b < bs; ++b)
+        target.logits(requests[static_cast<size_t>(b)].context, logits.data() + static_cast<size_t>(b) * vocab);
     if (!run(false, 1)) return 1;
     fmt::print("\nstep 0 (sample):");
     for (int32_t b = 0; b < bs; ++b) {
@@ -236,16 +243,19 @@ int run_demo_command(const demo_options& options) {
         const demo_request& r = requests[static_cast<size_t>(b)];
         proposed += r.drafts_proposed;
         accepted += r.drafts_accepted;
-        fmt::print("  request {} {:<34} accepted {:>3}/{:<3} drafts ({:5.1f} %), {} tokens\n", b, r.label, r.drafts_accepted,
-                   r.drafts_proposed, 100.0 * static_cast<double>(r.drafts_accepted) / static_cast<double>(std::max<int64_t>(1, r.drafts_proposed)),
+        fmt::print("  request {} {:<34} accepted {:>3}/{:<3} drafts ({:5.1f} %), {} tokens\n", b, r.label,
+                   r.drafts_accepted, r.drafts_proposed,
+                   100.0 * static_cast<double>(r.drafts_accepted) /
+                       static_cast<double>(std::max<int64_t>(1, r.drafts_proposed)),
                    r.text.size());
     }
     const double steps = options.steps;
     fmt::print("  acceptance {:.1f} %, mean accept length {:.2f} tokens per verify step, {} tokens in {} steps\n",
                100.0 * static_cast<double>(accepted) / static_cast<double>(std::max<int64_t>(1, proposed)),
                static_cast<double>(accepted + bs * options.steps) / (steps * bs), emitted_total, options.steps + 1);
-    fmt::print("  coordinator steps (TP={}, {} mode): {:.2f} ms in total ({:.1f} us per step), desync events: {}\n", config.tp,
-               mode_name(config.mode), step_seconds * 1e3, step_seconds * 1e6 / (steps + 1), ranks->desync_events().size());
+    fmt::print("  coordinator steps (TP={}, {} mode): {:.2f} ms in total ({:.1f} us per step), desync events: {}\n",
+               config.tp, mode_name(config.mode), step_seconds * 1e3, step_seconds * 1e6 / (steps + 1),
+               ranks->desync_events().size());
     if (options.model == "ngram") {
         fmt::print("\ngenerated text\n");
         for (int32_t b = 0; b < bs; ++b) {

@@ -37,7 +37,8 @@ int run_faults_report_command(const faults_report_options& options) {
                    r.first_row >= 0 ? fmt::format(" (first differing request {})", r.first_row) : std::string{});
     }
     for (const std::string& u : report.unexplained) fmt::print("unexplained: {}\n", u);
-    if (report.unexplained_left_out > 0) fmt::print("({} older unexplained events not kept)\n", report.unexplained_left_out);
+    if (report.unexplained_left_out > 0)
+        fmt::print("({} older unexplained events not kept)\n", report.unexplained_left_out);
     return 0;
 }
 

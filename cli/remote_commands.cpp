@@ -8,11 +8,11 @@
 // {"listening": "HOST:PORT"}. It stops at the end of stdin.
 // Both take where they run and meet from the config's "topology" section (config/topology_config.h);
 // --listen, --coordinator and --rank override it.
-#include <caf/io/all.hpp>
 #include <fmt/format.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <unistd.h>
+#include <caf/io/all.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -39,14 +39,16 @@ namespace {
 
 group_config load_config(const group_options& options) {
     group_config config;
-    if (std::string e = load_group_config(options.config_file, options.overrides, config); !e.empty()) throw input_error(e);
+    if (std::string e = load_group_config(options.config_file, options.overrides, config); !e.empty())
+        throw input_error(e);
     if (std::string e = validate_group_config(config); !e.empty()) throw input_error(e);
     return config;
 }
 
 topology_config load_topology(const group_options& options, int32_t tp) {
     topology_config topology;
-    if (std::string e = load_topology_config(options.config_file, options.overrides, topology); !e.empty()) throw input_error(e);
+    if (std::string e = load_topology_config(options.config_file, options.overrides, topology); !e.empty())
+        throw input_error(e);
     if (std::string e = validate_topology_config(topology, tp); !e.empty()) throw input_error(e);
     return topology;
 }
@@ -57,10 +59,12 @@ std::vector<std::string> local_names() {
     ifaddrs* list = nullptr;
     if (::getifaddrs(&list) == 0) {
         for (const ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-            if (a->ifa_addr == nullptr || (a->ifa_addr->sa_family != AF_INET && a->ifa_addr->sa_family != AF_INET6)) continue;
+            if (a->ifa_addr == nullptr || (a->ifa_addr->sa_family != AF_INET && a->ifa_addr->sa_family != AF_INET6))
+                continue;
             char text[NI_MAXHOST];
             const socklen_t size = a->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-            if (::getnameinfo(a->ifa_addr, size, text, sizeof text, nullptr, 0, NI_NUMERICHOST) == 0) names.emplace_back(text);
+            if (::getnameinfo(a->ifa_addr, size, text, sizeof text, nullptr, 0, NI_NUMERICHOST) == 0)
+                names.emplace_back(text);
         }
         ::freeifaddrs(list);
     }
@@ -72,20 +76,24 @@ std::vector<std::string> local_names() {
 // --rank, else the one rank whose topology.hosts entry names this host.
 int32_t rank_of_this_host(const rank_options& options, const topology_config& topology, int32_t tp) {
     if (options.rank >= 0) {
-        if (options.rank >= tp) throw input_error(fmt::format("--rank {}: expected a rank in [0, {})", options.rank, tp));
+        if (options.rank >= tp)
+            throw input_error(fmt::format("--rank {}: expected a rank in [0, {})", options.rank, tp));
         return options.rank;
     }
     if (options.rank != -1) throw input_error(fmt::format("--rank {}: expected a rank in [0, {})", options.rank, tp));
-    if (topology.hosts.empty()) throw input_error("--rank is not given and topology.hosts is empty: expected one or the other");
+    if (topology.hosts.empty())
+        throw input_error("--rank is not given and topology.hosts is empty: expected one or the other");
     const std::vector<std::string> names = local_names();
     std::vector<int32_t> here;
     for (int32_t r = 0; r < tp; ++r) {
-        if (std::find(names.begin(), names.end(), topology.hosts[static_cast<size_t>(r)]) != names.end()) here.push_back(r);
+        if (std::find(names.begin(), names.end(), topology.hosts[static_cast<size_t>(r)]) != names.end())
+            here.push_back(r);
     }
     if (here.size() != 1) {
-        throw input_error(fmt::format("--rank is not given and {} entries of topology.hosts name this host: expected exactly one "
-                                      "(give --rank when a host runs several ranks)",
-                                      here.size()));
+        throw input_error(
+            fmt::format("--rank is not given and {} entries of topology.hosts name this host: expected exactly one "
+                        "(give --rank when a host runs several ranks)",
+                        here.size()));
     }
     return here.front();
 }
@@ -94,7 +102,8 @@ int32_t rank_of_this_host(const rank_options& options, const topology_config& to
 void set_rank_environment(const topology_config& topology, int32_t rank) {
     if (!topology.ucx_tls.empty()) ::setenv("UCX_TLS", topology.ucx_tls.c_str(), 1);
     if (!topology.ucx_net_devices.empty()) ::setenv("UCX_NET_DEVICES", topology.ucx_net_devices.c_str(), 1);
-    if (!topology.devices.empty()) ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(topology.devices[static_cast<size_t>(rank)]).c_str(), 1);
+    if (!topology.devices.empty())
+        ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(topology.devices[static_cast<size_t>(rank)]).c_str(), 1);
 }
 
 void parse_address(const std::string& text, const char* flag, std::string& host, uint16_t& port) {
@@ -104,11 +113,13 @@ void parse_address(const std::string& text, const char* flag, std::string& host,
 
 // Asks the coordinator and waits (bounded by its own step timeout, plus a margin).
 template <class Answer, class Msg>
-status ask(caf::actor_system& system, const coordinator_actor_type& coordinator, const group_config& config, Msg msg, Answer& answer) {
+status ask(caf::actor_system& system, const coordinator_actor_type& coordinator, const group_config& config, Msg msg,
+           Answer& answer) {
     caf::scoped_actor self{system};
     status result;
     self->request(coordinator, config.step_timeout + std::chrono::seconds{5}, std::move(msg))
-        .receive([&](Answer& a) { answer = std::move(a); }, [&](caf::error& e) { result = to_status(e, "coordinator"); });
+        .receive([&](Answer& a) { answer = std::move(a); },
+                 [&](caf::error& e) { result = to_status(e, "coordinator"); });
     return result;
 }
 
@@ -122,7 +133,8 @@ struct coordinator_session {
 };
 
 // Records a submitted step's outcome in the ledger, as the gateway does (gateway/server.cpp).
-void record_faults(coordinator_session& session, const status& result, const step_answer& answer, std::chrono::steady_clock::time_point sent) {
+void record_faults(coordinator_session& session, const status& result, const step_answer& answer,
+                   std::chrono::steady_clock::time_point sent) {
     step_reply reply;
     reply.result = result;
     reply.step_id = result.is_ok() ? answer.step_id : session.next_step_id;
@@ -147,7 +159,8 @@ nlohmann::json serve_line(coordinator_session& session, const std::string& line)
         return {{"health", "ok"}};
     }
     if (op == "faults") return nlohmann::json::parse(session.ledger.json(true));
-    if (op != "sample" && op != "verify") throw input_error(fmt::format("op = '{}': expected sample, verify, health or faults", op));
+    if (op != "sample" && op != "verify")
+        throw input_error(fmt::format("op = '{}': expected sample, verify, health or faults", op));
     const step_kind kind = op == "verify" ? step_kind::verify : step_kind::sample;
     // "register": false reuses the slots an earlier line registered (keeping their penalty counts).
     const bool register_requests = doc.value("register", true);
@@ -155,7 +168,8 @@ nlohmann::json serve_line(coordinator_session& session, const std::string& line)
     doc.erase("register");
     const json_step step = parse_step(doc, kind, !config.ranks_make_logits);
     if (step.vocab_size != config.vocab_size) {
-        throw input_error(fmt::format("vocab_size = {}: the coordinator has vocab_size = {}", step.vocab_size, config.vocab_size));
+        throw input_error(
+            fmt::format("vocab_size = {}: the coordinator has vocab_size = {}", step.vocab_size, config.vocab_size));
     }
     for (int32_t b = 0; register_requests && b < step.batch_size(); ++b) {
         const json_request& r = step.requests[static_cast<size_t>(b)];
@@ -194,7 +208,8 @@ int run_coordinator_command(const coordinator_options& options) {
         caf::actor_system system{configure_remote_actor_system(cfg, topology)};
         remote_ranks remote;
         throw_unless_ok(publish_remote_ranks(system, config, host, port, remote, topology));
-        const coordinator_actor_type coordinator = spawn_coordinator_actor(system, config, remote.proxies, *remote.transport);
+        const coordinator_actor_type coordinator =
+            spawn_coordinator_actor(system, config, remote.proxies, *remote.transport);
         std::cout << nlohmann::json{{"listening", fmt::format("{}:{}", host, remote.port)}}.dump() << std::endl;
         coordinator_session session{system, coordinator, config, fault_ledger(config.faults, config.policy)};
         for (std::string line; std::getline(std::cin, line);) {
@@ -228,12 +243,14 @@ int run_rank_command(const rank_options& options) {
         const int32_t rank = rank_of_this_host(options, topology, config.tp);
         set_rank_environment(topology, rank);
         std::unique_ptr<logits_source> source;  // null: "wire"
-        if (std::string e = make_logits_source(topology.logits_source, config.vocab_size, topology.model_seed, topology.corpus, source); !e.empty()) {
+        if (std::string e = make_logits_source(topology.logits_source, config.vocab_size, topology.model_seed,
+                                               topology.corpus, source);
+            !e.empty()) {
             throw input_error(fmt::format("topology.corpus = '{}': {}", topology.corpus, e));
         }
         if (source && source->vocab_size() != config.vocab_size) {
-            throw input_error(fmt::format("vocab_size = {}: topology.logits_source = {} has a vocabulary of {}", config.vocab_size,
-                                          topology.logits_source, source->vocab_size()));
+            throw input_error(fmt::format("vocab_size = {}: topology.logits_source = {} has a vocabulary of {}",
+                                          config.vocab_size, topology.logits_source, source->vocab_size()));
         }
         // Never destroyed: the process ends right after (see run_rank_process).
         auto* cfg = new caf::actor_system_config;

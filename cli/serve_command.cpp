@@ -50,8 +50,9 @@ int run_serve_command(const group_options& options) {
         return s.code == status_code::invalid_argument ? 2 : 1;
     }
     // One line a supervisor (or a test) can read the bound ports from.
-    fmt::print("distsample serve: tcp {}:{} unix '{}' metrics {} | TP={} V={} {} mode, model {}\n", gateway.listen_address, server.tcp_port(),
-               gateway.unix_socket, server.metrics_port(), config.tp, config.vocab_size, mode_name(config.mode), gateway.model);
+    fmt::print("distsample serve: tcp {}:{} unix '{}' metrics {} | TP={} V={} {} mode, model {}\n",
+               gateway.listen_address, server.tcp_port(), gateway.unix_socket, server.metrics_port(), config.tp,
+               config.vocab_size, mode_name(config.mode), gateway.model);
     std::fflush(stdout);
     int signal = 0;
     sigwait(&stop_signals, &signal);

@@ -60,7 +60,8 @@ json_request parse_request(const json& r, const std::string& where) {
     sampling_params& p = out.params;
     if (auto it = r.find("seed"); it != r.end()) {
         if (!it->is_number_integer()) fail(where + "seed", "an integer in [0, 2^64)");
-        p.seed = it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(integer(*it, where + "seed", 0, INT64_MAX));
+        p.seed = it->is_number_unsigned() ? it->get<uint64_t>()
+                                          : static_cast<uint64_t>(integer(*it, where + "seed", 0, INT64_MAX));
     }
     if (auto it = r.find("position"); it != r.end()) out.position = integer(*it, where + "position", 0, INT64_MAX);
     auto real = [&](const char* key, float& field) {
@@ -93,7 +94,8 @@ json_request parse_request(const json& r, const std::string& where) {
     if (auto it = r.find("history"); it != r.end()) {
         if (!it->is_array()) fail(where + "history", "an array of token ids");
         for (size_t i = 0; i < it->size(); ++i) {
-            out.history.push_back(static_cast<int32_t>(integer((*it)[i], fmt::format("{}history[{}]", where, i), 0, INT32_MAX)));
+            out.history.push_back(
+                static_cast<int32_t>(integer((*it)[i], fmt::format("{}history[{}]", where, i), 0, INT32_MAX)));
         }
     }
     return out;
@@ -141,28 +143,35 @@ json_step parse_step(const json& doc, step_kind kind, bool with_logits) {
         const json& candidates = array_of(require(doc, "candidates", ""), "candidates", bs, "rows of candidate ids");
         for (size_t b = 0; b < bs; ++b) {
             const std::string field = fmt::format("candidates[{}]", b);
-            if (!candidates[b].is_array() || candidates[b].empty()) fail(field, "a non-empty array: the anchor then the drafts");
-            if (b == 0) step.request.tokens_per_req = static_cast<int32_t>(std::min<size_t>(candidates[b].size(), 1 << 20));
-            array_of(candidates[b], field, static_cast<size_t>(step.request.tokens_per_req), "ids (every row has N = len(candidates[0]))");
+            if (!candidates[b].is_array() || candidates[b].empty())
+                fail(field, "a non-empty array: the anchor then the drafts");
+            if (b == 0)
+                step.request.tokens_per_req = static_cast<int32_t>(std::min<size_t>(candidates[b].size(), 1 << 20));
+            array_of(candidates[b], field, static_cast<size_t>(step.request.tokens_per_req),
+                     "ids (every row has N = len(candidates[0]))");
             for (size_t j = 0; j < candidates[b].size(); ++j) {
                 step.request.candidates.push_back(static_cast<int32_t>(
                     integer(candidates[b][j], fmt::format("{}[{}]", field, j), INT32_MIN, INT32_MAX)));
             }
         }
-        if (auto it = doc.find("threshold_single"); it != doc.end()) step.request.thresholds.single = static_cast<float>(number(*it, "threshold_single"));
-        if (auto it = doc.find("threshold_acc"); it != doc.end()) step.request.thresholds.acc = static_cast<float>(number(*it, "threshold_acc"));
+        if (auto it = doc.find("threshold_single"); it != doc.end())
+            step.request.thresholds.single = static_cast<float>(number(*it, "threshold_single"));
+        if (auto it = doc.find("threshold_acc"); it != doc.end())
+            step.request.thresholds.acc = static_cast<float>(number(*it, "threshold_acc"));
         if (auto it = doc.find("coins"); it != doc.end()) {
             array_of(*it, "coins", bs, "rows of N-1 numbers");
             for (size_t b = 0; b < bs; ++b) {
                 const std::string field = fmt::format("coins[{}]", b);
                 array_of((*it)[b], field, static_cast<size_t>(step.request.tokens_per_req - 1), "numbers in [0, 1]");
-                for (size_t j = 0; j < (*it)[b].size(); ++j) step.request.coins.push_back(number((*it)[b][j], fmt::format("{}[{}]", field, j)));
+                for (size_t j = 0; j < (*it)[b].size(); ++j)
+                    step.request.coins.push_back(number((*it)[b][j], fmt::format("{}[{}]", field, j)));
             }
         }
     }
     if (auto it = doc.find("final_coins"); it != doc.end()) {
         array_of(*it, "final_coins", bs, "numbers in [0, 1]");
-        for (size_t b = 0; b < bs; ++b) step.request.final_coins.push_back(number((*it)[b], fmt::format("final_coins[{}]", b)));
+        for (size_t b = 0; b < bs; ++b)
+            step.request.final_coins.push_back(number((*it)[b], fmt::format("final_coins[{}]", b)));
     }
     const size_t rows = bs * static_cast<size_t>(step.request.tokens_per_req);
     const auto vocab = static_cast<size_t>(step.vocab_size);
@@ -175,7 +184,8 @@ json_step parse_step(const json& doc, step_kind kind, bool with_logits) {
         for (size_t r = 0; r < rows; ++r) {
             const std::string field = fmt::format("logits[{}]", r);
             array_of(logits[r], field, vocab, "numbers (vocab_size)");
-            for (size_t i = 0; i < vocab; ++i) step.logits.push_back(logit(logits[r][i], fmt::format("{}[{}]", field, i)));
+            for (size_t i = 0; i < vocab; ++i)
+                step.logits.push_back(logit(logits[r][i], fmt::format("{}[{}]", field, i)));
         }
     }
     if (auto it = doc.find("bitmask"); it != doc.end()) {
@@ -217,8 +227,8 @@ kernel_config json_step::fitting_config(int threads) const {
 
 step_input json_step::as_input() const {
     step_input in;
-    in.logits = logits_view{logits.data(), logits_dtype::f32, static_cast<int64_t>(requests.size()) * request.tokens_per_req,
-                            vocab_size, vocab_size};
+    in.logits = logits_view{logits.data(), logits_dtype::f32,
+                            static_cast<int64_t>(requests.size()) * request.tokens_per_req, vocab_size, vocab_size};
     in.slots = request.slots.data();
     in.positions = request.positions.data();
     in.batch_size = batch_size();
@@ -255,14 +265,16 @@ json result_to_json(const step_result& result, step_kind kind, int32_t bs, int32
         out["logprobs"] = logprobs;
     } else {
         const size_t total = static_cast<size_t>(bs) * static_cast<size_t>(n);
-        out["predict"] = std::vector<int32_t>(result.packed.begin(), result.packed.begin() + static_cast<std::ptrdiff_t>(total));
+        out["predict"] =
+            std::vector<int32_t>(result.packed.begin(), result.packed.begin() + static_cast<std::ptrdiff_t>(total));
         json accept_index = json::array();
         for (int32_t b = 0; b < bs; ++b) {
             const auto begin = result.accept_index.begin() + static_cast<std::ptrdiff_t>(b) * n;
             accept_index.push_back(std::vector<int32_t>(begin, begin + n));
         }
         out["accept_index"] = accept_index;
-        out["accept_length"] = std::vector<int32_t>(result.packed.begin() + static_cast<std::ptrdiff_t>(total), result.packed.end());
+        out["accept_length"] =
+            std::vector<int32_t>(result.packed.begin() + static_cast<std::ptrdiff_t>(total), result.packed.end());
         json logprobs = json::array();
         for (size_t i = 0; i < total; ++i) logprobs.push_back(logprob_json(result.logprobs[i]));
         out["logprobs"] = logprobs;
@@ -284,7 +296,8 @@ step_result run_step(sampling_backend& backend, const json_step& step, step_kind
                                               r.history[i], step.vocab_size));
             }
         }
-        status s = backend.pool().register_request(b + 1, r.params, r.history.data(), static_cast<int32_t>(r.history.size()));
+        status s =
+            backend.pool().register_request(b + 1, r.params, r.history.data(), static_cast<int32_t>(r.history.size()));
         if (!s.is_ok()) {
             // Pool messages name the bare field; say which request it was.
             throw input_error(fmt::format("requests[{}].{}", b, s.message));
@@ -292,7 +305,8 @@ step_result run_step(sampling_backend& backend, const json_step& step, step_kind
     }
     step_result result(step.batch_size(), step.request.tokens_per_req);
     const step_input input = step.as_input();
-    throw_unless_ok(kind == step_kind::sample ? backend.sample(input, result.view()) : backend.verify(input, result.view()));
+    throw_unless_ok(kind == step_kind::sample ? backend.sample(input, result.view())
+                                              : backend.verify(input, result.view()));
     return result;
 }
 

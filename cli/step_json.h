@@ -69,8 +69,7 @@ struct step_result {
     step_output view();
 };
 
-nlohmann::json result_to_json(const step_result& result, step_kind kind, int32_t batch_size,
-                              int32_t tokens_per_req);
+nlohmann::json result_to_json(const step_result& result, step_kind kind, int32_t batch_size, int32_t tokens_per_req);
 
 // Registers the requests into a fresh backend's pool and runs the step. Throws input_error for
 // invalid parameters; other failures throw std::runtime_error.

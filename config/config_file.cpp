@@ -49,7 +49,9 @@ const std::vector<group_key>& keys() {
         int_key<group_config>("max_logit_bias", &group_config::max_logit_bias, 0, 1 << 20),
         int_key<group_config>("threads_per_rank", &group_config::threads_per_rank, 0, 1024),
         {"backend", [](const group_config& c) { return json(c.backend); },
-         [](const std::string& k, const raw_value& v, group_config& c) { return read_choice(k, v, {"cpu", "cuda"}, c.backend); }},
+         [](const std::string& k, const raw_value& v, group_config& c) {
+             return read_choice(k, v, {"cpu", "cuda"}, c.backend);
+         }},
         {"transport", [](const group_config& c) { return json(c.transport); },
          // Whether this build has the backend is checked when the group starts (transport_factory.h).
          [](const std::string& k, const raw_value& v, group_config& c) {
@@ -139,7 +141,8 @@ const std::vector<group_key>& fault_keys() {
 
 }  // namespace
 
-std::string load_group_config(const std::string& file, const std::vector<std::string>& overrides, group_config& config) {
+std::string load_group_config(const std::string& file, const std::vector<std::string>& overrides,
+                              group_config& config) {
     std::string e = config_keys::load("", keys(), file, overrides, config);
     return e.empty() ? config_keys::load("faults", fault_keys(), file, overrides, config) : e;
 }

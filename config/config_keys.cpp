@@ -26,11 +26,14 @@ bool is_section(const std::string& name) {
     return false;
 }
 
-std::string describe(const raw_value& v) { return v.text ? fmt::format("'{}'", v.value.get<std::string>()) : v.value.dump(); }
+std::string describe(const raw_value& v) {
+    return v.text ? fmt::format("'{}'", v.value.get<std::string>()) : v.value.dump();
+}
 
 std::string env_name(const std::string& section, const std::string& key) {
     std::string name = "DISTSAMPLE_";
-    for (char c : section.empty() ? key : section + "_" + key) name += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    for (char c : section.empty() ? key : section + "_" + key)
+        name += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     return name;
 }
 
@@ -57,7 +60,8 @@ std::string read_int(const std::string& key, const raw_value& v, int64_t lo, int
     return {};
 }
 
-std::string read_choice(const std::string& key, const raw_value& v, const std::vector<std::string>& choices, std::string& out) {
+std::string read_choice(const std::string& key, const raw_value& v, const std::vector<std::string>& choices,
+                        std::string& out) {
     std::string expected = "one of";
     for (const std::string& c : choices) expected += fmt::format(" '{}'", c);
     if (!v.value.is_string()) return bad(key, v, expected);
@@ -109,7 +113,8 @@ std::string load_section(const std::string& section, const std::vector<std::stri
         if (!section.empty()) {
             const auto it = doc.find(section);
             keys = it == doc.end() ? nullptr : &*it;
-            if (keys != nullptr && !keys->is_object()) return fmt::format("config file '{}': '{}' must be a JSON object", file, section);
+            if (keys != nullptr && !keys->is_object())
+                return fmt::format("config file '{}': '{}' must be a JSON object", file, section);
         }
         if (keys != nullptr) {
             for (const auto& [key, value] : keys->items()) {
@@ -136,7 +141,8 @@ std::string load_section(const std::string& section, const std::vector<std::stri
             continue;
         }
         if (!section.empty()) key = key.substr(dot + 1);
-        if (std::string e = apply(key, raw_value{json(item.substr(eq + 1)), true, "the command line"}); !e.empty()) return e;
+        if (std::string e = apply(key, raw_value{json(item.substr(eq + 1)), true, "the command line"}); !e.empty())
+            return e;
     }
     return {};
 }

@@ -24,7 +24,8 @@ struct raw_value {
 
 std::string bad(const std::string& key, const raw_value& v, const std::string& expected);
 std::string read_int(const std::string& key, const raw_value& v, int64_t lo, int64_t hi, int64_t& out);
-std::string read_choice(const std::string& key, const raw_value& v, const std::vector<std::string>& choices, std::string& out);
+std::string read_choice(const std::string& key, const raw_value& v, const std::vector<std::string>& choices,
+                        std::string& out);
 std::string read_string(const std::string& key, const raw_value& v, std::string& out);
 
 template <class Config>
@@ -62,9 +63,10 @@ std::string load(const std::string& section, const std::vector<key_entry<Config>
                  const std::vector<std::string>& overrides, Config& config) {
     std::vector<std::string> names;
     for (const key_entry<Config>& e : table) names.emplace_back(e.key);
-    return load_section(section, names,
-                        [&](size_t i, const std::string& key, const raw_value& v) { return table[i].set(key, v, config); },
-                        file, overrides);
+    return load_section(
+        section, names,
+        [&](size_t i, const std::string& key, const raw_value& v) { return table[i].set(key, v, config); }, file,
+        overrides);
 }
 
 template <class Config>

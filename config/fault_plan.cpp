@@ -40,16 +40,19 @@ bool parse_fault_kind(const std::string& name, fault_kind& kind) {
 std::string validate_fault_plan(const fault_plan& plan, int32_t tp) {
     for (std::size_t i = 0; i < plan.faults.size(); ++i) {
         const fault_spec& f = plan.faults[i];
-        if (f.rank < 0 || f.rank >= tp) return fmt::format("faults[{}].rank = {}: expected a rank in [0, {})", i, f.rank, tp);
+        if (f.rank < 0 || f.rank >= tp)
+            return fmt::format("faults[{}].rank = {}: expected a rank in [0, {})", i, f.rank, tp);
         if (f.first_step < 1 || f.last_step < f.first_step) {
             return fmt::format("faults[{}].steps = {}-{}: expected 1 <= first <= last", i, f.first_step, f.last_step);
         }
         if (!(f.probability >= 0.0 && f.probability <= 1.0)) {
             return fmt::format("faults[{}].p = {}: expected a probability in [0, 1]", i, f.probability);
         }
-        const bool delays = f.kind == fault_kind::delay_kernel || f.kind == fault_kind::delay_transport || f.kind == fault_kind::slow_connection;
+        const bool delays = f.kind == fault_kind::delay_kernel || f.kind == fault_kind::delay_transport ||
+                            f.kind == fault_kind::slow_connection;
         if (delays ? f.delay_ms <= 0 : f.delay_ms != 0) {
-            return fmt::format("faults[{}].ms = {}: {}", i, f.delay_ms, delays ? "expected a delay > 0" : "only delays take ms");
+            return fmt::format("faults[{}].ms = {}: {}", i, f.delay_ms,
+                               delays ? "expected a delay > 0" : "only delays take ms");
         }
     }
     return {};
@@ -117,15 +120,17 @@ std::string parse_fault_spec(const std::string& text, fault_spec& out) {
         }
         if (!ok) return fmt::format("fault '{}': bad value '{}' for {}", text, value, key);
     }
-    if (is_connection_fault(spec.kind) && has_rank) return fmt::format("fault '{}': a connection fault takes no rank", text);
+    if (is_connection_fault(spec.kind) && has_rank)
+        return fmt::format("fault '{}': a connection fault takes no rank", text);
     if (!is_connection_fault(spec.kind) && !has_rank) return fmt::format("fault '{}': rank=R is required", text);
     out = spec;
     return {};
 }
 
 std::string format_fault_spec(const fault_spec& spec) {
-    std::string text = is_connection_fault(spec.kind) ? std::string(fault_kind_name(spec.kind))
-                                                      : fmt::format("{}:rank={}", fault_kind_name(spec.kind), spec.rank);
+    std::string text = is_connection_fault(spec.kind)
+                           ? std::string(fault_kind_name(spec.kind))
+                           : fmt::format("{}:rank={}", fault_kind_name(spec.kind), spec.rank);
     const fault_spec defaults;
     if (spec.first_step != defaults.first_step || spec.last_step != defaults.last_step) {
         text += fmt::format(":steps={}-{}", spec.first_step, spec.last_step);
@@ -153,7 +158,9 @@ rank_step_faults faults_at(const fault_plan& plan, int32_t rank, uint64_t step) 
             case fault_kind::alter_token: out.alter_token = true; break;
             case fault_kind::alter_accept_length: out.alter_accept_length = true; break;
             case fault_kind::delay_kernel: out.kernel_delay_ms = std::max(out.kernel_delay_ms, f.delay_ms); break;
-            case fault_kind::delay_transport: out.transport_delay_ms = std::max(out.transport_delay_ms, f.delay_ms); break;
+            case fault_kind::delay_transport:
+                out.transport_delay_ms = std::max(out.transport_delay_ms, f.delay_ms);
+                break;
             case fault_kind::corrupt_payload: out.corrupt_payload = true; break;
             case fault_kind::hang: out.hang = true; break;
             case fault_kind::alter_logit: out.alter_logit = true; break;

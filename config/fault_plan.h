@@ -26,22 +26,24 @@ enum class fault_kind {
     duplicate_put,        // a stale copy of the rank's last payload reaches the next rank again
     drop_control,         // the rank drops the step message: it never runs or answers the step
     duplicate_control,    // the rank receives the step message twice and answers both
-    slow_connection,      // the gateway holds the step's reply `delay_ms` (and the connection's later replies behind it)
-    cut_connection,       // the gateway closes the step's connection once the step is answered, instead of replying
-    crash,                // a rank process exits abruptly (_exit(3)) at the step; in-process ranks ignore it
+    slow_connection,  // the gateway holds the step's reply `delay_ms` (and the connection's later replies behind it)
+    cut_connection,   // the gateway closes the step's connection once the step is answered, instead of replying
+    crash,            // a rank process exits abruptly (_exit(3)) at the step; in-process ranks ignore it
 };
 
 // Faults of the scheduler connection: the gateway applies them (gateway/), the ranks ignore them,
 // and they name no rank.
-inline bool is_connection_fault(fault_kind kind) { return kind == fault_kind::slow_connection || kind == fault_kind::cut_connection; }
+inline bool is_connection_fault(fault_kind kind) {
+    return kind == fault_kind::slow_connection || kind == fault_kind::cut_connection;
+}
 
-inline constexpr fault_kind kAllFaultKinds[] = {fault_kind::alter_token,     fault_kind::alter_accept_length,
-                                               fault_kind::delay_kernel,    fault_kind::delay_transport,
-                                               fault_kind::corrupt_payload, fault_kind::hang,
-                                               fault_kind::alter_logit,     fault_kind::drop_put,
-                                               fault_kind::duplicate_put,   fault_kind::drop_control,
-                                               fault_kind::duplicate_control, fault_kind::slow_connection,
-                                               fault_kind::cut_connection, fault_kind::crash};
+inline constexpr fault_kind kAllFaultKinds[] = {fault_kind::alter_token,       fault_kind::alter_accept_length,
+                                                fault_kind::delay_kernel,      fault_kind::delay_transport,
+                                                fault_kind::corrupt_payload,   fault_kind::hang,
+                                                fault_kind::alter_logit,       fault_kind::drop_put,
+                                                fault_kind::duplicate_put,     fault_kind::drop_control,
+                                                fault_kind::duplicate_control, fault_kind::slow_connection,
+                                                fault_kind::cut_connection,    fault_kind::crash};
 
 const char* fault_kind_name(fault_kind kind);
 bool parse_fault_kind(const std::string& name, fault_kind& kind);
@@ -89,8 +91,8 @@ struct rank_step_faults {
     bool crash = false;
 
     bool any() const {
-        return alter_token || alter_accept_length || kernel_delay_ms > 0 || transport_delay_ms > 0 || corrupt_payload || hang ||
-               alter_logit || drop_put || duplicate_put || drop_control || duplicate_control || crash;
+        return alter_token || alter_accept_length || kernel_delay_ms > 0 || transport_delay_ms > 0 || corrupt_payload ||
+               hang || alter_logit || drop_put || duplicate_put || drop_control || duplicate_control || crash;
     }
 };
 

@@ -11,7 +11,9 @@ using gateway_key = key_entry<gateway_config>;
 
 gateway_key choice_key(const char* key, std::string gateway_config::*field, std::vector<std::string> choices) {
     return {key, [field](const gateway_config& c) { return nlohmann::json(c.*field); },
-            [field, choices](const std::string& k, const raw_value& v, gateway_config& c) { return read_choice(k, v, choices, c.*field); }};
+            [field, choices](const std::string& k, const raw_value& v, gateway_config& c) {
+                return read_choice(k, v, choices, c.*field);
+            }};
 }
 
 const std::vector<gateway_key>& keys() {
@@ -33,7 +35,8 @@ const std::vector<gateway_key>& keys() {
 
 }  // namespace
 
-std::string load_gateway_config(const std::string& file, const std::vector<std::string>& overrides, gateway_config& config) {
+std::string load_gateway_config(const std::string& file, const std::vector<std::string>& overrides,
+                                gateway_config& config) {
     return config_keys::load("gateway", keys(), file, overrides, config);
 }
 

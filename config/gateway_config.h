@@ -19,13 +19,14 @@ struct gateway_config {
     int32_t max_frame_bytes = 16 << 20;        // larger frames close the connection
     int32_t metrics_port = 9464;               // HTTP /metrics and /healthz on listen_address; -1 = off, 0 = any
     int32_t io_threads = 2;
-    std::string model = "synthetic";           // logits of steps without a payload: synthetic, ngram, none
+    std::string model = "synthetic";  // logits of steps without a payload: synthetic, ngram, none
     std::string corpus = "/usr/share/common-licenses/GPL-3";  // the ngram model's text
-    int32_t model_seed = 1;                    // the synthetic model's seed
+    int32_t model_seed = 1;                                   // the synthetic model's seed
 };
 
 // Fills `config` from the gateway section of the sources; "" or the first error.
-std::string load_gateway_config(const std::string& file, const std::vector<std::string>& overrides, gateway_config& config);
+std::string load_gateway_config(const std::string& file, const std::vector<std::string>& overrides,
+                                gateway_config& config);
 
 // Checks the combination: a non-loopback listen address needs a secret. "" when usable.
 std::string validate_gateway_config(const gateway_config& config);

@@ -65,16 +65,22 @@ bool parse_ucx_memory_mode(const std::string& name, ucx_memory_mode& mode) {
 
 std::string validate_group_config(const group_config& config) {
     if (std::string e = validate_group_limits(config.limits()); !e.empty()) return e;
-    if (config.max_slots < 2) return fmt::format("max_slots = {}: expected >= 2 (slot 0 is reserved)", config.max_slots);
-    if (config.threads_per_rank < 0) return fmt::format("threads_per_rank = {}: expected >= 0", config.threads_per_rank);
+    if (config.max_slots < 2)
+        return fmt::format("max_slots = {}: expected >= 2 (slot 0 is reserved)", config.max_slots);
+    if (config.threads_per_rank < 0)
+        return fmt::format("threads_per_rank = {}: expected >= 0", config.threads_per_rank);
     if (config.scheduler_threads < 1 || config.scheduler_threads > kMaxSchedulerThreads) {
-        return fmt::format("scheduler_threads = {}: expected an integer in [1, {}]", config.scheduler_threads, kMaxSchedulerThreads);
+        return fmt::format("scheduler_threads = {}: expected an integer in [1, {}]", config.scheduler_threads,
+                           kMaxSchedulerThreads);
     }
-    for (const auto& [name, value] : {std::pair{"scheduler_spin_us", config.scheduler_spin_us}, std::pair{"reply_spin_us", config.reply_spin_us},
-                                      std::pair{"rank_spin_us", config.rank_spin_us}}) {
-        if (value < 0 || value > kMaxSpinMicroseconds) return fmt::format("{} = {}: expected an integer in [0, {}]", name, value, kMaxSpinMicroseconds);
+    for (const auto& [name, value] :
+         {std::pair{"scheduler_spin_us", config.scheduler_spin_us}, std::pair{"reply_spin_us", config.reply_spin_us},
+          std::pair{"rank_spin_us", config.rank_spin_us}}) {
+        if (value < 0 || value > kMaxSpinMicroseconds)
+            return fmt::format("{} = {}: expected an integer in [0, {}]", name, value, kMaxSpinMicroseconds);
     }
-    if (config.step_timeout.count() <= 0) return fmt::format("step_timeout = {} ms: expected > 0", config.step_timeout.count());
+    if (config.step_timeout.count() <= 0)
+        return fmt::format("step_timeout = {} ms: expected > 0", config.step_timeout.count());
     if (config.transport_timeout.count() <= 0) {
         return fmt::format("transport_timeout = {} ms: expected > 0", config.transport_timeout.count());
     }
@@ -98,7 +104,8 @@ std::string validate_group_limits(const group_limits& limits) {
 std::string plan_step(const group_limits& limits, int32_t bs, int32_t n, step_plan& plan) {
     if (std::string e = validate_group_limits(limits); !e.empty()) return e;
     if (bs < 1) return fmt::format("batch_size = {}: expected at least 1 request", bs);
-    if (bs > limits.max_batch) return fmt::format("batch_size = {}: expected at most max_batch = {}", bs, limits.max_batch);
+    if (bs > limits.max_batch)
+        return fmt::format("batch_size = {}: expected at most max_batch = {}", bs, limits.max_batch);
     if (n < 1 || n > limits.max_tokens_per_req) {
         return fmt::format("tokens_per_req = {}: expected an integer in [1, {}]", n, limits.max_tokens_per_req);
     }
@@ -110,7 +117,8 @@ std::string plan_step(const group_limits& limits, int32_t bs, int32_t n, step_pl
     if (plan.pad_bs > limits.max_pad_bs()) {
         return fmt::format("pad_bs = {}: expected at most max_pad_bs = {}", plan.pad_bs, limits.max_pad_bs());
     }
-    if (plan.pad_bs % limits.tp != 0) return fmt::format("pad_bs = {}: expected a multiple of tp = {}", plan.pad_bs, limits.tp);
+    if (plan.pad_bs % limits.tp != 0)
+        return fmt::format("pad_bs = {}: expected a multiple of tp = {}", plan.pad_bs, limits.tp);
     plan.reqs_per_rank = plan.pad_bs / limits.tp;
     plan.tokens_per_req = n;
     plan.shard_vocab = limits.vocab_size / limits.tp;

@@ -26,9 +26,9 @@ const char* mode_name(dist_mode mode);
 bool parse_mode(const std::string& name, dist_mode& mode);
 
 struct group_limits {
-    int32_t tp = 1;             // ranks
-    int32_t vocab_size = 0;     // V, a multiple of tp
-    int32_t max_batch = 256;    // requests per step before padding
+    int32_t tp = 1;           // ranks
+    int32_t vocab_size = 0;   // V, a multiple of tp
+    int32_t max_batch = 256;  // requests per step before padding
     int32_t max_tokens_per_req = 8;
 
     // The largest padded batch a rank's buffers are sized for.
@@ -73,14 +73,14 @@ constexpr int32_t kMaxSpinMicroseconds = 1'000'000;
 struct group_config {
     int32_t tp = 4;
     int32_t vocab_size = 32000;
-    int32_t max_batch = 64;             // requests per step (before padding)
-    int32_t max_tokens_per_req = 8;     // N
-    int32_t max_slots = 256;            // per-rank parameter-pool rows, slot 0 included
+    int32_t max_batch = 64;          // requests per step (before padding)
+    int32_t max_tokens_per_req = 8;  // N
+    int32_t max_slots = 256;         // per-rank parameter-pool rows, slot 0 included
     int32_t max_penalty_tokens = 4096;
     int32_t max_logit_bias = 1024;
-    int32_t threads_per_rank = 1;       // CPU worker threads of each rank's backend
+    int32_t threads_per_rank = 1;  // CPU worker threads of each rank's backend
     std::string backend = "cpu";
-    std::string transport = "local";    // auto | local | ucx | nccl (transport/transport_factory.h)
+    std::string transport = "local";  // auto | local | ucx | nccl (transport/transport_factory.h)
     // The ucx transport with the cuda backend: GPU memory over UCX, or staged through the host.
     ucx_memory_mode ucx_device_memory = ucx_memory_mode::automatic;
     // The ucx transport's endpoints detect a failed peer (UCP_ERR_HANDLING_MODE_PEER). Off, UCX
@@ -89,7 +89,7 @@ struct group_config {
     bool ucx_peer_error_handling = true;
     dist_mode mode = dist_mode::swap;
     rank0_policy policy = rank0_policy::on_mismatch;
-    std::chrono::milliseconds step_timeout{10000};      // coordinator: a step's whole fan-out
+    std::chrono::milliseconds step_timeout{10000};       // coordinator: a step's whole fan-out
     std::chrono::milliseconds transport_timeout{10000};  // one collective
     // Check the payloads of gathers and broadcasts (transport/faulty_transport.h): one extra
     // 8-byte all-gather per checked collective.

@@ -13,7 +13,8 @@ using namespace config_keys;
 using topology_key = key_entry<topology_config>;
 
 // The items of a list key: a JSON array in the file, comma-separated text elsewhere.
-std::string read_items(const std::string& key, const raw_value& v, const std::string& expected, std::vector<raw_value>& items) {
+std::string read_items(const std::string& key, const raw_value& v, const std::string& expected,
+                       std::vector<raw_value>& items) {
     items.clear();
     if (v.text) {
         const std::string& all = v.value.get_ref<const std::string&>();
@@ -46,7 +47,8 @@ const std::vector<topology_key>& keys() {
         {"hosts", [](const topology_config& c) { return json(c.hosts); },
          [](const std::string& k, const raw_value& v, topology_config& c) {
              std::vector<raw_value> items;
-             if (std::string e = read_items(k, v, "a list of host addresses, one per rank", items); !e.empty()) return e;
+             if (std::string e = read_items(k, v, "a list of host addresses, one per rank", items); !e.empty())
+                 return e;
              c.hosts.clear();
              for (size_t i = 0; i < items.size(); ++i) {
                  std::string host;
@@ -61,11 +63,13 @@ const std::vector<topology_key>& keys() {
         {"devices", [](const topology_config& c) { return json(c.devices); },
          [](const std::string& k, const raw_value& v, topology_config& c) {
              std::vector<raw_value> items;
-             if (std::string e = read_items(k, v, "a list of CUDA device indices, one per rank", items); !e.empty()) return e;
+             if (std::string e = read_items(k, v, "a list of CUDA device indices, one per rank", items); !e.empty())
+                 return e;
              c.devices.clear();
              for (size_t i = 0; i < items.size(); ++i) {
                  int64_t device = 0;
-                 if (std::string e = read_int(fmt::format("{}[{}]", k, i), items[i], 0, 1023, device); !e.empty()) return e;
+                 if (std::string e = read_int(fmt::format("{}[{}]", k, i), items[i], 0, 1023, device); !e.empty())
+                     return e;
                  c.devices.push_back(static_cast<int32_t>(device));
              }
              return std::string{};
@@ -87,7 +91,8 @@ const std::vector<topology_key>& keys() {
 
 }  // namespace
 
-std::string load_topology_config(const std::string& file, const std::vector<std::string>& overrides, topology_config& config) {
+std::string load_topology_config(const std::string& file, const std::vector<std::string>& overrides,
+                                 topology_config& config) {
     return config_keys::load("topology", keys(), file, overrides, config);
 }
 
@@ -99,8 +104,8 @@ std::string validate_topology_config(const topology_config& config, int32_t tp) 
     if (std::string e = per_rank("hosts", config.hosts.size()); !e.empty()) return e;
     if (std::string e = per_rank("devices", config.devices.size()); !e.empty()) return e;
     if (config.heartbeat >= config.connection_timeout) {
-        return fmt::format("topology.heartbeat_ms = {}: expected less than topology.connection_timeout_ms ({})", config.heartbeat.count(),
-                           config.connection_timeout.count());
+        return fmt::format("topology.heartbeat_ms = {}: expected less than topology.connection_timeout_ms ({})",
+                           config.heartbeat.count(), config.connection_timeout.count());
     }
     return {};
 }

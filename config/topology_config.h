@@ -18,14 +18,15 @@ namespace ds {
 
 struct topology_config {
     std::string coordinator = "127.0.0.1:7710";  // HOST:PORT the coordinator listens on and the ranks join
-    int32_t rendezvous_port = 0;                 // each epoch's transport rendezvous, on the coordinator's host; 0 = any free port
-    std::vector<std::string> hosts;              // per rank: its host's address; a rank process without --rank takes the one that is local
-    std::vector<int32_t> devices;                // per rank: its CUDA device (CUDA_VISIBLE_DEVICES of the rank process)
-    std::string ucx_tls;                         // UCX_TLS of the rank processes (e.g. "tcp"); empty: UCX's choice
-    std::string ucx_net_devices;                 // UCX_NET_DEVICES of the rank processes (e.g. "eth0"); empty: all
-    std::chrono::milliseconds join_timeout{10000};        // a rank reaching the coordinator and being accepted
-    std::chrono::milliseconds heartbeat{250};             // CAF middleman heartbeat between the processes
-    std::chrono::milliseconds connection_timeout{2000};   // a peer silent this long is gone (its rank fails)
+    int32_t rendezvous_port = 0;  // each epoch's transport rendezvous, on the coordinator's host; 0 = any free port
+    std::vector<std::string>
+        hosts;  // per rank: its host's address; a rank process without --rank takes the one that is local
+    std::vector<int32_t> devices;  // per rank: its CUDA device (CUDA_VISIBLE_DEVICES of the rank process)
+    std::string ucx_tls;           // UCX_TLS of the rank processes (e.g. "tcp"); empty: UCX's choice
+    std::string ucx_net_devices;   // UCX_NET_DEVICES of the rank processes (e.g. "eth0"); empty: all
+    std::chrono::milliseconds join_timeout{10000};       // a rank reaching the coordinator and being accepted
+    std::chrono::milliseconds heartbeat{250};            // CAF middleman heartbeat between the processes
+    std::chrono::milliseconds connection_timeout{2000};  // a peer silent this long is gone (its rank fails)
     // Where a rank process gets its logits: "wire" (in each step message from the coordinator:
     // tests, small V) or its own model, "synthetic" (sources/synthetic_logits.h, model_seed) or
     // "ngram" (sources/ngram_lm.h, trained on corpus), which makes the rows of a step from the
@@ -38,7 +39,8 @@ struct topology_config {
 };
 
 // Fills `config` from the topology section of the sources; "" or the first error.
-std::string load_topology_config(const std::string& file, const std::vector<std::string>& overrides, topology_config& config);
+std::string load_topology_config(const std::string& file, const std::vector<std::string>& overrides,
+                                 topology_config& config);
 
 // Checks the combination against the group's `tp`: hosts and devices have one entry per rank (or
 // none), the heartbeat is shorter than the connection timeout. "" when usable.

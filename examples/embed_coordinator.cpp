@@ -47,7 +47,8 @@ int main() {
     }
     for (int b = 0; b < 2; ++b) {
         std::printf("request %d (slot %d): token %d, logprob %.4f\n", b, step.slots[static_cast<size_t>(b)],
-                    reply.outputs.packed[static_cast<size_t>(b)], static_cast<double>(reply.outputs.logprobs[static_cast<size_t>(b)]));
+                    reply.outputs.packed[static_cast<size_t>(b)],
+                    static_cast<double>(reply.outputs.logprobs[static_cast<size_t>(b)]));
     }
     return 0;
 }

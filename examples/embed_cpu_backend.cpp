@@ -57,6 +57,7 @@ int main() {
         std::fprintf(stderr, "sample: %s\n", s.message.c_str());
         return 1;
     }
-    for (int b = 0; b < 2; ++b) std::printf("request in slot %d -> token %d (logprob %.4f)\n", slots[b], packed[b], logprobs[b]);
+    for (int b = 0; b < 2; ++b)
+        std::printf("request in slot %d -> token %d (logprob %.4f)\n", slots[b], packed[b], logprobs[b]);
     return 0;
 }

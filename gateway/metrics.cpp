@@ -6,17 +6,20 @@
 
 namespace ds::gateway {
 
-histogram::histogram(std::vector<double> upper_bounds) : upper_bounds_(std::move(upper_bounds)), counts_(upper_bounds_.size() + 1) {}
+histogram::histogram(std::vector<double> upper_bounds)
+    : upper_bounds_(std::move(upper_bounds)), counts_(upper_bounds_.size() + 1) {}
 
 void histogram::observe(double value) {
-    const size_t bucket = static_cast<size_t>(std::lower_bound(upper_bounds_.begin(), upper_bounds_.end(), value) - upper_bounds_.begin());
+    const size_t bucket = static_cast<size_t>(std::lower_bound(upper_bounds_.begin(), upper_bounds_.end(), value) -
+                                              upper_bounds_.begin());
     std::lock_guard<std::mutex> lock(mutex_);
     ++counts_[bucket];
     sum_ += value;
     ++count_;
 }
 
-void histogram::render(const std::string& name, const std::string& help, std::string& out, const std::string& labels) const {
+void histogram::render(const std::string& name, const std::string& help, std::string& out,
+                       const std::string& labels) const {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!help.empty()) out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
     const std::string prefix = labels.empty() ? "" : labels + ",";
@@ -26,8 +29,8 @@ void histogram::render(const std::string& name, const std::string& help, std::st
         cumulative += counts_[i];
         out += fmt::format("{}_bucket{{{}le=\"{}\"}} {}\n", name, prefix, upper_bounds_[i], cumulative);
     }
-    out += fmt::format("{}_bucket{{{}le=\"+Inf\"}} {}\n{}_sum{} {}\n{}_count{} {}\n", name, prefix, count_, name, own, sum_, name, own,
-                       count_);
+    out += fmt::format("{}_bucket{{{}le=\"+Inf\"}} {}\n{}_sum{} {}\n{}_count{} {}\n", name, prefix, count_, name, own,
+                       sum_, name, own, count_);
 }
 
 gateway_metrics::gateway_metrics(int32_t tp) {
@@ -56,30 +59,38 @@ std::string gateway_metrics::render() const {
     counter("distsample_step_errors_total", "Steps answered with an error.", step_errors.load());
     counter("distsample_desync_events_total", "Ranks whose outputs differed from rank 0's.", desync_events.load());
     counter("distsample_rank_failures_total", "Steps failed by a timeout or a failed rank.", rank_failures.load());
-    counter("distsample_frames_rejected_total", "Frames that closed their connection (malformed, too large, wrong version, unauthenticated).",
+    counter("distsample_frames_rejected_total",
+            "Frames that closed their connection (malformed, too large, wrong version, unauthenticated).",
             frames_rejected.load());
     counter("distsample_connections_accepted_total", "Scheduler connections accepted.", connections_accepted.load());
-    counter("distsample_replies_dropped_total", "Answered steps whose reply was dropped: a cut_connection fault closed their connection.",
+    counter("distsample_replies_dropped_total",
+            "Answered steps whose reply was dropped: a cut_connection fault closed their connection.",
             replies_dropped.load());
-    out += fmt::format("# HELP distsample_connections_open Scheduler connections open.\n# TYPE distsample_connections_open gauge\n"
-                       "distsample_connections_open {}\n",
-                       connections_open.load());
+    out += fmt::format(
+        "# HELP distsample_connections_open Scheduler connections open.\n# TYPE distsample_connections_open gauge\n"
+        "distsample_connections_open {}\n",
+        connections_open.load());
     const struct {
         const char* name;
         const char* help;
         std::atomic<uint64_t> fault_counts::*count;
     } fault_families[] = {
         {"distsample_faults_injected_total", "Faults a fault plan injected, per kind.", &fault_counts::injected},
-        {"distsample_faults_detected_total", "Injected faults detected (a desync event or a failed step naming the rank), per kind.",
+        {"distsample_faults_detected_total",
+         "Injected faults detected (a desync event or a failed step naming the rank), per kind.",
          &fault_counts::detected},
-        {"distsample_faults_masked_total", "Injected faults masked by design (harmless), per kind.", &fault_counts::masked},
-        {"distsample_faults_repaired_total", "Injected faults whose step was answered with outputs every rank committed alike, per kind.",
+        {"distsample_faults_masked_total", "Injected faults masked by design (harmless), per kind.",
+         &fault_counts::masked},
+        {"distsample_faults_repaired_total",
+         "Injected faults whose step was answered with outputs every rank committed alike, per kind.",
          &fault_counts::repaired},
-        {"distsample_faults_failed_steps_total", "Steps failed because of an injected fault, per kind.", &fault_counts::failed_steps}};
+        {"distsample_faults_failed_steps_total", "Steps failed because of an injected fault, per kind.",
+         &fault_counts::failed_steps}};
     for (const auto& family : fault_families) {
         out += fmt::format("# HELP {} {}\n# TYPE {} counter\n", family.name, family.help, family.name);
         for (fault_kind kind : kAllFaultKinds) {
-            out += fmt::format("{}{{kind=\"{}\"}} {}\n", family.name, fault_kind_name(kind), (faults[static_cast<size_t>(kind)].*family.count).load());
+            out += fmt::format("{}{{kind=\"{}\"}} {}\n", family.name, fault_kind_name(kind),
+                               (faults[static_cast<size_t>(kind)].*family.count).load());
         }
     }
     step_latency.render("distsample_step_latency_seconds", "From a step's frame arriving to its reply.", out);

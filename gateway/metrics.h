@@ -22,7 +22,8 @@ class histogram {
     void observe(double value);
     // Appends the _bucket, _sum and _count lines of `name`, with `labels` (`key="value"`) on
     // each; the # HELP / # TYPE header only when `help` is not empty.
-    void render(const std::string& name, const std::string& help, std::string& out, const std::string& labels = "") const;
+    void render(const std::string& name, const std::string& help, std::string& out,
+                const std::string& labels = "") const;
 
    private:
     std::vector<double> upper_bounds_;
@@ -33,16 +34,17 @@ class histogram {
 };
 
 struct gateway_metrics {
-    std::atomic<uint64_t> steps{0};           // answered with outputs
-    std::atomic<uint64_t> step_errors{0};     // answered with an error
+    std::atomic<uint64_t> steps{0};        // answered with outputs
+    std::atomic<uint64_t> step_errors{0};  // answered with an error
     std::atomic<uint64_t> desync_events{0};
-    std::atomic<uint64_t> rank_failures{0};   // steps failed by a timeout or a failed rank
-    std::atomic<uint64_t> frames_rejected{0}; // malformed, oversized, wrong version, unauthenticated
+    std::atomic<uint64_t> rank_failures{0};    // steps failed by a timeout or a failed rank
+    std::atomic<uint64_t> frames_rejected{0};  // malformed, oversized, wrong version, unauthenticated
     std::atomic<uint64_t> connections_accepted{0};
     std::atomic<int64_t> connections_open{0};
     std::atomic<uint64_t> replies_dropped{0};  // answered steps whose connection a cut_connection fault closed
     // Seconds from a step's frame arriving to its reply being queued.
-    histogram step_latency{{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1.0}};
+    histogram step_latency{
+        {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1.0}};
     histogram accept_length{{1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 32, 64}};
     // Per rank (step_reply.rank_timing): compute (its step minus its collectives) and transport
     // (time inside collectives).

@@ -40,7 +40,8 @@ frame_reader::result frame_reader::next(const uint8_t*& payload, size_t& size, w
     if (failed_) return result::need_more;
     if (buffered() < kFrameHeaderBytes) return result::need_more;
     const uint8_t* header = buffer_.data() + consumed_;
-    const uint32_t length = (uint32_t{header[0]} << 24) | (uint32_t{header[1]} << 16) | (uint32_t{header[2]} << 8) | header[3];
+    const uint32_t length =
+        (uint32_t{header[0]} << 24) | (uint32_t{header[1]} << 16) | (uint32_t{header[2]} << 8) | header[3];
     if (length == 0) {
         failed_ = true;
         error = make_error(wire::Error::MALFORMED, "", "empty frame: expected a Request message");
@@ -48,8 +49,9 @@ frame_reader::result frame_reader::next(const uint8_t*& payload, size_t& size, w
     }
     if (length > max_frame_bytes_) {
         failed_ = true;
-        error = make_error(wire::Error::FRAME_TOO_LARGE, "",
-                           fmt::format("frame of {} bytes: expected at most {} (max_frame_bytes)", length, max_frame_bytes_));
+        error = make_error(
+            wire::Error::FRAME_TOO_LARGE, "",
+            fmt::format("frame of {} bytes: expected at most {} (max_frame_bytes)", length, max_frame_bytes_));
         return result::error;
     }
     if (buffered() < kFrameHeaderBytes + length) return result::need_more;
@@ -60,21 +62,25 @@ frame_reader::result frame_reader::next(const uint8_t*& payload, size_t& size, w
 }
 
 wire::Error frame_reader::truncated_error() const {
-    return make_error(wire::Error::MALFORMED, "", fmt::format("truncated frame: the stream ended {} bytes into a frame", buffered()));
+    return make_error(wire::Error::MALFORMED, "",
+                      fmt::format("truncated frame: the stream ended {} bytes into a frame", buffered()));
 }
 
 bool decode_request(const uint8_t* payload, size_t size, wire::Request& request, wire::Error& error) {
     if (!request.ParseFromArray(payload, static_cast<int>(size))) {
-        error = make_error(wire::Error::MALFORMED, "", fmt::format("a frame of {} bytes is not a Request message", size));
+        error =
+            make_error(wire::Error::MALFORMED, "", fmt::format("a frame of {} bytes is not a Request message", size));
         return false;
     }
     if (request.version() != kProtocolVersion) {
-        error = make_error(wire::Error::VERSION_MISMATCH, "version",
-                           fmt::format("protocol version {}: this server speaks version {}", request.version(), kProtocolVersion));
+        error = make_error(
+            wire::Error::VERSION_MISMATCH, "version",
+            fmt::format("protocol version {}: this server speaks version {}", request.version(), kProtocolVersion));
         return false;
     }
     if (request.body_case() == wire::Request::BODY_NOT_SET) {
-        error = make_error(wire::Error::MALFORMED, "body", "a Request without a body (or with a body this server does not know)");
+        error = make_error(wire::Error::MALFORMED, "body",
+                           "a Request without a body (or with a body this server does not know)");
         return false;
     }
     return true;
@@ -82,11 +88,14 @@ bool decode_request(const uint8_t* payload, size_t size, wire::Request& request,
 
 namespace {
 
-wire::Error bad_field(const char* field, std::string message) { return make_error(wire::Error::BAD_FIELD, field, std::move(message)); }
+wire::Error bad_field(const char* field, std::string message) {
+    return make_error(wire::Error::BAD_FIELD, field, std::move(message));
+}
 
 }  // namespace
 
-bool check_step_shape(const wire::Step& step, bool verify, const group_config& config, bool have_model, wire::Error& error) {
+bool check_step_shape(const wire::Step& step, bool verify, const group_config& config, bool have_model,
+                      wire::Error& error) {
     const int64_t bs = step.slots_size();
     if (bs < 1 || bs > config.max_batch) {
         error = bad_field("slots", fmt::format("{} requests: expected 1 to {} (max_batch)", bs, config.max_batch));
@@ -94,11 +103,13 @@ bool check_step_shape(const wire::Step& step, bool verify, const group_config& c
     }
     const int64_t n = verify ? step.tokens_per_req() : 1;
     if (n < 1 || n > config.max_tokens_per_req) {
-        error = bad_field("tokens_per_req", fmt::format("{}: expected 1 to {} (max_tokens_per_req)", n, config.max_tokens_per_req));
+        error = bad_field("tokens_per_req",
+                          fmt::format("{}: expected 1 to {} (max_tokens_per_req)", n, config.max_tokens_per_req));
         return false;
     }
     if (step.positions_size() != bs) {
-        error = bad_field("positions", fmt::format("{} positions: expected one per slot ({})", step.positions_size(), bs));
+        error =
+            bad_field("positions", fmt::format("{} positions: expected one per slot ({})", step.positions_size(), bs));
         return false;
     }
     const int64_t expected_candidates = verify ? bs * n : 0;
@@ -110,12 +121,14 @@ bool check_step_shape(const wire::Step& step, bool verify, const group_config& c
     const int64_t rows = bs * n;
     const int64_t words = bitmask_words(config.vocab_size);
     if (step.bitmask_size() != 0 && step.bitmask_size() != rows * words) {
-        error = bad_field("bitmask", fmt::format("{} words: expected 0 or {} ({} rows of {})", step.bitmask_size(), rows * words, rows, words));
+        error = bad_field("bitmask", fmt::format("{} words: expected 0 or {} ({} rows of {})", step.bitmask_size(),
+                                                 rows * words, rows, words));
         return false;
     }
     const int64_t logits = rows * config.vocab_size;
     if (step.logits_size() != 0 && step.logits_size() != logits) {
-        error = bad_field("logits", fmt::format("{} values: expected 0 or {} ({} rows of V = {})", step.logits_size(), logits, rows, config.vocab_size));
+        error = bad_field("logits", fmt::format("{} values: expected 0 or {} ({} rows of V = {})", step.logits_size(),
+                                                logits, rows, config.vocab_size));
         return false;
     }
     if (step.logits_size() == 0 && !have_model) {

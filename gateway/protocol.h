@@ -56,6 +56,7 @@ bool decode_request(const uint8_t* payload, size_t size, wire::Request& request,
 // Checks a step's counts against the group's limits before anything is sized from them: bs,
 // N, positions, candidates, bitmask words and logits values. `have_model`: the server can fill
 // logits itself. False with a BAD_FIELD error naming the field.
-bool check_step_shape(const wire::Step& step, bool verify, const group_config& config, bool have_model, wire::Error& error);
+bool check_step_shape(const wire::Step& step, bool verify, const group_config& config, bool have_model,
+                      wire::Error& error);
 
 }  // namespace ds::gateway

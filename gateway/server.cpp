@@ -1,10 +1,12 @@
 #include "gateway/server.h"
 
-#include <boost/asio.hpp>
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -14,8 +16,6 @@
 #include <map>
 #include <mutex>
 #include <thread>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "gateway/protocol.h"
 #include "gateway/steps.h"
@@ -194,7 +194,8 @@ struct server::impl {
         const uint64_t id = reply.result.is_ok() ? reply.step_id : next_step_id;
         next_step_id = id + 1;
         if (step_ledger.plan().empty()) return id;
-        const int64_t latency_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - arrived).count();
+        const int64_t latency_ns =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - arrived).count();
         metrics.observe_faults(step_ledger.record(id, reply, latency_ns));
         return id;
     }
@@ -205,7 +206,8 @@ struct server::impl {
             ++metrics.replies_dropped;
             return conn.cut();
         }
-        if (faults.reply_delay_ms > 0) return conn.deliver_late(seq, std::move(frame), std::chrono::milliseconds(faults.reply_delay_ms));
+        if (faults.reply_delay_ms > 0)
+            return conn.deliver_late(seq, std::move(frame), std::chrono::milliseconds(faults.reply_delay_ms));
         conn.deliver(seq, std::move(frame), false);
     }
 
@@ -259,10 +261,11 @@ class connection final : public connection_base {
 
     void deliver_late(uint64_t seq, std::string frame, std::chrono::milliseconds delay) override {
         auto timer = std::make_shared<asio::steady_timer>(strand_, delay);
-        timer->async_wait(asio::bind_executor(strand_, [self = shared(), timer, seq, frame = std::move(frame)](boost::system::error_code) mutable {
-            self->ready_.emplace(seq, std::make_pair(std::move(frame), false));
-            self->flush();
-        }));
+        timer->async_wait(asio::bind_executor(
+            strand_, [self = shared(), timer, seq, frame = std::move(frame)](boost::system::error_code) mutable {
+                self->ready_.emplace(seq, std::make_pair(std::move(frame), false));
+                self->flush();
+            }));
     }
 
     void cut() override {
@@ -277,10 +280,12 @@ class connection final : public connection_base {
 
     void read() {
         const bool too_much_in_flight =
-            next_seq_ - next_to_send_ >= kMaxInFlight || in_flight_bytes_ >= kMaxInFlightFrames * static_cast<uint64_t>(server_.config.max_frame_bytes);
+            next_seq_ - next_to_send_ >= kMaxInFlight ||
+            in_flight_bytes_ >= kMaxInFlightFrames * static_cast<uint64_t>(server_.config.max_frame_bytes);
         if (reading_ || read_done_ || closed_ || too_much_in_flight) return;
         reading_ = true;
-        socket_.async_read_some(asio::buffer(chunk_), asio::bind_executor(strand_, [self = shared()](boost::system::error_code ec, size_t n) {
+        socket_.async_read_some(asio::buffer(chunk_),
+                                asio::bind_executor(strand_, [self = shared()](boost::system::error_code ec, size_t n) {
                                     self->reading_ = false;
                                     self->on_read(ec, n);
                                 }));
@@ -320,8 +325,9 @@ class connection final : public connection_base {
                 const bool ok = request->has_auth() && same_secret(request->auth().secret(), server_.config.secret);
                 if (!ok) {
                     gateway_log().warn("rejected an unauthenticated connection from {}", peer_);
-                    reject(request->request_id(), make_error(wire::Error::UNAUTHENTICATED, "auth",
-                                                             "this server needs an Auth frame with the shared secret first"));
+                    reject(request->request_id(),
+                           make_error(wire::Error::UNAUTHENTICATED, "auth",
+                                      "this server needs an Auth frame with the shared secret first"));
                     return;
                 }
                 authenticated_ = true;
@@ -364,7 +370,8 @@ class connection final : public connection_base {
         writing_ = true;
         sending_ = std::move(outbox_);
         outbox_.clear();
-        asio::async_write(socket_, asio::buffer(sending_), asio::bind_executor(strand_, [self = shared()](boost::system::error_code ec, size_t) {
+        asio::async_write(socket_, asio::buffer(sending_),
+                          asio::bind_executor(strand_, [self = shared()](boost::system::error_code ec, size_t) {
                               self->writing_ = false;
                               if (ec) {
                                   self->close();
@@ -384,12 +391,14 @@ class connection final : public connection_base {
         boost::system::error_code ignored;
         socket_.shutdown(Socket::shutdown_send, ignored);
         linger_timer_.expires_after(kLinger);
-        linger_timer_.async_wait(asio::bind_executor(strand_, [self = shared()](boost::system::error_code) { self->close(); }));
+        linger_timer_.async_wait(
+            asio::bind_executor(strand_, [self = shared()](boost::system::error_code) { self->close(); }));
         drain();
     }
 
     void drain() {
-        socket_.async_read_some(asio::buffer(chunk_), asio::bind_executor(strand_, [self = shared()](boost::system::error_code ec, size_t) {
+        socket_.async_read_some(asio::buffer(chunk_),
+                                asio::bind_executor(strand_, [self = shared()](boost::system::error_code ec, size_t) {
                                     if (ec || self->closed_) return self->close();
                                     self->drain();
                                 }));
@@ -412,10 +421,10 @@ class connection final : public connection_base {
     std::array<uint8_t, 16384> chunk_{};
     bool authenticated_;
     std::string peer_;
-    uint64_t next_seq_ = 0;      // the number the next request gets
-    uint64_t next_to_send_ = 0;  // the request whose reply goes out next
-    std::deque<size_t> request_bytes_;  // frame sizes of requests next_to_send_ ... next_seq_ - 1
-    uint64_t in_flight_bytes_ = 0;      // their sum: the parsed requests the server holds
+    uint64_t next_seq_ = 0;                                   // the number the next request gets
+    uint64_t next_to_send_ = 0;                               // the request whose reply goes out next
+    std::deque<size_t> request_bytes_;                        // frame sizes of requests next_to_send_ ... next_seq_ - 1
+    uint64_t in_flight_bytes_ = 0;                            // their sum: the parsed requests the server holds
     std::map<uint64_t, std::pair<std::string, bool>> ready_;  // replies waiting for earlier ones
     std::string outbox_;
     std::string sending_;
@@ -437,38 +446,48 @@ std::string peer_name(const unix_socket::socket&) { return "unix socket peer"; }
 // One HTTP request on the metrics port: GET /metrics or GET /healthz, then close.
 class http_session : public std::enable_shared_from_this<http_session> {
    public:
-    http_session(tcp::socket socket, server::impl& server) : socket_(std::move(socket)), server_(server), request_(8192) {}
+    http_session(tcp::socket socket, server::impl& server)
+        : socket_(std::move(socket)), server_(server), request_(8192) {}
 
     void start() {
-        asio::async_read_until(socket_, request_, "\r\n\r\n", [self = shared_from_this()](boost::system::error_code ec, size_t) {
-            if (ec) return;
-            std::istream in(&self->request_);
-            std::string method;
-            std::string target;
-            in >> method >> target;
-            if (method != "GET") return self->respond(405, "method not allowed\n");
-            if (target == "/metrics") return self->respond(200, self->server_.metrics.render());
-            if (target == "/healthz") {
-                // group::health waits for the ranks: run it on the dispatcher, not here.
-                self->server_.dispatcher->push([self] {
-                    const status s = self->server_.ranks.health();
-                    asio::post(self->socket_.get_executor(), [self, s] { self->respond(s.is_ok() ? 200 : 503, s.is_ok() ? "ok\n" : s.message + "\n"); });
-                });
-                return;
-            }
-            self->respond(404, "not found: try /metrics or /healthz\n");
-        });
+        asio::async_read_until(
+            socket_, request_, "\r\n\r\n", [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                if (ec) return;
+                std::istream in(&self->request_);
+                std::string method;
+                std::string target;
+                in >> method >> target;
+                if (method != "GET") return self->respond(405, "method not allowed\n");
+                if (target == "/metrics") return self->respond(200, self->server_.metrics.render());
+                if (target == "/healthz") {
+                    // group::health waits for the ranks: run it on the dispatcher, not here.
+                    self->server_.dispatcher->push([self] {
+                        const status s = self->server_.ranks.health();
+                        asio::post(self->socket_.get_executor(), [self, s] {
+                            self->respond(s.is_ok() ? 200 : 503, s.is_ok() ? "ok\n" : s.message + "\n");
+                        });
+                    });
+                    return;
+                }
+                self->respond(404, "not found: try /metrics or /healthz\n");
+            });
     }
 
    private:
     void respond(int code, const std::string& body) {
-        const char* reason = code == 200 ? "OK" : code == 404 ? "Not Found" : code == 405 ? "Method Not Allowed" : "Service Unavailable";
-        response_ = fmt::format("HTTP/1.1 {} {}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
-                                code, reason, body.size(), body);
-        asio::async_write(socket_, asio::buffer(response_), [self = shared_from_this()](boost::system::error_code, size_t) {
-            boost::system::error_code ignored;
-            self->socket_.shutdown(tcp::socket::shutdown_both, ignored);
-        });
+        const char* reason = code == 200   ? "OK"
+                             : code == 404 ? "Not Found"
+                             : code == 405 ? "Method Not Allowed"
+                                           : "Service Unavailable";
+        response_ = fmt::format(
+            "HTTP/1.1 {} {}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: "
+            "close\r\n\r\n{}",
+            code, reason, body.size(), body);
+        asio::async_write(socket_, asio::buffer(response_),
+                          [self = shared_from_this()](boost::system::error_code, size_t) {
+                              boost::system::error_code ignored;
+                              self->socket_.shutdown(tcp::socket::shutdown_both, ignored);
+                          });
     }
 
     tcp::socket socket_;
@@ -504,8 +523,8 @@ void server::impl::accept_http() {
     });
 }
 
-void server::impl::handle(const std::shared_ptr<connection_base>& conn, uint64_t seq, std::shared_ptr<wire::Request> request,
-                          clock_type::time_point arrived) {
+void server::impl::handle(const std::shared_ptr<connection_base>& conn, uint64_t seq,
+                          std::shared_ptr<wire::Request> request, clock_type::time_point arrived) {
     const uint64_t id = request->request_id();
     switch (request->body_case()) {
         case wire::Request::kAuth:
@@ -516,7 +535,10 @@ void server::impl::handle(const std::shared_ptr<connection_base>& conn, uint64_t
             // An io thread may check and submit a step itself, but computes no more than
             // kInlineModelLogits model logits: bigger model steps go to the dispatcher's thread.
             const wire::Step& step = request->has_verify_step() ? request->verify_step() : request->sample_step();
-            const int64_t model_logits = step.logits_size() > 0 ? 0 : int64_t{step.slots_size()} * std::max(1, step.tokens_per_req()) * group_limits.vocab_size;
+            const int64_t model_logits =
+                step.logits_size() > 0
+                    ? 0
+                    : int64_t{step.slots_size()} * std::max(1, step.tokens_per_req()) * group_limits.vocab_size;
             auto job = [this, conn, seq, request, arrived] { run_step(conn, seq, request, arrived); };
             if (model_logits <= kInlineModelLogits) {
                 dispatcher->run_or_push(std::move(job));
@@ -532,14 +554,19 @@ void server::impl::handle(const std::shared_ptr<connection_base>& conn, uint64_t
                 wire::Error error;
                 if (slot == 0) {
                     slot = slots.free_slot();
-                    if (slot == 0) error = make_error(wire::Error::NO_FREE_SLOT, "slot", fmt::format("all {} slots are registered", slots.max_slots() - 1));
+                    if (slot == 0)
+                        error = make_error(wire::Error::NO_FREE_SLOT, "slot",
+                                           fmt::format("all {} slots are registered", slots.max_slots() - 1));
                 } else if (slot < 1 || slot >= slots.max_slots()) {
-                    error = make_error(wire::Error::BAD_FIELD, "slot", fmt::format("slot = {}: expected 0 (any) or 1 to {}", slot, slots.max_slots() - 1));
+                    error =
+                        make_error(wire::Error::BAD_FIELD, "slot",
+                                   fmt::format("slot = {}: expected 0 (any) or 1 to {}", slot, slots.max_slots() - 1));
                 }
                 for (int i = 0; i < m.history_size() && error.code() == wire::Error::UNSPECIFIED; ++i) {
                     if (m.history(i) < 0 || m.history(i) >= group_limits.vocab_size) {
                         error = make_error(wire::Error::BAD_FIELD, fmt::format("history[{}]", i),
-                                           fmt::format("history[{}] = {}: expected a token id in [0, {})", i, m.history(i), group_limits.vocab_size));
+                                           fmt::format("history[{}] = {}: expected a token id in [0, {})", i,
+                                                       m.history(i), group_limits.vocab_size));
                     }
                 }
                 if (error.code() == wire::Error::UNSPECIFIED) {
@@ -551,20 +578,27 @@ void server::impl::handle(const std::shared_ptr<connection_base>& conn, uint64_t
                     }
                 }
                 if (error.code() != wire::Error::UNSPECIFIED) return conn->deliver(seq, error_frame(id, error), false);
-                conn->deliver(seq, reply_frame(id, [&](wire::Reply& r) {
-                                  r.mutable_registered()->set_scheduler_request_id(m.scheduler_request_id());
-                                  r.mutable_registered()->set_slot(slot);
-                              }),
-                              false);
+                conn->deliver(
+                    seq,
+                    reply_frame(id,
+                                [&](wire::Reply& r) {
+                                    r.mutable_registered()->set_scheduler_request_id(m.scheduler_request_id());
+                                    r.mutable_registered()->set_slot(slot);
+                                }),
+                    false);
             });
             return;
         case wire::Request::kRelease:
             dispatcher->push([this, conn, seq, request, id] {
                 const int32_t slot = request->release().slot();
                 if (!slots.registered(slot)) {
-                    return conn->deliver(seq, error_frame(id, make_error(wire::Error::UNKNOWN_SLOT, "slot", fmt::format("slot {} is not registered", slot))), false);
+                    return conn->deliver(seq,
+                                         error_frame(id, make_error(wire::Error::UNKNOWN_SLOT, "slot",
+                                                                    fmt::format("slot {} is not registered", slot))),
+                                         false);
                 }
-                if (status s = ranks.release(slot); !s.is_ok()) return conn->deliver(seq, error_frame(id, error_of(s)), false);
+                if (status s = ranks.release(slot); !s.is_ok())
+                    return conn->deliver(seq, error_frame(id, error_of(s)), false);
                 slots.release(slot);
                 conn->deliver(seq, reply_frame(id, [](wire::Reply& r) { r.set_ok(true); }), false);
             });
@@ -572,10 +606,12 @@ void server::impl::handle(const std::shared_ptr<connection_base>& conn, uint64_t
         case wire::Request::kHealth:
             dispatcher->push([this, conn, seq, id] {
                 const status s = ranks.health();
-                conn->deliver(seq, reply_frame(id, [&](wire::Reply& r) {
-                                  r.mutable_health()->set_ok(s.is_ok());
-                                  r.mutable_health()->set_message(s.message);
-                              }),
+                conn->deliver(seq,
+                              reply_frame(id,
+                                          [&](wire::Reply& r) {
+                                              r.mutable_health()->set_ok(s.is_ok());
+                                              r.mutable_health()->set_message(s.message);
+                                          }),
                               false);
             });
             return;
@@ -592,12 +628,16 @@ void server::impl::handle(const std::shared_ptr<connection_base>& conn, uint64_t
                     for (int i = 0; i < request->inject().faults_size(); ++i) {
                         fault_spec spec;
                         if (std::string e = parse_fault_spec(request->inject().faults(i), spec); !e.empty()) {
-                            return conn->deliver(seq, error_frame(id, make_error(wire::Error::BAD_FIELD, fmt::format("faults[{}]", i), e)), false);
+                            return conn->deliver(
+                                seq,
+                                error_frame(id, make_error(wire::Error::BAD_FIELD, fmt::format("faults[{}]", i), e)),
+                                false);
                         }
                         plan.faults.push_back(spec);
                     }
                 }
-                if (status s = ranks.set_fault_plan(plan); !s.is_ok()) return conn->deliver(seq, error_frame(id, error_of(s)), false);
+                if (status s = ranks.set_fault_plan(plan); !s.is_ok())
+                    return conn->deliver(seq, error_frame(id, error_of(s)), false);
                 {
                     std::lock_guard<std::mutex> lock(ledger_mutex);
                     ledger = std::make_shared<fault_ledger>(plan, group_limits.policy);
@@ -637,8 +677,8 @@ std::string server::impl::stats_frame(uint64_t request_id) {
 }
 
 // On the dispatcher: validate, fill the logits, submit; the completion thread answers.
-void server::impl::run_step(const std::shared_ptr<connection_base>& conn, uint64_t seq, std::shared_ptr<wire::Request> request,
-                            clock_type::time_point arrived) {
+void server::impl::run_step(const std::shared_ptr<connection_base>& conn, uint64_t seq,
+                            std::shared_ptr<wire::Request> request, clock_type::time_point arrived) {
     const uint64_t id = request->request_id();
     auto step = std::make_shared<prepared_step>();
     wire::Error error;
@@ -653,7 +693,8 @@ void server::impl::run_step(const std::shared_ptr<connection_base>& conn, uint64
     // `step` keeps the logits alive until the ranks have answered.
     completer->push([this, conn, seq, id, step, future, arrived, bs, n, step_ledger] {
         const step_reply reply = future->get();
-        const connection_step_faults connection_faults = connection_faults_at(step_ledger->plan(), record_faults(*step_ledger, reply, arrived));
+        const connection_step_faults connection_faults =
+            connection_faults_at(step_ledger->plan(), record_faults(*step_ledger, reply, arrived));
         if (!reply.result.is_ok()) {
             ++metrics.step_errors;
             if (reply.result.code != status_code::invalid_argument) ++metrics.rank_failures;
@@ -663,7 +704,8 @@ void server::impl::run_step(const std::shared_ptr<connection_base>& conn, uint64
         const std::vector<int32_t>& packed = reply.outputs.packed;
         const int32_t* accept_length = packed.data() + static_cast<size_t>(bs) * n;
         for (int32_t b = 0; b < bs; ++b) {
-            slots.commit(step->request.slots[static_cast<size_t>(b)], step->generations[static_cast<size_t>(b)], packed.data() + static_cast<size_t>(b) * n, accept_length[b]);
+            slots.commit(step->request.slots[static_cast<size_t>(b)], step->generations[static_cast<size_t>(b)],
+                         packed.data() + static_cast<size_t>(b) * n, accept_length[b]);
             metrics.accept_length.observe(accept_length[b]);
         }
         std::string frame = reply_frame(id, [&](wire::Reply& r) {
@@ -688,19 +730,24 @@ void server::impl::run_step(const std::shared_ptr<connection_base>& conn, uint64
 status server::impl::start() {
     if (std::string e = validate_gateway_config(config); !e.empty()) return status::invalid(e);
     if (model != nullptr && model->vocab_size() != group_limits.vocab_size) {
-        return status::invalid(fmt::format("gateway.model vocabulary = {}: expected the group's vocab_size = {}", model->vocab_size(),
-                                           group_limits.vocab_size));
+        return status::invalid(fmt::format("gateway.model vocabulary = {}: expected the group's vocab_size = {}",
+                                           model->vocab_size(), group_limits.vocab_size));
     }
     boost::system::error_code ec;
     auto listen = [&](tcp::acceptor& acceptor, int32_t port, const char* key) -> status {
-        const asio::ip::address address = asio::ip::make_address(config.listen_address == "localhost" ? "127.0.0.1" : config.listen_address, ec);
-        if (ec) return status::invalid(fmt::format("gateway.listen_address = '{}': expected an IP address ({})", config.listen_address, ec.message()));
+        const asio::ip::address address =
+            asio::ip::make_address(config.listen_address == "localhost" ? "127.0.0.1" : config.listen_address, ec);
+        if (ec)
+            return status::invalid(fmt::format("gateway.listen_address = '{}': expected an IP address ({})",
+                                               config.listen_address, ec.message()));
         const tcp::endpoint endpoint(address, static_cast<uint16_t>(port));
         acceptor.open(endpoint.protocol(), ec);
         if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
         if (!ec) acceptor.bind(endpoint, ec);
         if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-        if (ec) return {status_code::internal, fmt::format("cannot listen on {}:{} ({} = {}): {}", config.listen_address, port, key, port, ec.message())};
+        if (ec)
+            return {status_code::internal, fmt::format("cannot listen on {}:{} ({} = {}): {}", config.listen_address,
+                                                       port, key, port, ec.message())};
         return status::success();
     };
     if (!config.listen_address.empty()) {
@@ -711,12 +758,15 @@ status server::impl::start() {
     if (!config.unix_socket.empty()) {
         // A socket file left by an earlier run is replaced; any other file is an error.
         struct stat existing {};
-        if (::stat(config.unix_socket.c_str(), &existing) == 0 && S_ISSOCK(existing.st_mode)) ::unlink(config.unix_socket.c_str());
+        if (::stat(config.unix_socket.c_str(), &existing) == 0 && S_ISSOCK(existing.st_mode))
+            ::unlink(config.unix_socket.c_str());
         const unix_socket::endpoint endpoint(config.unix_socket);
         unix_acceptor.open(endpoint.protocol(), ec);
         if (!ec) unix_acceptor.bind(endpoint, ec);
         if (!ec) unix_acceptor.listen(asio::socket_base::max_listen_connections, ec);
-        if (ec) return {status_code::internal, fmt::format("cannot listen on gateway.unix_socket = '{}': {}", config.unix_socket, ec.message())};
+        if (ec)
+            return {status_code::internal,
+                    fmt::format("cannot listen on gateway.unix_socket = '{}': {}", config.unix_socket, ec.message())};
         accept(unix_acceptor);
     }
     if (config.metrics_port >= 0 && !config.listen_address.empty()) {
@@ -727,8 +777,8 @@ status server::impl::start() {
     dispatcher = std::make_unique<job_queue>();
     completer = std::make_unique<job_queue>();
     for (int32_t i = 0; i < config.io_threads; ++i) io_threads.emplace_back([this] { io.run(); });
-    gateway_log().info("serving: tcp {}:{}, unix socket '{}', metrics port {}", config.listen_address, bound_tcp_port, config.unix_socket,
-                       bound_metrics_port);
+    gateway_log().info("serving: tcp {}:{}, unix socket '{}', metrics port {}", config.listen_address, bound_tcp_port,
+                       config.unix_socket, bound_metrics_port);
     return status::success();
 }
 
@@ -750,7 +800,8 @@ void server::impl::stop() {
     if (!config.unix_socket.empty()) ::unlink(config.unix_socket.c_str());
 }
 
-server::server(const gateway_config& config, group& ranks, const logits_source* model) : impl_(std::make_unique<impl>(config, ranks, model)) {}
+server::server(const gateway_config& config, group& ranks, const logits_source* model)
+    : impl_(std::make_unique<impl>(config, ranks, model)) {}
 server::~server() { stop(); }
 status server::start() { return impl_->start(); }
 void server::stop() { impl_->stop(); }

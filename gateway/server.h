@@ -4,9 +4,9 @@
 // Threads: `io_threads` Asio threads read and write frames and never wait for a step; one
 // dispatcher runs the group calls in arrival order (register, release and health block on the
 // ranks, on the dispatcher's thread; a step is only checked and submitted, on the io thread
-// itself when nothing is queued before it and its model logits are few); one completion thread waits for the steps' futures
-// in submission order (the group answers in that order) and queues their replies. Each connection
-// sends its replies in request order, whatever order they complete in.
+// itself when nothing is queued before it and its model logits are few); one completion thread waits for the steps'
+// futures in submission order (the group answers in that order) and queues their replies. Each connection sends its
+// replies in request order, whatever order they complete in.
 #pragma once
 
 #include <cstdint>

@@ -57,7 +57,8 @@ void slot_table::commit(int32_t slot, uint64_t generation, const int32_t* tokens
 
 int32_t slot_table::registered_count() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return static_cast<int32_t>(std::count_if(slots_.begin(), slots_.end(), [](const entry& e) { return e.registered; }));
+    return static_cast<int32_t>(
+        std::count_if(slots_.begin(), slots_.end(), [](const entry& e) { return e.registered; }));
 }
 
 bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config& config, const slot_table& slots,
@@ -69,7 +70,8 @@ bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config
     const int32_t n = verify ? step.tokens_per_req() : 1;
     for (int32_t b = 0; b < bs; ++b) {
         if (!slots.registered(step.slots(b))) {
-            error = make_error(wire::Error::UNKNOWN_SLOT, fmt::format("slots[{}]", b), fmt::format("slot {} is not registered", step.slots(b)));
+            error = make_error(wire::Error::UNKNOWN_SLOT, fmt::format("slots[{}]", b),
+                               fmt::format("slot {} is not registered", step.slots(b)));
             return false;
         }
         out.generations.push_back(slots.generation(step.slots(b)));
@@ -99,7 +101,8 @@ bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config
         }
         rows_data = out.model_logits.data();
     }
-    r.shards = split_vocab(logits_view{rows_data, logits_dtype::f32, int64_t{bs} * n, config.vocab_size, config.vocab_size}, config.tp);
+    r.shards = split_vocab(
+        logits_view{rows_data, logits_dtype::f32, int64_t{bs} * n, config.vocab_size, config.vocab_size}, config.tp);
     out.frame = std::move(frame);
     return true;
 }
@@ -129,7 +132,8 @@ sampling_params params_of(const wire::SamplingParams& p) {
     if (p.has_frequency_penalty()) out.frequency_penalty = p.frequency_penalty();
     if (p.has_repetition_penalty()) out.repetition_penalty = p.repetition_penalty();
     for (const auto& [token, bias] : p.logit_bias()) out.logit_bias.push_back({token, bias});
-    std::sort(out.logit_bias.begin(), out.logit_bias.end(), [](const logit_bias_entry& a, const logit_bias_entry& b) { return a.token < b.token; });
+    std::sort(out.logit_bias.begin(), out.logit_bias.end(),
+              [](const logit_bias_entry& a, const logit_bias_entry& b) { return a.token < b.token; });
     return out;
 }
 

@@ -23,7 +23,8 @@ status make_backend(backend_kind kind, const kernel_config& config, std::unique_
         return s;
 #else
         return {status_code::unsupported,
-                "backend = 'cuda': this build has no CUDA support (configure with DISTSAMPLE_WITH_CUDA=ON); use --backend cpu"};
+                "backend = 'cuda': this build has no CUDA support (configure with DISTSAMPLE_WITH_CUDA=ON); use "
+                "--backend cpu"};
 #endif
     }
     out = std::make_unique<cpu::cpu_backend>(config);
@@ -31,10 +32,12 @@ status make_backend(backend_kind kind, const kernel_config& config, std::unique_
 }
 
 status stage_device_logits(const logits_view& rows, void* host, std::size_t capacity, logits_view& staged) {
-    const std::size_t bytes = static_cast<std::size_t>(rows.vocab) * dtype_size(rows.dtype) * static_cast<std::size_t>(rows.rows);
+    const std::size_t bytes =
+        static_cast<std::size_t>(rows.vocab) * dtype_size(rows.dtype) * static_cast<std::size_t>(rows.rows);
     if (bytes > capacity) {
-        return status::invalid(fmt::format("logits: {} rows of {} {} values ({} bytes) exceed the {}-byte host staging buffer", rows.rows,
-                                           rows.vocab, dtype_name(rows.dtype), bytes, capacity));
+        return status::invalid(
+            fmt::format("logits: {} rows of {} {} values ({} bytes) exceed the {}-byte host staging buffer", rows.rows,
+                        rows.vocab, dtype_name(rows.dtype), bytes, capacity));
     }
     staged = logits_view{host, rows.dtype, rows.rows, rows.vocab, rows.vocab, false};
 #if defined(DISTSAMPLE_HAVE_CUDA)
@@ -45,8 +48,10 @@ status stage_device_logits(const logits_view& rows, void* host, std::size_t capa
 #endif
 }
 
-status stage_host_logits(const logits_view& rows, std::shared_ptr<void>& device, std::size_t& capacity, logits_view& staged) {
-    const std::size_t bytes = static_cast<std::size_t>(rows.vocab) * dtype_size(rows.dtype) * static_cast<std::size_t>(rows.rows);
+status stage_host_logits(const logits_view& rows, std::shared_ptr<void>& device, std::size_t& capacity,
+                         logits_view& staged) {
+    const std::size_t bytes =
+        static_cast<std::size_t>(rows.vocab) * dtype_size(rows.dtype) * static_cast<std::size_t>(rows.rows);
 #if defined(DISTSAMPLE_HAVE_CUDA)
     if (capacity < bytes || !device) {
         if (status s = cuda::allocate_device(bytes, device); !s.is_ok()) return s;

@@ -65,11 +65,9 @@ enum class draw_purpose : uint32_t {
 // `position` is the request's sequence length before the step; `draft_index` is the index of the
 // row in the request's verify chain (0 for plain sampling). The result is a pure function of these
 // four values, so it does not depend on the batch, the slot, the rank or the backend.
-DS_HD uint64_t random_bits64(uint64_t seed, uint64_t position, uint32_t draft_index,
-                             draw_purpose purpose) {
+DS_HD uint64_t random_bits64(uint64_t seed, uint64_t position, uint32_t draft_index, draw_purpose purpose) {
     const uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
-    const uint32_t counter[4] = {static_cast<uint32_t>(position),
-                                 static_cast<uint32_t>(position >> 32), draft_index,
+    const uint32_t counter[4] = {static_cast<uint32_t>(position), static_cast<uint32_t>(position >> 32), draft_index,
                                  static_cast<uint32_t>(purpose)};
     const philox_out out = philox4x32_10(counter, key);
     return (static_cast<uint64_t>(out.v[1]) << 32) | out.v[0];
@@ -86,9 +84,7 @@ DS_HD uint64_t mul_high64(uint64_t a, uint64_t b) {
 }
 
 // A uniform in [0, 1) given as a double (53 random bits), for threshold comparisons.
-DS_HD double bits_to_unit_double(uint64_t bits) {
-    return static_cast<double>(bits >> 11) * 0x1.0p-53;
-}
+DS_HD double bits_to_unit_double(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
 
 // A user-supplied coin in [0, 1] as the 64-bit fixed-point value the sampler consumes.
 DS_HD uint64_t unit_double_to_bits(double u) {
@@ -123,18 +119,18 @@ DS_HD float det_exp(float x) {
     // per token. Equal to the branching form on all 2^32 inputs (checked exhaustively, 2026-12-02).
     // x = n*ln2 + r with |r| <= ln2/2; ln2 split in two so n*ln2_hi is exact for |n| <= 2^7.
     constexpr float kLog2e = 1.44269504088896341f;
-    constexpr float kLn2Hi = 0.693145751953125f;         // 0x3f317200, 8 trailing zero bits
-    constexpr float kLn2Lo = 1.42860682030941723212e-6f;  // ln2 - kLn2Hi
+    constexpr float kLn2Hi = 0.693145751953125f;              // 0x3f317200, 8 trailing zero bits
+    constexpr float kLn2Lo = 1.42860682030941723212e-6f;      // ln2 - kLn2Hi
     const float clamped = fminf(fmaxf(x, kExpMinArg), 0.0f);  // NaN becomes kExpMinArg here
     const float n = rintf(clamped * kLog2e);
     float r = fmaf(-n, kLn2Hi, clamped);
     r = fmaf(-n, kLn2Lo, r);
     // Taylor polynomial of degree 7 in Horner form (truncation error < 4e-9 relative).
-    float p = 1.98412698e-4f;                 // 1/5040
-    p = fmaf(p, r, 1.38888889e-3f);           // 1/720
-    p = fmaf(p, r, 8.33333333e-3f);           // 1/120
-    p = fmaf(p, r, 4.16666667e-2f);           // 1/24
-    p = fmaf(p, r, 1.66666667e-1f);           // 1/6
+    float p = 1.98412698e-4f;        // 1/5040
+    p = fmaf(p, r, 1.38888889e-3f);  // 1/720
+    p = fmaf(p, r, 8.33333333e-3f);  // 1/120
+    p = fmaf(p, r, 4.16666667e-2f);  // 1/24
+    p = fmaf(p, r, 1.66666667e-1f);  // 1/6
     p = fmaf(p, r, 0.5f);
     p = fmaf(p, r, 1.0f);
     p = fmaf(p, r, 1.0f);
@@ -166,11 +162,11 @@ DS_HD float det_log(float x) {
     // ln(m) = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.1716.
     const float s = (m - 1.0f) / (m + 1.0f);
     const float s2 = s * s;
-    float p = 0.1111111111f;             // 1/9
-    p = fmaf(p, s2, 0.1428571429f);      // 1/7
+    float p = 0.1111111111f;         // 1/9
+    p = fmaf(p, s2, 0.1428571429f);  // 1/7
     p = fmaf(p, s2, 0.2f);
     p = fmaf(p, s2, 0.3333333333f);
-    p = p * s2;                          // s^2 (1/3 + s^2/5 + ...)
+    p = p * s2;  // s^2 (1/3 + s^2/5 + ...)
     const float log_m = fmaf(2.0f * s, p, 2.0f * s);
     constexpr float kLn2Hi = 0.693145751953125f;
     constexpr float kLn2Lo = 1.42860682030941723212e-6f;
@@ -206,9 +202,7 @@ DS_HD uint64_t top_p_mass_target(float top_p, uint64_t kept_mass) {
 // ---------------------------------------------------------------------------------------------
 // Half-precision inputs.
 // ---------------------------------------------------------------------------------------------
-DS_HD float bf16_bits_to_float(uint16_t bits) {
-    return bits_as_float(static_cast<uint32_t>(bits) << 16);
-}
+DS_HD float bf16_bits_to_float(uint16_t bits) { return bits_as_float(static_cast<uint32_t>(bits) << 16); }
 
 DS_HD float fp16_bits_to_float(uint16_t h) {
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;

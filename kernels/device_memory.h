@@ -49,7 +49,8 @@ class cuda_allocation {
 
 // Copies `rows` rows of `row_bytes` bytes, `from_pitch` bytes apart in `from`, to `to_pitch` bytes
 // apart in `to`, each side host or device memory, and waits for the copy. Nothing to do for 0 rows.
-status copy_rows(void* to, std::size_t to_pitch, const void* from, std::size_t from_pitch, std::size_t row_bytes, std::size_t rows);
+status copy_rows(void* to, std::size_t to_pitch, const void* from, std::size_t from_pitch, std::size_t row_bytes,
+                 std::size_t rows);
 
 // Sets `bytes` bytes of device memory to zero and waits.
 status zero_device_bytes(void* data, std::size_t bytes);

@@ -20,7 +20,9 @@ status cuda_allocation::allocate(cuda_memory_kind kind, std::size_t, cuda_alloca
     return no_cuda(kind == cuda_memory_kind::device ? "device memory" : "pinned host memory");
 }
 
-status copy_rows(void*, std::size_t, const void*, std::size_t, std::size_t, std::size_t) { return no_cuda("copying device rows"); }
+status copy_rows(void*, std::size_t, const void*, std::size_t, std::size_t, std::size_t) {
+    return no_cuda("copying device rows");
+}
 
 status zero_device_bytes(void*, std::size_t) { return no_cuda("zeroing device memory"); }
 

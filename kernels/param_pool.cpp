@@ -17,16 +17,16 @@ param_pool::param_pool(const kernel_config& config)
 
 status param_pool::check_slot(int32_t slot) const {
     if (slot >= 1 && slot < config_.max_slots) return status::success();
-    return status::invalid(fmt::format("slot = {}: expected an integer in [1, {}] (slot 0 is reserved)",
-                                       slot, config_.max_slots - 1));
+    return status::invalid(
+        fmt::format("slot = {}: expected an integer in [1, {}] (slot 0 is reserved)", slot, config_.max_slots - 1));
 }
 
 status param_pool::register_request(int32_t slot, const sampling_params& params) {
     return register_request(slot, params, nullptr, 0);
 }
 
-status param_pool::register_request(int32_t slot, const sampling_params& params,
-                                    const int32_t* history, int32_t history_size) {
+status param_pool::register_request(int32_t slot, const sampling_params& params, const int32_t* history,
+                                    int32_t history_size) {
     status s = check_slot(slot);
     if (s.is_ok()) s = validate_sampling_params(params, config_);
     if (!s.is_ok()) return s;
@@ -51,8 +51,8 @@ status param_pool::record_tokens(int32_t slot, const int32_t* tokens, int32_t co
     for (int32_t i = 0; i < count; ++i) {
         const int32_t token = tokens[i];
         if (token < 0 || token >= config_.vocab_size) {
-            return status::invalid(fmt::format("tokens[{}] = {}: expected a token id in [0, {})", i,
-                                               token, config_.vocab_size));
+            return status::invalid(
+                fmt::format("tokens[{}] = {}: expected a token id in [0, {})", i, token, config_.vocab_size));
         }
         int32_t j = 0;
         while (j < size && row[j].token != token) ++j;
@@ -61,9 +61,9 @@ status param_pool::record_tokens(int32_t slot, const int32_t* tokens, int32_t co
         } else if (size < config_.max_penalty_tokens) {
             row[size++] = token_count{token, 1};
         } else {
-            return status::invalid(fmt::format(
-                "slot {} has seen {} distinct tokens: penalties track at most max_penalty_tokens = {}",
-                slot, size + 1, config_.max_penalty_tokens));
+            return status::invalid(
+                fmt::format("slot {} has seen {} distinct tokens: penalties track at most max_penalty_tokens = {}",
+                            slot, size + 1, config_.max_penalty_tokens));
         }
     }
     return status::success();

@@ -33,8 +33,7 @@ class param_pool {
     // token counts. Registering an occupied slot replaces the request that held it.
     status register_request(int32_t slot, const sampling_params& params);
     // Same, and seeds the penalty counts with tokens already generated (e.g. a resumed request).
-    status register_request(int32_t slot, const sampling_params& params,
-                            const int32_t* history, int32_t history_size);
+    status register_request(int32_t slot, const sampling_params& params, const int32_t* history, int32_t history_size);
     // Returns the slot to the neutral parameters.
     status release(int32_t slot);
     // Adds emitted tokens to the slot's penalty counts (only tracked when it has penalties).

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-
 namespace ds {
 
 const char* dtype_name(logits_dtype dtype) {

@@ -49,6 +49,7 @@ status stage_device_logits(const logits_view& rows, void* host, std::size_t capa
 // The other way: copies host rows into `device` (reallocated only when it must grow; `capacity`
 // is its size in bytes) and describes them in `staged` (densely packed, on_device): for
 // transports that swap device memory (nccl). Unsupported in builds without CUDA.
-status stage_host_logits(const logits_view& rows, std::shared_ptr<void>& device, std::size_t& capacity, logits_view& staged);
+status stage_host_logits(const logits_view& rows, std::shared_ptr<void>& device, std::size_t& capacity,
+                         logits_view& staged);
 
 }  // namespace ds

@@ -15,9 +15,9 @@ enum class status_code : int {
     invalid_argument,  // a field is out of its allowed range (message names it)
     unsupported,       // the backend cannot do what was asked (e.g. CUDA not built)
     internal,
-    timeout,           // a wait ran past its deadline (message names who was waited for)
-    aborted,           // the operation was cancelled (rank group aborted, actor gone)
-    mismatch,          // ranks produced different outputs (rank-0 policy `never`)
+    timeout,   // a wait ran past its deadline (message names who was waited for)
+    aborted,   // the operation was cancelled (rank group aborted, actor gone)
+    mismatch,  // ranks produced different outputs (rank-0 policy `never`)
 };
 
 // Hot paths return a status; module boundaries turn a failure into an exception or caf::error.
@@ -54,14 +54,14 @@ struct logit_bias_entry {
 // Per-request sampling parameters, registered once into a slot. Defaults are neutral.
 // Ranges are enforced by validate_sampling_params (kernels/validation.h).
 struct sampling_params {
-    float temperature = 1.0f;         // >= 0; < kGreedyTemperature means greedy
-    int32_t top_k = -1;               // -1 (all) or >= 1
-    float top_p = 1.0f;               // (0, 1]
-    float min_p = 0.0f;               // [0, 1]
-    uint64_t seed = 0;                // keys the request's random stream
-    float presence_penalty = 0.0f;    // [-2, 2]: subtracted once from every token already seen
-    float frequency_penalty = 0.0f;   // [-2, 2]: subtracted once per occurrence
-    float repetition_penalty = 1.0f;  // (0, 10]: seen tokens' logits divided (>0) or multiplied (<0)
+    float temperature = 1.0f;                  // >= 0; < kGreedyTemperature means greedy
+    int32_t top_k = -1;                        // -1 (all) or >= 1
+    float top_p = 1.0f;                        // (0, 1]
+    float min_p = 0.0f;                        // [0, 1]
+    uint64_t seed = 0;                         // keys the request's random stream
+    float presence_penalty = 0.0f;             // [-2, 2]: subtracted once from every token already seen
+    float frequency_penalty = 0.0f;            // [-2, 2]: subtracted once per occurrence
+    float repetition_penalty = 1.0f;           // (0, 10]: seen tokens' logits divided (>0) or multiplied (<0)
     std::vector<logit_bias_entry> logit_bias;  // ids in [0, V), biases in [-100, 100]
 
     bool has_penalties() const {
@@ -72,9 +72,7 @@ struct sampling_params {
 // Temperatures below this select greedy decoding (as does top_k == 1).
 constexpr float kGreedyTemperature = 1e-6f;
 
-inline bool is_greedy(const sampling_params& p) {
-    return p.temperature < kGreedyTemperature || p.top_k == 1;
-}
+inline bool is_greedy(const sampling_params& p) { return p.temperature < kGreedyTemperature || p.top_k == 1; }
 
 // Acceptance knobs of target-only chain verification (DESIGN.md §3). 1.0 / 1.0 is exact
 // rejection sampling; lower values accept more drafts and are lossy.
@@ -90,9 +88,9 @@ struct step_input {
     const int32_t* slots = nullptr;      // [bs] parameter-pool slots (0 = neutral phantom row)
     const int64_t* positions = nullptr;  // [bs] sequence length before this step (>= 0)
     int32_t batch_size = 0;
-    int32_t tokens_per_req = 1;              // N
-    const int32_t* candidates = nullptr;     // [bs, N] verify only: anchor then N-1 drafts
-    const uint32_t* bitmask = nullptr;       // [bs*N, ceil(V/32)] bit 1 = allowed; null = all
+    int32_t tokens_per_req = 1;           // N
+    const int32_t* candidates = nullptr;  // [bs, N] verify only: anchor then N-1 drafts
+    const uint32_t* bitmask = nullptr;    // [bs*N, ceil(V/32)] bit 1 = allowed; null = all
     verify_thresholds thresholds;
     // Optional replacements for the Philox draws (tests and replay): coins [bs, N-1] and
     // final_coins [bs], each a uniform in [0, 1].

@@ -8,39 +8,34 @@ namespace ds {
 
 namespace {
 
-std::string field_name(std::string_view prefix, std::string_view field) {
-    return fmt::format("{}{}", prefix, field);
-}
+std::string field_name(std::string_view prefix, std::string_view field) { return fmt::format("{}{}", prefix, field); }
 
 // [lo, hi] with either end optionally open; NaN and infinities always fail.
-status check_real(std::string_view prefix, std::string_view field, double value, double lo,
-                  bool lo_open, double hi, bool hi_open) {
-    const bool ok = std::isfinite(value) && (lo_open ? value > lo : value >= lo) &&
-                    (hi_open ? value < hi : value <= hi);
+status check_real(std::string_view prefix, std::string_view field, double value, double lo, bool lo_open, double hi,
+                  bool hi_open) {
+    const bool ok =
+        std::isfinite(value) && (lo_open ? value > lo : value >= lo) && (hi_open ? value < hi : value <= hi);
     if (ok) return status::success();
-    return status::invalid(fmt::format("{} = {}: expected a number in {}{}, {}{}",
-                                       field_name(prefix, field), value, lo_open ? '(' : '[', lo,
-                                       hi, hi_open ? ')' : ']'));
+    return status::invalid(fmt::format("{} = {}: expected a number in {}{}, {}{}", field_name(prefix, field), value,
+                                       lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']'));
 }
 
-status check_int(std::string_view prefix, std::string_view field, int64_t value, int64_t lo,
-                 int64_t hi) {
+status check_int(std::string_view prefix, std::string_view field, int64_t value, int64_t lo, int64_t hi) {
     if (value >= lo && value <= hi) return status::success();
-    return status::invalid(fmt::format("{} = {}: expected an integer in [{}, {}]",
-                                       field_name(prefix, field), value, lo, hi));
+    return status::invalid(
+        fmt::format("{} = {}: expected an integer in [{}, {}]", field_name(prefix, field), value, lo, hi));
 }
 
 }  // namespace
 
-status validate_sampling_params(const sampling_params& p, const kernel_config& config,
-                                std::string_view prefix) {
+status validate_sampling_params(const sampling_params& p, const kernel_config& config, std::string_view prefix) {
     if (!std::isfinite(p.temperature) || p.temperature < 0.0f) {
-        return status::invalid(fmt::format("{} = {}: expected a finite number >= 0",
-                                           field_name(prefix, "temperature"), p.temperature));
+        return status::invalid(
+            fmt::format("{} = {}: expected a finite number >= 0", field_name(prefix, "temperature"), p.temperature));
     }
     if (p.top_k != -1 && p.top_k < 1) {
-        return status::invalid(fmt::format("{} = {}: expected -1 (no limit) or an integer >= 1",
-                                           field_name(prefix, "top_k"), p.top_k));
+        return status::invalid(
+            fmt::format("{} = {}: expected -1 (no limit) or an integer >= 1", field_name(prefix, "top_k"), p.top_k));
     }
     status s = check_real(prefix, "top_p", p.top_p, 0.0, true, 1.0, false);
     if (s.is_ok()) s = check_real(prefix, "min_p", p.min_p, 0.0, false, 1.0, false);
@@ -56,8 +51,8 @@ status validate_sampling_params(const sampling_params& p, const kernel_config& c
     for (const logit_bias_entry& entry : p.logit_bias) {
         const std::string entry_prefix = fmt::format("{}logit_bias[{}]", prefix, entry.token);
         if (entry.token < 0 || entry.token >= config.vocab_size) {
-            return status::invalid(fmt::format("{}: token id {} expected in [0, {})", entry_prefix,
-                                               entry.token, config.vocab_size));
+            return status::invalid(
+                fmt::format("{}: token id {} expected in [0, {})", entry_prefix, entry.token, config.vocab_size));
         }
         s = check_real(entry_prefix, "", entry.bias, -100.0, false, 100.0, false);
         if (!s.is_ok()) return s;
@@ -84,16 +79,16 @@ status validate_step(const step_input& step, step_kind kind, const kernel_config
     const int64_t n = step.tokens_per_req;
     const logits_view& logits = step.logits;
     if (logits.vocab != config.vocab_size) {
-        return status::invalid(fmt::format("logits.vocab = {}: expected {} (vocab_size)",
-                                           logits.vocab, config.vocab_size));
+        return status::invalid(
+            fmt::format("logits.vocab = {}: expected {} (vocab_size)", logits.vocab, config.vocab_size));
     }
     if (logits.rows != bs * n) {
-        return status::invalid(fmt::format("logits.rows = {}: expected batch_size * tokens_per_req = {}",
-                                           logits.rows, bs * n));
+        return status::invalid(
+            fmt::format("logits.rows = {}: expected batch_size * tokens_per_req = {}", logits.rows, bs * n));
     }
     if (logits.row_stride < logits.vocab) {
-        return status::invalid(fmt::format("logits.row_stride = {}: expected >= vocab ({})",
-                                           logits.row_stride, logits.vocab));
+        return status::invalid(
+            fmt::format("logits.row_stride = {}: expected >= vocab ({})", logits.row_stride, logits.vocab));
     }
     if (bs == 0) return status::success();
     if (logits.data == nullptr) return status::invalid("logits.data: expected a non-null pointer");
@@ -113,8 +108,8 @@ status validate_step(const step_input& step, step_kind kind, const kernel_config
         }
         for (int64_t i = 0; i < bs * n; ++i) {
             if (step.candidates[i] < 0 || step.candidates[i] >= config.vocab_size) {
-                return check_int("", fmt::format("candidates[{}][{}]", i / n, i % n),
-                                 step.candidates[i], 0, config.vocab_size - 1);
+                return check_int("", fmt::format("candidates[{}][{}]", i / n, i % n), step.candidates[i], 0,
+                                 config.vocab_size - 1);
             }
         }
         s = validate_thresholds(step.thresholds);
@@ -123,16 +118,15 @@ status validate_step(const step_input& step, step_kind kind, const kernel_config
     if (step.coins != nullptr) {
         for (int64_t i = 0; i < bs * (n - 1); ++i) {
             if (!(step.coins[i] >= 0.0 && step.coins[i] <= 1.0)) {
-                return check_real("", fmt::format("coins[{}][{}]", i / (n - 1), i % (n - 1)),
-                                  step.coins[i], 0.0, false, 1.0, false);
+                return check_real("", fmt::format("coins[{}][{}]", i / (n - 1), i % (n - 1)), step.coins[i], 0.0, false,
+                                  1.0, false);
             }
         }
     }
     if (step.final_coins != nullptr) {
         for (int64_t b = 0; b < bs; ++b) {
             if (!(step.final_coins[b] >= 0.0 && step.final_coins[b] <= 1.0)) {
-                return check_real("", fmt::format("final_coins[{}]", b), step.final_coins[b], 0.0,
-                                  false, 1.0, false);
+                return check_real("", fmt::format("final_coins[{}]", b), step.final_coins[b], 0.0, false, 1.0, false);
             }
         }
     }

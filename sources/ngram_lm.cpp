@@ -31,7 +31,8 @@ std::vector<std::string> split_words(const std::string& text) {
 
 // Sorted (token, count) lists, so a row is built the same way on every run.
 template <class Key>
-std::unordered_map<Key, std::vector<std::pair<int32_t, int32_t>>> to_followers(const std::map<std::pair<Key, int32_t>, int32_t>& counts) {
+std::unordered_map<Key, std::vector<std::pair<int32_t, int32_t>>> to_followers(
+    const std::map<std::pair<Key, int32_t>, int32_t>& counts) {
     std::unordered_map<Key, std::vector<std::pair<int32_t, int32_t>>> out;
     for (const auto& [key, count] : counts) out[key.first].emplace_back(key.second, count);
     return out;

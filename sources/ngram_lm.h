@@ -27,7 +27,9 @@ class ngram_lm final : public logits_source {
     uint64_t prompt(int32_t index) const override;
     std::string token_text(int32_t token) const override;
     // The context of tokens (..., a, b), for tests and callers with their own prompts.
-    static uint64_t context_of(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+    static uint64_t context_of(int32_t a, int32_t b) {
+        return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+    }
     int32_t token_id(const std::string& word) const;  // -1 when unknown
 
    private:
@@ -39,9 +41,9 @@ class ngram_lm final : public logits_source {
     std::vector<std::string> text_of_;
     std::unordered_map<std::string, int32_t> id_of_;
     std::vector<int32_t> corpus_;
-    std::vector<double> unigram_;                        // smoothed P(w)
-    std::unordered_map<uint32_t, followers> bigrams_;    // b -> followers
-    std::unordered_map<uint64_t, followers> trigrams_;   // (a, b) -> followers
+    std::vector<double> unigram_;                       // smoothed P(w)
+    std::unordered_map<uint32_t, followers> bigrams_;   // b -> followers
+    std::unordered_map<uint64_t, followers> trigrams_;  // (a, b) -> followers
 };
 
 }  // namespace ds

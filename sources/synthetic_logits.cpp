@@ -33,7 +33,8 @@ void synthetic_lm::logits(uint64_t context, float* row) const {
     float u[4];
     for (int32_t i = 0; i < v; i += 4) {
         noise4(key, static_cast<uint64_t>(i), 1, u);
-        for (int32_t j = 0; j < 4 && i + j < v; ++j) row[i + j] = base_[static_cast<size_t>(i + j)] + config_.noise * u[j];
+        for (int32_t j = 0; j < 4 && i + j < v; ++j)
+            row[i + j] = base_[static_cast<size_t>(i + j)] + config_.noise * u[j];
     }
     if (config_.draft_noise > 0.0f) {
         const uint64_t draft_key = key ^ 0xD4AF7ull;
@@ -52,6 +53,5 @@ void synthetic_lm::logits(uint64_t context, float* row) const {
         }
     }
 }
-
 
 }  // namespace ds

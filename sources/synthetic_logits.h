@@ -20,7 +20,7 @@ struct synthetic_lm_config {
     float noise = 1.2f;          // amplitude of per-context noise on every logit
     int32_t hot_tokens = 6;      // context-chosen tokens that get hot_boost
     float hot_boost = 11.0f;
-    float draft_noise = 0.0f;    // extra noise of a draft model (0 for the target)
+    float draft_noise = 0.0f;  // extra noise of a draft model (0 for the target)
 };
 
 class synthetic_lm final : public logits_source {

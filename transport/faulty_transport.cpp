@@ -42,7 +42,10 @@ void write_dominant_logit(void* element, logits_dtype dtype) {
 }  // namespace
 
 faulty_transport::faulty_transport(transport& inner, bool checksums, std::chrono::milliseconds transport_timeout)
-    : inner_(inner), checksums_(checksums), transport_timeout_(transport_timeout), sent_sums_(static_cast<std::size_t>(inner.world_size())) {}
+    : inner_(inner),
+      checksums_(checksums),
+      transport_timeout_(transport_timeout),
+      sent_sums_(static_cast<std::size_t>(inner.world_size())) {}
 
 void faulty_transport::arm(const armed_transport_faults& faults) {
     armed_ = faults;
@@ -57,12 +60,14 @@ bool faulty_transport::before_collective(const char* what, status& failed) {
     }
     if (awaiting_first_collective_) {
         awaiting_first_collective_ = false;
-        const auto late = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - armed_at_);
+        const auto late =
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - armed_at_);
         if (late > transport_timeout_) {
             armed_ = armed_transport_faults{};
-            failed = {status_code::timeout, fmt::format("rank {}: reached {} {} ms into its step, past the transport timeout ({} ms) "
-                                                        "after which its peers gave up on it: not joined",
-                                                        inner_.rank(), what, late.count(), transport_timeout_.count())};
+            failed = {status_code::timeout,
+                      fmt::format("rank {}: reached {} {} ms into its step, past the transport timeout ({} ms) "
+                                  "after which its peers gave up on it: not joined",
+                                  inner_.rank(), what, late.count(), transport_timeout_.count())};
             return true;
         }
     }
@@ -71,7 +76,8 @@ bool faulty_transport::before_collective(const char* what, status& failed) {
     // the coordinator's step timeout names it; the rank gives up when its own wait would have.
     std::this_thread::sleep_for(std::chrono::milliseconds(armed_.drop_put_ms));
     armed_.drop_put_ms = 0;
-    failed = {status_code::timeout, fmt::format("rank {}: its payload in {} was dropped; no peer answered", inner_.rank(), what)};
+    failed = {status_code::timeout,
+              fmt::format("rank {}: its payload in {} was dropped; no peer answered", inner_.rank(), what)};
     return true;
 }
 
@@ -82,7 +88,9 @@ status faulty_transport::check_gathered(const void* sent, std::size_t bytes, voi
         // The peer's previous payload, delivered again, lands over its fresh one.
         const auto peer = static_cast<std::size_t>(armed_.stale_put_from);
         armed_.stale_put_from = -1;
-        if (last_block_bytes_ > 0) std::memcpy(blocks + peer * bytes, last_received_.data() + peer * last_block_bytes_, std::min(bytes, last_block_bytes_));
+        if (last_block_bytes_ > 0)
+            std::memcpy(blocks + peer * bytes, last_received_.data() + peer * last_block_bytes_,
+                        std::min(bytes, last_block_bytes_));
     }
     if (armed_.corrupt && world > 1 && bytes > 0) {
         armed_.corrupt = false;
@@ -96,9 +104,9 @@ status faulty_transport::check_gathered(const void* sent, std::size_t bytes, voi
     const uint64_t mine = fnv1a(sent, bytes);
     if (status s = inner_.all_gather(&mine, sizeof mine, sent_sums_.data()); !s.is_ok()) return s;
     for (int32_t r = 0; r < world; ++r) {
-        if (fnv1a(blocks + static_cast<std::size_t>(r) * bytes, bytes) == sent_sums_[static_cast<std::size_t>(r)]) continue;
-        return {status_code::internal,
-                fmt::format("the payload from rank {} failed its checksum in {}", r, what)};
+        if (fnv1a(blocks + static_cast<std::size_t>(r) * bytes, bytes) == sent_sums_[static_cast<std::size_t>(r)])
+            continue;
+        return {status_code::internal, fmt::format("the payload from rank {} failed its checksum in {}", r, what)};
     }
     return status::success();
 }
@@ -107,8 +115,9 @@ logits_view faulty_transport::altered_copy(const logits_view& shard) {
     if (shard.rows == 0 || shard.vocab == 0) return shard;
     const std::size_t element = dtype_size(shard.dtype);
     // A shard's rows are strided views into the full rows: the last one ends after `vocab` values.
-    const std::size_t bytes =
-        (static_cast<std::size_t>(shard.rows - 1) * static_cast<std::size_t>(shard.row_stride) + static_cast<std::size_t>(shard.vocab)) * element;
+    const std::size_t bytes = (static_cast<std::size_t>(shard.rows - 1) * static_cast<std::size_t>(shard.row_stride) +
+                               static_cast<std::size_t>(shard.vocab)) *
+                              element;
     const auto* data = static_cast<const unsigned char*>(shard.data);
     altered_shard_.assign(data, data + bytes);
     write_dominant_logit(altered_shard_.data(), shard.dtype);
@@ -129,32 +138,40 @@ status faulty_transport::check_swapped(const logits_view& handed_in, int64_t fir
     }
     gathered_row_sums_.resize(rows * static_cast<std::size_t>(world));
     if (rows == 0) return status::success();
-    if (status s = inner_.all_gather(row_sums_.data(), rows * sizeof(uint64_t), gathered_row_sums_.data()); !s.is_ok()) return s;
+    if (status s = inner_.all_gather(row_sums_.data(), rows * sizeof(uint64_t), gathered_row_sums_.data()); !s.is_ok())
+        return s;
     const auto* received = static_cast<const unsigned char*>(full_rows.data);
     for (int64_t i = 0; i < full_rows.rows && first_row + i < handed_in.rows; ++i) {
         const auto row = static_cast<std::size_t>(first_row + i);
         for (int32_t peer = 0; peer < world; ++peer) {
-            const unsigned char* slice = received + (static_cast<std::size_t>(i) * static_cast<std::size_t>(full_rows.row_stride) +
-                                                     static_cast<std::size_t>(peer) * static_cast<std::size_t>(handed_in.vocab)) * element;
+            const unsigned char* slice =
+                received + (static_cast<std::size_t>(i) * static_cast<std::size_t>(full_rows.row_stride) +
+                            static_cast<std::size_t>(peer) * static_cast<std::size_t>(handed_in.vocab)) *
+                               element;
             if (fnv1a(slice, slice_bytes) == gathered_row_sums_[static_cast<std::size_t>(peer) * rows + row]) continue;
-            return {status_code::internal,
-                    fmt::format("the logits from rank {} (row {}) differ from its shard as handed in: checksum failed in swap_batch_vocab", peer, row)};
+            return {status_code::internal, fmt::format("the logits from rank {} (row {}) differ from its shard as "
+                                                       "handed in: checksum failed in swap_batch_vocab",
+                                                       peer, row)};
         }
     }
     return status::success();
 }
 
-status faulty_transport::swap_batch_vocab(const logits_view& shard, int64_t first_row, int64_t row_count, logits_view& full_rows) {
+status faulty_transport::swap_batch_vocab(const logits_view& shard, int64_t first_row, int64_t row_count,
+                                          logits_view& full_rows) {
     status failed;
     if (before_collective("swap_batch_vocab", failed)) return failed;
     const bool alter = armed_.alter_logit;
     armed_.alter_logit = false;
     // Both read and write the logits on the host.
     if (shard.on_device && (alter || checksums_)) {
-        return {status_code::unsupported, fmt::format("{} with device logits (a transport that swaps device memory): not supported",
-                                                      alter ? "the alter_logit fault" : "faults.payload_checksums")};
+        return {status_code::unsupported,
+                fmt::format("{} with device logits (a transport that swaps device memory): not supported",
+                            alter ? "the alter_logit fault" : "faults.payload_checksums")};
     }
-    if (status s = inner_.swap_batch_vocab(alter ? altered_copy(shard) : shard, first_row, row_count, full_rows); !s.is_ok()) return s;
+    if (status s = inner_.swap_batch_vocab(alter ? altered_copy(shard) : shard, first_row, row_count, full_rows);
+        !s.is_ok())
+        return s;
     return checksums_ ? check_swapped(shard, first_row, full_rows) : status::success();
 }
 

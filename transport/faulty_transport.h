@@ -33,8 +33,8 @@ namespace ds {
 
 // The transport faults of one step, armed before its first collective.
 struct armed_transport_faults {
-    int32_t delay_ms = 0;         // sleep before the first collective
-    bool corrupt = false;         // flip one bit (chosen from corrupt_seed) in the first checked gather
+    int32_t delay_ms = 0;  // sleep before the first collective
+    bool corrupt = false;  // flip one bit (chosen from corrupt_seed) in the first checked gather
     uint64_t corrupt_seed = 0;
     bool alter_logit = false;     // raise row 0's first logit of the shard this rank sends
     int32_t drop_put_ms = 0;      // > 0: drop the first collective's payload and give up after this long
@@ -52,7 +52,8 @@ class faulty_transport final : public transport {
     int32_t rank() const override { return inner_.rank(); }
     int32_t world_size() const override { return inner_.world_size(); }
     bool swaps_device_logits() const override { return inner_.swaps_device_logits(); }
-    status swap_batch_vocab(const logits_view& shard, int64_t first_row, int64_t row_count, logits_view& full_rows) override;
+    status swap_batch_vocab(const logits_view& shard, int64_t first_row, int64_t row_count,
+                            logits_view& full_rows) override;
     status gather_verify_outputs(const int32_t* block, std::size_t block_ints, int32_t* out) override;
     status all_gather(const void* in, std::size_t bytes, void* out) override;
     status all_reduce(uint64_t* data, std::size_t count, reduce_op op) override;
@@ -79,12 +80,12 @@ class faulty_transport final : public transport {
     std::chrono::milliseconds transport_timeout_;
     armed_transport_faults armed_;
     std::chrono::steady_clock::time_point armed_at_;
-    bool awaiting_first_collective_ = false;  // armed, and no collective of the step entered yet
-    std::vector<uint64_t> sent_sums_;                // one per rank, sized once
-    std::vector<uint64_t> row_sums_;                 // this rank's shard, one per row
-    std::vector<uint64_t> gathered_row_sums_;        // every rank's row_sums_
-    std::vector<unsigned char> altered_shard_;       // alter_logit's copy of the shard
-    std::vector<unsigned char> last_received_;       // the previous checked gather, for duplicate_put
+    bool awaiting_first_collective_ = false;    // armed, and no collective of the step entered yet
+    std::vector<uint64_t> sent_sums_;           // one per rank, sized once
+    std::vector<uint64_t> row_sums_;            // this rank's shard, one per row
+    std::vector<uint64_t> gathered_row_sums_;   // every rank's row_sums_
+    std::vector<unsigned char> altered_shard_;  // alter_logit's copy of the shard
+    std::vector<unsigned char> last_received_;  // the previous checked gather, for duplicate_put
     std::size_t last_block_bytes_ = 0;
 };
 

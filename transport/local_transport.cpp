@@ -59,8 +59,14 @@ std::vector<int32_t> local_group::missing_ranks() {
 
 status local_group::arrive_and_wait(uint64_t epoch, int32_t rank) {
     std::unique_lock<std::mutex> lock(mutex_);
-    auto stale = [&] { return status{status_code::aborted, fmt::format("rank {}: collective of a finished step (epoch {}, group at {})", rank, epoch, epoch_)}; };
-    auto failed = [&] { return status{status_code::aborted, fmt::format("rank {}: transport aborted: {}", rank, abort_reason_)}; };
+    auto stale = [&] {
+        return status{
+            status_code::aborted,
+            fmt::format("rank {}: collective of a finished step (epoch {}, group at {})", rank, epoch, epoch_)};
+    };
+    auto failed = [&] {
+        return status{status_code::aborted, fmt::format("rank {}: transport aborted: {}", rank, abort_reason_)};
+    };
     if (epoch != epoch_) return stale();
     if (aborted_) return failed();
     const uint64_t generation = generation_;
@@ -98,7 +104,8 @@ status local_group::arrive_and_wait(uint64_t epoch, int32_t rank) {
 local_endpoint::local_endpoint(local_group& group, int32_t rank)
     : group_(group),
       rank_(rank),
-      swap_buffer_(static_cast<size_t>(group.config_.max_swap_rows) * static_cast<size_t>(group.config_.vocab_size) * 4),
+      swap_buffer_(static_cast<size_t>(group.config_.max_swap_rows) * static_cast<size_t>(group.config_.vocab_size) *
+                   4),
       collective_buffer_(group.config_.max_collective_bytes) {}
 
 int32_t local_endpoint::world_size() const { return group_.config_.world_size; }
@@ -128,9 +135,12 @@ status local_endpoint::swap_batch_vocab(const logits_view& shard, int64_t first_
             const logits_view& src = *static_cast<const logits_view*>(peers[static_cast<size_t>(peer)]);
             for (int64_t i = 0; i < row_count; ++i) {
                 const int64_t row = first_row + i;
-                unsigned char* out = dst + (static_cast<size_t>(i) * static_cast<size_t>(vocab) + static_cast<size_t>(peer) * shard_vocab) * element;
+                unsigned char* out = dst + (static_cast<size_t>(i) * static_cast<size_t>(vocab) +
+                                            static_cast<size_t>(peer) * shard_vocab) *
+                                               element;
                 if (row < src.rows) {
-                    const auto* in = static_cast<const unsigned char*>(src.data) + static_cast<size_t>(row * src.row_stride) * element;
+                    const auto* in = static_cast<const unsigned char*>(src.data) +
+                                     static_cast<size_t>(row * src.row_stride) * element;
                     std::memcpy(out, in, slice_bytes);
                 } else {
                     std::memset(out, 0, slice_bytes);  // phantom row: zeros (slot 0 decodes it greedily)
@@ -177,8 +187,12 @@ status local_endpoint::reduce_impl(T* data, std::size_t count, reduce_op op) {
     return status::success();
 }
 
-status local_endpoint::all_reduce(uint64_t* data, std::size_t count, reduce_op op) { return reduce_impl(data, count, op); }
-status local_endpoint::all_reduce(int64_t* data, std::size_t count, reduce_op op) { return reduce_impl(data, count, op); }
+status local_endpoint::all_reduce(uint64_t* data, std::size_t count, reduce_op op) {
+    return reduce_impl(data, count, op);
+}
+status local_endpoint::all_reduce(int64_t* data, std::size_t count, reduce_op op) {
+    return reduce_impl(data, count, op);
+}
 
 status local_endpoint::broadcast(void* data, std::size_t bytes, int32_t root) {
     if (root < 0 || root >= world_size()) {

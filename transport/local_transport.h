@@ -52,7 +52,7 @@ class local_endpoint final : public transport {
     local_group& group_;
     int32_t rank_;
     uint64_t epoch_ = 0;
-    std::vector<unsigned char> swap_buffer_;      // max_swap_rows * V * 4 bytes
+    std::vector<unsigned char> swap_buffer_;        // max_swap_rows * V * 4 bytes
     std::vector<unsigned char> collective_buffer_;  // max_collective_bytes
 };
 

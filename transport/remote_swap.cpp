@@ -12,8 +12,9 @@ status check_swap_requests(const std::vector<swap_request>& requests, const swap
     for (size_t peer = 0; peer < requests.size(); ++peer) {
         const swap_request& theirs = requests[peer];
         if (theirs.real_rows != mine.real_rows || theirs.dtype != mine.dtype) {
-            return status::invalid(fmt::format("swap_batch_vocab: rank {} has {} rows of {}, rank {} has {} rows of {}", peer,
-                                               theirs.real_rows, dtype_name(static_cast<logits_dtype>(theirs.dtype)), rank,
+            return status::invalid(fmt::format("swap_batch_vocab: rank {} has {} rows of {}, rank {} has {} rows of {}",
+                                               peer, theirs.real_rows,
+                                               dtype_name(static_cast<logits_dtype>(theirs.dtype)), rank,
                                                mine.real_rows, dtype_name(static_cast<logits_dtype>(mine.dtype))));
         }
     }

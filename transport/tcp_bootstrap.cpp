@@ -45,7 +45,9 @@ class unique_fd {
     int fd_ = -1;
 };
 
-status io_error(const std::string& what) { return {status_code::internal, fmt::format("{}: {}", what, std::strerror(errno))}; }
+status io_error(const std::string& what) {
+    return {status_code::internal, fmt::format("{}: {}", what, std::strerror(errno))};
+}
 
 int remaining_ms(clock::time_point deadline) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
@@ -108,7 +110,8 @@ status write_blob(int fd, const std::string& blob, clock::time_point deadline) {
 status read_blob(int fd, std::string& blob, clock::time_point deadline) {
     uint64_t length = 0;
     if (status s = read_value(fd, length, deadline); !s.is_ok()) return s;
-    if (length > kMaxBlobBytes) return {status_code::internal, fmt::format("bootstrap: blob of {} bytes exceeds {}", length, kMaxBlobBytes)};
+    if (length > kMaxBlobBytes)
+        return {status_code::internal, fmt::format("bootstrap: blob of {} bytes exceeds {}", length, kMaxBlobBytes)};
     blob.resize(length);
     return read_all(fd, blob.data(), length, deadline);
 }
@@ -178,10 +181,11 @@ status tcp_rendezvous::serve(int32_t world_size, std::chrono::milliseconds timeo
         if (status s = wait_ready(listen_fd_, POLLIN, deadline, "waiting for ranks"); !s.is_ok()) {
             std::string missing;
             for (int32_t r = 0; r < world_size; ++r) {
-                if (ranks[static_cast<size_t>(r)].get() < 0) missing += fmt::format("{}rank {}", missing.empty() ? "" : ", ", r);
+                if (ranks[static_cast<size_t>(r)].get() < 0)
+                    missing += fmt::format("{}rank {}", missing.empty() ? "" : ", ", r);
             }
-            return {status_code::timeout, fmt::format("bootstrap: {} of {} ranks arrived within {} ms; missing {}", arrived,
-                                                      world_size, timeout.count(), missing)};
+            return {status_code::timeout, fmt::format("bootstrap: {} of {} ranks arrived within {} ms; missing {}",
+                                                      arrived, world_size, timeout.count(), missing)};
         }
         unique_fd fd(::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC));
         if (fd.get() < 0) {
@@ -197,9 +201,13 @@ status tcp_rendezvous::serve(int32_t world_size, std::chrono::milliseconds timeo
         if (s.is_ok() && magic != kMagic) continue;  // not one of ours: drop the connection
         if (s.is_ok()) s = read_blob(fd.get(), blob, deadline);
         if (!s.is_ok()) return s;
-        if (world != world_size) return status::invalid(fmt::format("bootstrap: rank {} says world_size = {}, expected {}", rank, world, world_size));
-        if (rank < 0 || rank >= world_size) return status::invalid(fmt::format("bootstrap: rank {} outside [0, {})", rank, world_size));
-        if (ranks[static_cast<size_t>(rank)].get() >= 0) return status::invalid(fmt::format("bootstrap: rank {} arrived twice", rank));
+        if (world != world_size)
+            return status::invalid(
+                fmt::format("bootstrap: rank {} says world_size = {}, expected {}", rank, world, world_size));
+        if (rank < 0 || rank >= world_size)
+            return status::invalid(fmt::format("bootstrap: rank {} outside [0, {})", rank, world_size));
+        if (ranks[static_cast<size_t>(rank)].get() >= 0)
+            return status::invalid(fmt::format("bootstrap: rank {} arrived twice", rank));
         ranks[static_cast<size_t>(rank)] = std::move(fd);
         blobs[static_cast<size_t>(rank)] = std::move(blob);
         ++arrived;
@@ -225,9 +233,11 @@ status tcp_bootstrap::exchange(const std::string& mine, std::vector<std::string>
         fd = unique_fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
         if (fd.get() < 0) return io_error("bootstrap: socket");
         if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) break;
-        if (errno != ECONNREFUSED && errno != EINTR) return io_error(fmt::format("bootstrap: connect {}:{}", host_, port_));
+        if (errno != ECONNREFUSED && errno != EINTR)
+            return io_error(fmt::format("bootstrap: connect {}:{}", host_, port_));
         if (clock::now() + kConnectRetry > deadline) {
-            return {status_code::timeout, fmt::format("bootstrap: no rendezvous at {}:{} within {} ms", host_, port_, timeout_.count())};
+            return {status_code::timeout,
+                    fmt::format("bootstrap: no rendezvous at {}:{} within {} ms", host_, port_, timeout_.count())};
         }
         std::this_thread::sleep_for(kConnectRetry);
     }

@@ -24,7 +24,8 @@ class timed_transport final : public transport {
     int32_t rank() const override { return inner_.rank(); }
     int32_t world_size() const override { return inner_.world_size(); }
     bool swaps_device_logits() const override { return inner_.swaps_device_logits(); }
-    status swap_batch_vocab(const logits_view& shard, int64_t first_row, int64_t row_count, logits_view& full_rows) override {
+    status swap_batch_vocab(const logits_view& shard, int64_t first_row, int64_t row_count,
+                            logits_view& full_rows) override {
         // Every peer's vocab slice of the rows this rank takes.
         received(row_count * shard.vocab * static_cast<int64_t>(dtype_size(shard.dtype)));
         return timed([&] { return inner_.swap_batch_vocab(shard, first_row, row_count, full_rows); });
@@ -62,7 +63,8 @@ class timed_transport final : public transport {
     status timed(Call&& call) {
         const auto start = std::chrono::steady_clock::now();
         status s = call();
-        elapsed_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+        elapsed_ns_ +=
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
         return s;
     }
 

@@ -14,14 +14,15 @@ std::string transport_config::validate() const {
     return {};
 }
 
-status check_swap_shape(const transport_config& config, const logits_view& shard, int64_t first_row, int64_t row_count) {
+status check_swap_shape(const transport_config& config, const logits_view& shard, int64_t first_row,
+                        int64_t row_count) {
     const int32_t shard_vocab = config.vocab_size / config.world_size;
     if (shard.vocab != shard_vocab) {
         return status::invalid(fmt::format("shard.vocab = {}: expected V / TP = {}", shard.vocab, shard_vocab));
     }
     if (first_row < 0 || row_count < 0 || row_count > config.max_swap_rows) {
-        return status::invalid(fmt::format("swap rows [{}, +{}): expected at most max_swap_rows = {}", first_row, row_count,
-                                           config.max_swap_rows));
+        return status::invalid(fmt::format("swap rows [{}, +{}): expected at most max_swap_rows = {}", first_row,
+                                           row_count, config.max_swap_rows));
     }
     return status::success();
 }

@@ -29,7 +29,7 @@ struct transport_config {
     // ucx: where the vocab swap's logits live (transport/ucx_memory_path.h); the other backends
     // ignore both.
     ucx_memory_mode ucx_device_memory = ucx_memory_mode::automatic;
-    bool backend_on_device = false;  // the rank samples with the cuda backend
+    bool backend_on_device = false;       // the rank samples with the cuda backend
     bool ucx_peer_error_handling = true;  // group_config::ucx_peer_error_handling
 
     // Empty when usable, else a message naming the field.

@@ -25,12 +25,14 @@ std::string set_instead(const char* choices) {
     return fmt::format("set transport = {} (config key transport, DISTSAMPLE_TRANSPORT or --transport)", choices);
 }
 
-constexpr const char* kNoUcx = "distsample was built without UCX (install libucx-dev and configure with -DDISTSAMPLE_WITH_UCX=ON)";
+constexpr const char* kNoUcx =
+    "distsample was built without UCX (install libucx-dev and configure with -DDISTSAMPLE_WITH_UCX=ON)";
 #ifdef DISTSAMPLE_HAVE_NCCL
 constexpr const char* kNcclInProcess = "NCCL runs one rank process per GPU, not ranks as threads of one process";
 #else
 constexpr const char* kNoNccl =
-    "distsample was built without NCCL (configure with -DDISTSAMPLE_WITH_CUDA=ON -DDISTSAMPLE_WITH_NCCL=ON; needs nvcc and NCCL)";
+    "distsample was built without NCCL (configure with -DDISTSAMPLE_WITH_CUDA=ON -DDISTSAMPLE_WITH_NCCL=ON; needs nvcc "
+    "and NCCL)";
 #endif
 
 status unknown(const std::string& name) {
@@ -50,7 +52,8 @@ std::vector<std::string> built_transports() {
     return built;
 }
 
-status make_transport_group(const std::string& name, const transport_config& config, std::unique_ptr<transport_group>& out) {
+status make_transport_group(const std::string& name, const transport_config& config,
+                            std::unique_ptr<transport_group>& out) {
     if (std::string e = config.validate(); !e.empty()) return status::invalid(e);
     if (name == "auto" || name == "local") {
         out = std::make_unique<local_group>(config);
@@ -71,7 +74,8 @@ status make_transport_group(const std::string& name, const transport_config& con
     } else {
         return unknown(name);
     }
-    transport_log().info("transport '{}': {} ranks as threads of this process over {}", name, config.world_size, out->backend_name());
+    transport_log().info("transport '{}': {} ranks as threads of this process over {}", name, config.world_size,
+                         out->backend_name());
     return status::success();
 }
 
@@ -79,7 +83,8 @@ status make_transport_group(const std::string& name, const transport_config& con
 status make_rank_transport(const std::string& name, [[maybe_unused]] const transport_config& config,
                            [[maybe_unused]] bootstrap& boot, [[maybe_unused]] std::unique_ptr<transport>& out) {
     if (name == "local") {
-        return unavailable(name, "it connects ranks that are threads of one process, not rank processes", set_instead("ucx or auto"));
+        return unavailable(name, "it connects ranks that are threads of one process, not rank processes",
+                           set_instead("ucx or auto"));
     }
     if (name == "nccl") {
 #ifdef DISTSAMPLE_HAVE_NCCL

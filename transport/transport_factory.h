@@ -24,7 +24,8 @@ namespace ds {
 std::vector<std::string> built_transports();
 
 // A group of config.world_size ranks as threads of this process.
-status make_transport_group(const std::string& name, const transport_config& config, std::unique_ptr<transport_group>& out);
+status make_transport_group(const std::string& name, const transport_config& config,
+                            std::unique_ptr<transport_group>& out);
 
 // This rank's endpoint of a group of rank processes meeting through `boot`.
 status make_rank_transport(const std::string& name, const transport_config& config, bootstrap& boot,

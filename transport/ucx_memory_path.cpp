@@ -28,9 +28,12 @@ status choose_ucx_memory_path(ucx_memory_mode requested, const ucx_memory_facts&
     if (!facts.backend_on_device) {
         if (requested == ucx_memory_mode::direct) {
             return {status_code::unsupported,
-                    fmt::format("ucx_device_memory = 'direct' needs backend = 'cuda' (the cpu backend samples host memory); {}", kSetInstead)};
+                    fmt::format(
+                        "ucx_device_memory = 'direct' needs backend = 'cuda' (the cpu backend samples host memory); {}",
+                        kSetInstead)};
         }
-        out = {ucx_memory_path::host, fmt::format("ucx_device_memory = '{}', backend = 'cpu': logits stay in host memory", name)};
+        out = {ucx_memory_path::host,
+               fmt::format("ucx_device_memory = '{}', backend = 'cpu': logits stay in host memory", name)};
         return status::success();
     }
     // Why UCX cannot put GPU memory, if it cannot.
@@ -38,27 +41,36 @@ status choose_ucx_memory_path(ucx_memory_mode requested, const ucx_memory_facts&
     if (!facts.cuda_built) {
         missing = "this build has no CUDA support";
     } else if (!facts.ucx_has_cuda) {
-        missing = fmt::format("the loaded UCX {} reports no CUDA memory support (Debian's UCX has none; a CUDA-enabled UCX "
-                              "such as the libucx-cu13 wheel does)", facts.ucx_version);
+        missing = fmt::format(
+            "the loaded UCX {} reports no CUDA memory support (Debian's UCX has none; a CUDA-enabled UCX "
+            "such as the libucx-cu13 wheel does)",
+            facts.ucx_version);
     } else if (!facts.gpu_transport) {
-        missing = fmt::format("the loaded UCX {} has no transport here that puts GPU memory (cuda_ipc between processes on "
-                              "one host, or InfiniBand rc/dc)",
-                              facts.ucx_version);
+        missing = fmt::format(
+            "the loaded UCX {} has no transport here that puts GPU memory (cuda_ipc between processes on "
+            "one host, or InfiniBand rc/dc)",
+            facts.ucx_version);
     }
     if (requested == ucx_memory_mode::staged) {
-        out = {ucx_memory_path::staged, "ucx_device_memory = 'staged', backend = 'cuda': device logits staged through pinned host buffers"};
+        out = {ucx_memory_path::staged,
+               "ucx_device_memory = 'staged', backend = 'cuda': device logits staged through pinned host buffers"};
         return status::success();
     }
     if (missing.empty()) {
-        out = {ucx_memory_path::direct, fmt::format("ucx_device_memory = '{}', backend = 'cuda' and UCX {} moves CUDA memory: "
-                                                    "device logits put GPU to GPU", name, facts.ucx_version)};
+        out = {ucx_memory_path::direct,
+               fmt::format("ucx_device_memory = '{}', backend = 'cuda' and UCX {} moves CUDA memory: "
+                           "device logits put GPU to GPU",
+                           name, facts.ucx_version)};
         return status::success();
     }
     if (requested == ucx_memory_mode::direct) {
-        return {status_code::unsupported, fmt::format("ucx_device_memory = 'direct' is not available: {}; {}", missing, kSetInstead)};
+        return {status_code::unsupported,
+                fmt::format("ucx_device_memory = 'direct' is not available: {}; {}", missing, kSetInstead)};
     }
     out = {ucx_memory_path::staged,
-           fmt::format("ucx_device_memory = 'auto', backend = 'cuda', but {}: device logits staged through pinned host buffers", missing)};
+           fmt::format(
+               "ucx_device_memory = 'auto', backend = 'cuda', but {}: device logits staged through pinned host buffers",
+               missing)};
     return status::success();
 }
 

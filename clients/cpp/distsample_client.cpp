@@ -1,7 +1,7 @@
 #include "clients/cpp/distsample_client.h"
 
-#include <boost/asio.hpp>
 #include <fmt/format.h>
+#include <boost/asio.hpp>
 
 #include <array>
 
@@ -22,14 +22,17 @@ struct gateway_client::impl {
 
 namespace {
 
-status io_error(const char* what, const boost::system::error_code& ec) { return {status_code::aborted, fmt::format("gateway {}: {}", what, ec.message())}; }
+status io_error(const char* what, const boost::system::error_code& ec) {
+    return {status_code::aborted, fmt::format("gateway {}: {}", what, ec.message())};
+}
 
 }  // namespace
 
 gateway_client::gateway_client(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
 gateway_client::~gateway_client() = default;
 
-status gateway_client::connect(const std::string& address, const std::string& secret, std::unique_ptr<gateway_client>& out, uint32_t max_frame_bytes) {
+status gateway_client::connect(const std::string& address, const std::string& secret,
+                               std::unique_ptr<gateway_client>& out, uint32_t max_frame_bytes) {
     auto state = std::make_unique<impl>(max_frame_bytes);
     boost::system::error_code ec;
     if (address.rfind("unix:", 0) == 0) {
@@ -37,7 +40,8 @@ status gateway_client::connect(const std::string& address, const std::string& se
         state->socket.connect(asio::generic::stream_protocol::endpoint(endpoint), ec);
     } else {
         const size_t colon = address.rfind(':');
-        if (colon == std::string::npos) return status::invalid(fmt::format("address '{}': expected host:port or unix:/path", address));
+        if (colon == std::string::npos)
+            return status::invalid(fmt::format("address '{}': expected host:port or unix:/path", address));
         asio::ip::tcp::resolver resolver(state->io);
         const auto endpoints = resolver.resolve(address.substr(0, colon), address.substr(colon + 1), ec);
         if (ec) return io_error("resolve", ec);
@@ -80,15 +84,18 @@ status gateway_client::receive(wire::Reply& reply) {
     wire::Error error;
     for (;;) {
         const auto r = impl_->reader.next(payload, size, error);
-        if (r == gateway::frame_reader::result::error) return {status_code::aborted, "gateway reply: " + error.message()};
+        if (r == gateway::frame_reader::result::error)
+            return {status_code::aborted, "gateway reply: " + error.message()};
         if (r == gateway::frame_reader::result::frame) break;
         boost::system::error_code ec;
         const size_t n = impl_->socket.read_some(asio::buffer(impl_->chunk), ec);
-        if (ec == asio::error::eof) return {status_code::aborted, "gateway read: the gateway closed the connection before replying; reconnect"};
+        if (ec == asio::error::eof)
+            return {status_code::aborted, "gateway read: the gateway closed the connection before replying; reconnect"};
         if (ec) return io_error("read", ec);
         impl_->reader.append(impl_->chunk.data(), n);
     }
-    if (!reply.ParseFromArray(payload, static_cast<int>(size))) return {status_code::aborted, "gateway reply: not a Reply message"};
+    if (!reply.ParseFromArray(payload, static_cast<int>(size)))
+        return {status_code::aborted, "gateway reply: not a Reply message"};
     return status::success();
 }
 
@@ -102,13 +109,15 @@ status gateway_client::call(wire::Request& request, wire::Reply& reply) {
 status gateway_client::status_of(const wire::Reply& reply) {
     if (!reply.has_error()) return status::success();
     const wire::Error& e = reply.error();
-    const status_code code = e.code() == wire::Error::BAD_FIELD || e.code() == wire::Error::UNKNOWN_SLOT ? status_code::invalid_argument
-                             : e.code() == wire::Error::TIMEOUT                                           ? status_code::timeout
-                                                                                                          : status_code::aborted;
+    const status_code code = e.code() == wire::Error::BAD_FIELD || e.code() == wire::Error::UNKNOWN_SLOT
+                                 ? status_code::invalid_argument
+                             : e.code() == wire::Error::TIMEOUT ? status_code::timeout
+                                                                : status_code::aborted;
     return {code, fmt::format("{} {}: {}", wire::Error::Code_Name(e.code()), e.field(), e.message())};
 }
 
-status gateway_client::register_request(const wire::SamplingParams& params, const std::vector<int32_t>& history, int32_t& slot) {
+status gateway_client::register_request(const wire::SamplingParams& params, const std::vector<int32_t>& history,
+                                        int32_t& slot) {
     wire::Request request;
     wire::Register& m = *request.mutable_register_();
     m.set_slot(slot);

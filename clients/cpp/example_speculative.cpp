@@ -36,15 +36,17 @@ int main(int argc, char** argv) {
     ngram_lm draft;
     if (std::string e = ngram_lm::train_file(corpus, 2, draft); !e.empty()) return fail(e);
     std::unique_ptr<client::gateway_client> gateway;
-    if (status s = client::gateway_client::connect(address, std::getenv("DISTSAMPLE_SECRET") ? std::getenv("DISTSAMPLE_SECRET") : "", gateway);
+    if (status s = client::gateway_client::connect(
+            address, std::getenv("DISTSAMPLE_SECRET") ? std::getenv("DISTSAMPLE_SECRET") : "", gateway);
         !s.is_ok()) {
         return fail(s.message);
     }
     wire::StatsReply stats;
     if (status s = gateway->stats(stats); !s.is_ok()) return fail(s.message);
     if (stats.vocab_size() != draft.vocab_size()) {
-        return fail(fmt::format("the server's vocabulary has {} tokens, the draft's {}: start it with --model ngram on the same corpus",
-                                stats.vocab_size(), draft.vocab_size()));
+        return fail(fmt::format(
+            "the server's vocabulary has {} tokens, the draft's {}: start it with --model ngram on the same corpus",
+            stats.vocab_size(), draft.vocab_size()));
     }
 
     // Each request: a prompt of two corpus tokens, its slot, its last token and position.
@@ -54,7 +56,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> text(kRequests);
     for (int32_t b = 0; b < kRequests; ++b) {
         contexts[b] = draft.prompt(b);
-        const std::vector<int32_t> prompt = {static_cast<int32_t>(contexts[b] >> 32), static_cast<int32_t>(contexts[b] & 0xFFFFFFFFu)};
+        const std::vector<int32_t> prompt = {static_cast<int32_t>(contexts[b] >> 32),
+                                             static_cast<int32_t>(contexts[b] & 0xFFFFFFFFu)};
         wire::SamplingParams params;
         params.set_temperature(0.8f);
         params.set_seed(100 + static_cast<uint64_t>(b));
@@ -114,7 +117,8 @@ int main(int argc, char** argv) {
         }
         fmt::print("{}\n", line);
     }
-    fmt::print("acceptance rate: {}/{} drafts = {:.1f}%\n", accepted, proposed, proposed ? 100.0 * accepted / proposed : 0.0);
+    fmt::print("acceptance rate: {}/{} drafts = {:.1f}%\n", accepted, proposed,
+               proposed ? 100.0 * accepted / proposed : 0.0);
     for (int32_t b = 0; b < kRequests; ++b) {
         fmt::print("request {}: {}\n", b, text[b]);
         if (status s = gateway->release(slots[b]); !s.is_ok()) return fail(s.message);

@@ -59,15 +59,16 @@ struct step_timeline {
 };
 
 inline int64_t steady_now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
 }
 
 struct step_reply {
-    status result;            // ok, or why the step failed
-    uint64_t step_id = 0;     // assigned by the coordinator in submission order
-    step_outputs outputs;     // valid when result.is_ok()
-    std::vector<desync_event> desyncs;  // found in this step
-    step_timing timing;                   // the slowest rank's
+    status result;                         // ok, or why the step failed
+    uint64_t step_id = 0;                  // assigned by the coordinator in submission order
+    step_outputs outputs;                  // valid when result.is_ok()
+    std::vector<desync_event> desyncs;     // found in this step
+    step_timing timing;                    // the slowest rank's
     std::vector<step_timing> rank_timing;  // every rank's, in rank order
     step_timeline timeline;
 };

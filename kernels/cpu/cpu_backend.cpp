@@ -66,8 +66,7 @@ void cpu_backend::run_steps(const step_input& step, const step_output& out) {
 // One request's chain: rows b*N .. b*N+N-1. Draft j+1 is judged against row j; the chain ends
 // at the first rejection (final token from row j without the draft) or after the last draft
 // (bonus token from row N-1). Plain sampling is the chain with N = 1.
-void cpu_backend::run_request(const step_input& step, const step_output& out, int32_t b,
-                              row_sampler& sampler) const {
+void cpu_backend::run_request(const step_input& step, const step_output& out, int32_t b, row_sampler& sampler) const {
     const int32_t n = step.tokens_per_req;
     const int64_t base = static_cast<int64_t>(b) * n;
     const int32_t slot = step.slots[b];
@@ -117,10 +116,10 @@ void cpu_backend::run_request(const step_input& step, const step_output& out, in
             if (draft_accepted) {
                 emitted = draft;
             } else {
-                const uint64_t bits = step.final_coins != nullptr
-                                          ? dm::unit_double_to_bits(step.final_coins[b])
-                                          : dm::random_bits64(params.seed, position, static_cast<uint32_t>(j),
-                                                              dm::draw_purpose::token);
+                const uint64_t bits =
+                    step.final_coins != nullptr
+                        ? dm::unit_double_to_bits(step.final_coins[b])
+                        : dm::random_bits64(params.seed, position, static_cast<uint32_t>(j), dm::draw_purpose::token);
                 // The residual excludes the rejected draft; if that left nothing, use the full row.
                 const bool residual = kept > excluded_mass;
                 const uint64_t mass = residual ? kept - excluded_mass : kept;

@@ -85,12 +85,10 @@ uint64_t mass_of(float l, float max_logit, float temperature) {
 
 }  // namespace
 
-const float* row_sampler::prepare_logits(const logits_view& logits, int64_t row,
-                                         const sampling_params& params, token_count_span seen,
-                                         const uint32_t* bitmask_row) {
+const float* row_sampler::prepare_logits(const logits_view& logits, int64_t row, const sampling_params& params,
+                                         token_count_span seen, const uint32_t* bitmask_row) {
     const bool penalised = params.has_penalties() && seen.size > 0;
-    if (logits.dtype == logits_dtype::f32 && !penalised && params.logit_bias.empty() &&
-        bitmask_row == nullptr) {
+    if (logits.dtype == logits_dtype::f32 && !penalised && params.logit_bias.empty() && bitmask_row == nullptr) {
         return static_cast<const float*>(logits.data) + row * logits.row_stride;
     }
     prepare_shard_logits(logits, row, params, seen, bitmask_row, 0, logits_.data());
@@ -185,8 +183,7 @@ double exp_sum(const float* logits, int32_t count, float max_logit) {
 
 int32_t row_sampler::argmax(const float* logits) const { return argmax_of(logits, vocab_); }
 
-uint64_t row_sampler::build_distribution(const float* logits, int32_t top_token,
-                                         const sampling_params& params) {
+uint64_t row_sampler::build_distribution(const float* logits, int32_t top_token, const sampling_params& params) {
     const float max_logit = logits[top_token];
     const float temperature = params.temperature;
     cut_ = filter_cut{};

@@ -26,8 +26,8 @@ class thread_pool {
     // calls returned. Bodies must not throw.
     template <class Body>
     void parallel_for(int64_t count, Body& body) {
-        run(count, [](void* ctx, int64_t index, int worker) { (*static_cast<Body*>(ctx))(index, worker); },
-            &body);
+        run(
+            count, [](void* ctx, int64_t index, int worker) { (*static_cast<Body*>(ctx))(index, worker); }, &body);
     }
 
    private:

@@ -65,10 +65,10 @@ struct kernel_shared {
     } data;
     uint32_t histogram[kMassHistogramBins];
     block_scratch scratch;
-    row_totals totals;     // the row's combined maxima and masses (thread 0 combines)
+    row_totals totals;      // the row's combined maxima and masses (thread 0 combines)
     uint64_t owner_before;  // no-cut rows: kept mass before the chunk that holds the draw
     int32_t owner;
-    int32_t list_offset;    // cut rows: this chunk's first place in the row's candidate list
+    int32_t list_offset;  // cut rows: this chunk's first place in the row's candidate list
     int32_t list_count;
     uint32_t ticket;
     bool flag;
@@ -132,7 +132,8 @@ __device__ void load_chunk(const chain_kernel_params& p, const request_params& r
         if ((reinterpret_cast<uintptr_t>(source) & 15) == 0 && count % 4 == 0) {
             // Asynchronous copies straight into shared memory: the whole chunk in flight at once.
             for (int32_t q = threadIdx.x; q < count / 4; q += kBlockThreads) {
-                __pipeline_memcpy_async(reinterpret_cast<float4*>(chunk) + q, reinterpret_cast<const float4*>(source) + q, 16);
+                __pipeline_memcpy_async(reinterpret_cast<float4*>(chunk) + q,
+                                        reinterpret_cast<const float4*>(source) + q, 16);
             }
             __pipeline_commit();
             __pipeline_wait_prior(0);
@@ -278,8 +279,7 @@ __device__ selected_cut select_cut(const Mass& mass_at, const cut_candidate* lis
         block_sort_descending(keys, count);
         auto key_mass = [&](int32_t i) { return keys[i] >> kKeyTokenBits; };
         const int32_t top_k_length = top_k_active ? r.top_k : count;
-        const uint64_t top_k_mass =
-            top_k_active ? block_sum_over(key_mass, top_k_length, sh.scratch) : mass_total;
+        const uint64_t top_k_mass = top_k_active ? block_sum_over(key_mass, top_k_length, sh.scratch) : mass_total;
         int32_t length = top_k_length;
         if (r.top_p < 1.0f) {
             const uint64_t target = dm::top_p_mass_target(r.top_p, top_k_mass);
@@ -287,8 +287,7 @@ __device__ selected_cut select_cut(const Mass& mass_at, const cut_candidate* lis
             if (last >= 0) length = last + 1;  // always found: the candidates hold the target
         }
         const uint64_t kept_mass = block_sum_over(
-            [&](int32_t i) -> uint64_t { return key_mass(i) >= min_mass ? key_mass(i) : 0; }, length,
-            sh.scratch);
+            [&](int32_t i) -> uint64_t { return key_mass(i) >= min_mass ? key_mass(i) : 0; }, length, sh.scratch);
         const uint64_t boundary = keys[length - 1];
         __syncthreads();
         return {cut{min_mass, true, boundary >> kKeyTokenBits,
@@ -327,8 +326,8 @@ __device__ selected_cut select_cut(const Mass& mass_at, const cut_candidate* lis
 // The random bits that pick the token drawn at row k of request b.
 __device__ uint64_t draw_bits(const chain_kernel_params& p, const request_params& r, int32_t b, int32_t k) {
     return p.final_coins != nullptr ? dm::unit_double_to_bits(p.final_coins[b])
-                                    : dm::random_bits64(r.seed, static_cast<uint64_t>(r.position), static_cast<uint32_t>(k),
-                                                        dm::draw_purpose::token);
+                                    : dm::random_bits64(r.seed, static_cast<uint64_t>(r.position),
+                                                        static_cast<uint32_t>(k), dm::draw_purpose::token);
 }
 
 // The last block of request b to finish: walk the chain from the rows' results, write the
@@ -352,11 +351,10 @@ __device__ void walk_chain(const chain_kernel_params& p, const request_params& r
             } else if (has_next_draft) {
                 const uint64_t draft_mass = __ldcg(&s.draft_mass);
                 const double prob = static_cast<double>(draft_mass) / static_cast<double>(__ldcg(&s.kept_mass));
-                const double coin = p.coins != nullptr
-                                        ? p.coins[static_cast<int64_t>(b) * (n - 1) + k]
-                                        : dm::bits_to_unit_double(dm::random_bits64(
-                                              r.seed, static_cast<uint64_t>(r.position), static_cast<uint32_t>(k + 1),
-                                              dm::draw_purpose::coin));
+                const double coin = p.coins != nullptr ? p.coins[static_cast<int64_t>(b) * (n - 1) + k]
+                                                       : dm::bits_to_unit_double(dm::random_bits64(
+                                                             r.seed, static_cast<uint64_t>(r.position),
+                                                             static_cast<uint32_t>(k + 1), dm::draw_purpose::coin));
                 draft_accepted = prob >= p.thresholds.single || (draft_mass > 0 && coin <= prob / p.thresholds.acc);
             }
             if (!draft_accepted) {
@@ -400,8 +398,8 @@ struct row_context {
     const chain_kernel_params& p;
     const request_params& r;
     int64_t row;
-    int32_t b;      // request
-    int32_t j;      // row within the request (its draft index)
+    int32_t b;  // request
+    int32_t j;  // row within the request (its draft index)
     int32_t chunks;
     int32_t draft;  // the draft judged against this row, -1 if none
     uint64_t min_mass;
@@ -575,7 +573,8 @@ __device__ void draw_without_cut(const row_context& ctx, kernel_shared& sh) {
 // Rows with a top-k/top-p cut, run by every block of the row after the masses barrier. Every
 // token whose mass can survive the cut is at or above a bound read off the row's histogram;
 // the blocks list those tokens in token order and the last one selects the cut and draws.
-__device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t first, int32_t count, kernel_shared& sh) {
+__device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t first, int32_t count,
+                              kernel_shared& sh) {
     const chain_kernel_params& p = ctx.p;
     const request_params& r = ctx.r;
     const row_totals& totals = sh.totals;
@@ -596,7 +595,8 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
             reached += top_k_active ? tokens : tokens * least_mass;
             if (reached >= target) break;
         }
-        sh.scratch.broadcast_u64 = max(uint64_t{1}, dm::weight_to_mass(dm::bits_as_float(static_cast<uint32_t>(bin) << 22)));
+        sh.scratch.broadcast_u64 =
+            max(uint64_t{1}, dm::weight_to_mass(dm::bits_as_float(static_cast<uint32_t>(bin) << 22)));
     }
     __syncthreads();
     const uint64_t bound = sh.scratch.broadcast_u64;
@@ -607,7 +607,7 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
     uint64_t is_candidate = 0;  // bit 4 * round + k
     uint64_t round_counts[kSlices / 4] = {};
     const float max_logit = totals.max_logit;
-    for_each_slice(chunk_logits, count, [&](int round, int32_t, const float (&values)[kSliceTokens]) {
+    for_each_slice(chunk_logits, count, [&](int round, int32_t, const float(&values)[kSliceTokens]) {
 #pragma unroll
         for (int k = 0; k < kSliceTokens; ++k) {
             if (mass_of(values[k], max_logit, r.temperature) >= bound) {
@@ -619,7 +619,8 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
     uint64_t rounds_before[kSlices / 4];  // this thread's place within each round (fields)
     uint64_t round_totals[kSlices / 4];
 #pragma unroll
-    for (int g = 0; g < kSlices / 4; ++g) rounds_before[g] = block_exclusive_scan(round_counts[g], round_totals[g], sh.scratch);
+    for (int g = 0; g < kSlices / 4; ++g)
+        rounds_before[g] = block_exclusive_scan(round_counts[g], round_totals[g], sh.scratch);
     uint64_t chunk_candidates = 0;
 #pragma unroll
     for (int g = 0; g < kSlices / 4; ++g) {
@@ -646,12 +647,13 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
     const int32_t list_count = sh.list_count;
     cut_candidate* list = ws.candidates + ctx.row * p.vocab;
     int32_t round_start = sh.list_offset;  // the list position of this round's first candidate
-    for_each_slice(chunk_logits, count, [&](int round, int32_t at_token, const float (&values)[kSliceTokens]) {
+    for_each_slice(chunk_logits, count, [&](int round, int32_t at_token, const float(&values)[kSliceTokens]) {
         const int field = 16 * (round % 4);
         int32_t at = round_start + static_cast<int32_t>((rounds_before[round / 4] >> field) & 0xFFFF);
 #pragma unroll
         for (int k = 0; k < kSliceTokens; ++k) {
-            if ((is_candidate >> (kSliceTokens * round + k)) & 1u) list[at++] = cut_candidate{first + at_token + k, values[k]};
+            if ((is_candidate >> (kSliceTokens * round + k)) & 1u)
+                list[at++] = cut_candidate{first + at_token + k, values[k]};
         }
         round_start += static_cast<int32_t>((round_totals[round / 4] >> field) & 0xFFFF);
     });
@@ -659,7 +661,8 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
     if (!arrive_last(&ws.sync[ctx.row].candidates_arrived, static_cast<uint32_t>(ctx.chunks), sh.flag)) return;
 
     auto mass_at = [&](int32_t i) { return mass_of(__ldcg(&list[i].logit), totals.max_logit, r.temperature); };
-    const selected_cut selection = select_cut(mass_at, list, list_count, r, top_k_active, totals.mass_total, ctx.min_mass, sh);
+    const selected_cut selection =
+        select_cut(mass_at, list, list_count, r, top_k_active, totals.mass_total, ctx.min_mass, sh);
     const cut& kept = selection.kept_cut;
     const row_draw d = plan_draw(ctx, kept, selection.kept_mass, totals.max_logit);
     const int32_t drawn = block_find_prefix(
@@ -712,7 +715,7 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
     {
         float best = -HUGE_VALF;
         int32_t best_index = -1;
-        for_each_slice(chunk_logits, count, [&](int, int32_t at_token, const float (&values)[kSliceTokens]) {
+        for_each_slice(chunk_logits, count, [&](int, int32_t at_token, const float(&values)[kSliceTokens]) {
 #pragma unroll
             for (int k = 0; k < kSliceTokens; ++k) keep_if_larger(values[k], first + at_token + k, best, best_index);
         });
@@ -720,9 +723,10 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
         const int32_t index = block_argmax(best, best_index, chunk_max, sh.scratch);
         double softmax = 0.0;
         if (with_logprobs && index >= 0) {
-            for_each_slice(chunk_logits, count, [&](int, int32_t, const float (&values)[kSliceTokens]) {
+            for_each_slice(chunk_logits, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
 #pragma unroll
-                for (int k = 0; k < kSliceTokens; ++k) softmax += static_cast<double>(weight_of(values[k], chunk_max, 1.0f));
+                for (int k = 0; k < kSliceTokens; ++k)
+                    softmax += static_cast<double>(weight_of(values[k], chunk_max, 1.0f));
             });
             softmax = block_sum(softmax, sh.scratch);
         }
@@ -753,7 +757,7 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
             }
             mass_sums sums;
             const float max_logit = totals.max_logit;  // in a register: the histogram's atomics would reload it
-            for_each_slice(chunk_logits, count, [&](int, int32_t, const float (&values)[kSliceTokens]) {
+            for_each_slice(chunk_logits, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
 #pragma unroll
                 for (int k = 0; k < kSliceTokens; ++k) {
                     const float w = weight_of(values[k], max_logit, r.temperature);
@@ -787,7 +791,8 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
                 const bool top_k_active = r.top_k >= 0 && static_cast<uint64_t>(r.top_k) < totals.nonzero;
                 if (!top_k_active && r.top_p >= 1.0f) {
                     // No cut after all (top_k reaches every token with mass).
-                    if (arrive_last(&sync.counts_arrived, static_cast<uint32_t>(chunks), sh.flag)) draw_without_cut(row_ctx, sh);
+                    if (arrive_last(&sync.counts_arrived, static_cast<uint32_t>(chunks), sh.flag))
+                        draw_without_cut(row_ctx, sh);
                 } else {
                     draw_with_cut(row_ctx, top_k_active, first, count, sh);
                 }
@@ -847,7 +852,9 @@ __device__ __forceinline__ void stream_slice(const chain_kernel_params& p, int64
         const bool bf16 = p.dtype == logits_dtype::bf16;
 #pragma unroll
         for (int k = 0; k < kSliceTokens; ++k) {
-            v[k] = at + k >= end ? -HUGE_VALF : bf16 ? dm::bf16_bits_to_float(halves[k]) : dm::fp16_bits_to_float(halves[k]);
+            v[k] = at + k >= end ? -HUGE_VALF
+                   : bf16        ? dm::bf16_bits_to_float(halves[k])
+                                 : dm::fp16_bits_to_float(halves[k]);
         }
     }
     if (p.bitmask != nullptr && at < end) {
@@ -880,7 +887,8 @@ __global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_k
     int32_t best_index = -1;
     float softmax_max = -HUGE_VALF;  // the running softmax sum is relative to this
     double softmax = 0.0;
-    for (int32_t at = first + static_cast<int32_t>(threadIdx.x) * kSliceTokens; at < end; at += kStreamStride * kStreamUnroll) {
+    for (int32_t at = first + static_cast<int32_t>(threadIdx.x) * kSliceTokens; at < end;
+         at += kStreamStride * kStreamUnroll) {
         float values[kStreamUnroll][kSliceTokens];
 #pragma unroll
         for (int u = 0; u < kStreamUnroll; ++u) stream_slice(p, row, at + u * kStreamStride, end, values[u]);
@@ -906,7 +914,8 @@ __global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_k
     float segment_max = 0.0f;
     const int32_t index = block_argmax(best, best_index, segment_max, sh.scratch);
     if (with_logprobs && index >= 0) {
-        const double rescaled = softmax_max > -HUGE_VALF ? softmax * exp(static_cast<double>(softmax_max) - segment_max) : 0.0;
+        const double rescaled =
+            softmax_max > -HUGE_VALF ? softmax * exp(static_cast<double>(softmax_max) - segment_max) : 0.0;
         softmax = block_sum(rescaled, sh.scratch);
     }
     if (threadIdx.x == 0) {
@@ -916,7 +925,8 @@ __global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_k
     }
     if (draft >= first && draft < end) __threadfence();  // the draft's logit, for the chain walk
     combine_greedy_row(row_partials, segments, with_logprobs, sync, ws.results[row], sh.totals, sh.flag);
-    if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * segments), sh.flag)) walk_chain(p, p.requests[b], b);
+    if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * segments), sh.flag))
+        walk_chain(p, p.requests[b], b);
 }
 
 }  // namespace
@@ -925,13 +935,15 @@ cudaError_t streaming_kernel_capacity(int device, int& resident_blocks) {
     int sms = 0;
     int per_sm = 0;
     cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, streaming_greedy_kernel, kBlockThreads, 0);
+    if (e == cudaSuccess)
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, streaming_greedy_kernel, kBlockThreads, 0);
     resident_blocks = sms * per_sm;
     return e;
 }
 
 cudaError_t prepare_chain_kernel() {
-    return cudaFuncSetAttribute(chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(kernel_shared)));
+    return cudaFuncSetAttribute(chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(sizeof(kernel_shared)));
 }
 
 size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t vocab) {
@@ -941,7 +953,8 @@ size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t
 
 unsigned chain_kernel_blocks(const chain_kernel_params& params) {
     const auto rows = static_cast<unsigned>(params.batch_size) * static_cast<unsigned>(params.tokens_per_req);
-    return rows * static_cast<unsigned>(params.stream_segments > 0 ? params.stream_segments : chunks_per_row(params.vocab));
+    return rows *
+           static_cast<unsigned>(params.stream_segments > 0 ? params.stream_segments : chunks_per_row(params.vocab));
 }
 
 cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t stream) {

@@ -46,7 +46,9 @@ DS_HD int32_t chunks_per_row(int32_t vocab) { return (vocab + kChunkTokens - 1) 
 constexpr int32_t kStreamSegmentQuantum = 1024;  // one 4-token vector per thread of a block
 constexpr int32_t kMinStreamSegmentTokens = 4096;
 
-DS_HD int32_t max_stream_segments(int32_t vocab) { return (vocab + kMinStreamSegmentTokens - 1) / kMinStreamSegmentTokens; }
+DS_HD int32_t max_stream_segments(int32_t vocab) {
+    return (vocab + kMinStreamSegmentTokens - 1) / kMinStreamSegmentTokens;
+}
 
 // Tokens per segment when a row of `vocab` tokens is split into `segments` (the last may be short
 // or, after rounding, empty).
@@ -72,7 +74,7 @@ struct chunk_partial {
     int32_t max_index = -1;  // -1: nothing allowed in the chunk
     uint64_t nonzero = 0;    // tokens with mass > 0
     uint64_t mass_total = 0;
-    uint64_t min_p_mass = 0;  // mass of the tokens that pass min_p
+    uint64_t min_p_mass = 0;   // mass of the tokens that pass min_p
     double softmax_sum = 0.0;  // sum of exp(l - max) at temperature 1 (logprobs)
     int32_t candidates = 0;    // tokens at or above the row's candidate bound
     int32_t padding = 0;
@@ -106,12 +108,12 @@ struct launch_control {
 // The kernel's persistent workspace, carved from one allocation sized for the largest step.
 struct chain_workspace {
     launch_control* control = nullptr;
-    row_sync* sync = nullptr;                // [rows]
-    uint32_t* mass_histograms = nullptr;     // [rows, kMassHistogramBins]
-    chunk_partial* partials = nullptr;       // [rows, max(chunks_per_row, max_stream_segments)]
-    row_result* results = nullptr;           // [rows]
+    row_sync* sync = nullptr;                 // [rows]
+    uint32_t* mass_histograms = nullptr;      // [rows, kMassHistogramBins]
+    chunk_partial* partials = nullptr;        // [rows, max(chunks_per_row, max_stream_segments)]
+    row_result* results = nullptr;            // [rows]
     uint32_t* request_blocks_done = nullptr;  // [batch]
-    cut_candidate* candidates = nullptr;     // [rows, vocab]
+    cut_candidate* candidates = nullptr;      // [rows, vocab]
 
     // Bytes for `rows` rows of `vocab` tokens and `batch` requests; with base != null, also points
     // every member into [base, base + bytes). Counters must start zeroed.
@@ -127,7 +129,8 @@ struct chain_workspace {
         carve(out.control, 1);
         carve(out.sync, row_count);
         carve(out.mass_histograms, row_count * kMassHistogramBins);
-        const int32_t partials_per_row = chunks_per_row(vocab) > max_stream_segments(vocab) ? chunks_per_row(vocab) : max_stream_segments(vocab);
+        const int32_t partials_per_row =
+            chunks_per_row(vocab) > max_stream_segments(vocab) ? chunks_per_row(vocab) : max_stream_segments(vocab);
         carve(out.partials, row_count * static_cast<size_t>(partials_per_row));
         carve(out.results, row_count);
         carve(out.request_blocks_done, static_cast<size_t>(batch));
@@ -139,7 +142,7 @@ struct chain_workspace {
 // The one kernel of a sampling or verification step.
 struct chain_kernel_params {
     // Inputs (device memory).
-    const void* logits = nullptr;           // [batch * tokens_per_req rows, row_stride]
+    const void* logits = nullptr;  // [batch * tokens_per_req rows, row_stride]
     logits_dtype dtype = logits_dtype::f32;
     int64_t row_stride = 0;
     int32_t vocab = 0;
@@ -151,7 +154,7 @@ struct chain_kernel_params {
     const double* final_coins = nullptr;       // [batch] or null (Philox)
     const logit_bias_entry* bias = nullptr;
     const token_count* seen = nullptr;
-    const uint32_t* bitmask = nullptr;         // [rows * ceil(V/32)] or null
+    const uint32_t* bitmask = nullptr;  // [rows * ceil(V/32)] or null
     verify_thresholds thresholds;
     chain_workspace workspace;
     // Outputs (device memory, laid out as step_output).

@@ -58,8 +58,8 @@ struct cuda_backend::impl {
     int streaming_resident_blocks = 1;  // what the GPU holds of the streaming kernel at once
     device_buffer staging_device;
     pinned_buffer staging_host;
-    device_buffer host_logits_copy;  // for logits that arrive in host memory
-    device_buffer workspace;  // the kernel's; its counters are zero between steps
+    device_buffer host_logits_copy;      // for logits that arrive in host memory
+    device_buffer workspace;             // the kernel's; its counters are zero between steps
     size_t workspace_counter_bytes = 0;  // the part before the candidate lists
     device_buffer outputs_device;
     pinned_buffer outputs_host;
@@ -130,15 +130,18 @@ struct cuda_backend::impl {
         section(layout.final_coins, step.final_coins != nullptr ? static_cast<size_t>(bs) * sizeof(double) : 0);
         section(layout.bias, bias_total * sizeof(logit_bias_entry));
         section(layout.seen, seen_total * sizeof(token_count));
-        section(layout.bitmask,
-                step.bitmask != nullptr ? rows * static_cast<size_t>(bitmask_words(config.vocab_size)) * sizeof(uint32_t) : 0);
+        section(layout.bitmask, step.bitmask != nullptr
+                                    ? rows * static_cast<size_t>(bitmask_words(config.vocab_size)) * sizeof(uint32_t)
+                                    : 0);
         layout.total = at;
 
         auto* host = static_cast<char*>(staging_host.get());
         std::memcpy(host + layout.requests, requests.data(), requests.size() * sizeof(request_params));
         if (kind == step_kind::verify) std::memcpy(host + layout.candidates, step.candidates, rows * sizeof(int32_t));
-        if (step.coins != nullptr) std::memcpy(host + layout.coins, step.coins, static_cast<size_t>(bs) * (n - 1) * sizeof(double));
-        if (step.final_coins != nullptr) std::memcpy(host + layout.final_coins, step.final_coins, static_cast<size_t>(bs) * sizeof(double));
+        if (step.coins != nullptr)
+            std::memcpy(host + layout.coins, step.coins, static_cast<size_t>(bs) * (n - 1) * sizeof(double));
+        if (step.final_coins != nullptr)
+            std::memcpy(host + layout.final_coins, step.final_coins, static_cast<size_t>(bs) * sizeof(double));
         auto* bias_out = reinterpret_cast<logit_bias_entry*>(host + layout.bias);
         auto* seen_out = reinterpret_cast<token_count*>(host + layout.seen);
         for (int32_t b = 0; b < bs; ++b) {
@@ -149,7 +152,8 @@ struct cuda_backend::impl {
             std::copy(seen.data, seen.data + r.seen_count, seen_out + r.seen_offset);
         }
         if (step.bitmask != nullptr) {
-            std::memcpy(host + layout.bitmask, step.bitmask, rows * static_cast<size_t>(bitmask_words(config.vocab_size)) * sizeof(uint32_t));
+            std::memcpy(host + layout.bitmask, step.bitmask,
+                        rows * static_cast<size_t>(bitmask_words(config.vocab_size)) * sizeof(uint32_t));
         }
 
         const output_layout out = outputs_for(bs, n);
@@ -163,22 +167,26 @@ struct cuda_backend::impl {
         params.batch_size = bs;
         params.tokens_per_req = n;
         params.requests = reinterpret_cast<const request_params*>(device + layout.requests);
-        params.candidates = kind == step_kind::verify ? reinterpret_cast<const int32_t*>(device + layout.candidates) : nullptr;
+        params.candidates =
+            kind == step_kind::verify ? reinterpret_cast<const int32_t*>(device + layout.candidates) : nullptr;
         params.coins = step.coins != nullptr ? reinterpret_cast<const double*>(device + layout.coins) : nullptr;
-        params.final_coins = step.final_coins != nullptr ? reinterpret_cast<const double*>(device + layout.final_coins) : nullptr;
+        params.final_coins =
+            step.final_coins != nullptr ? reinterpret_cast<const double*>(device + layout.final_coins) : nullptr;
         params.bias = reinterpret_cast<const logit_bias_entry*>(device + layout.bias);
         params.seen = reinterpret_cast<const token_count*>(device + layout.seen);
         params.bitmask = step.bitmask != nullptr ? reinterpret_cast<const uint32_t*>(device + layout.bitmask) : nullptr;
         params.thresholds = step.thresholds;
-        chain_workspace::layout(workspace.get(), config.max_rows(), config.max_batch, config.vocab_size, params.workspace);
+        chain_workspace::layout(workspace.get(), config.max_rows(), config.max_batch, config.vocab_size,
+                                params.workspace);
         params.packed = reinterpret_cast<int32_t*>(outputs + out.packed);
         params.accept_index = reinterpret_cast<int32_t*>(outputs + out.accept_index);
         params.logprobs = with_logprobs ? reinterpret_cast<float*>(outputs + out.logprobs) : nullptr;
         params.row_error = reinterpret_cast<uint8_t*>(outputs + out.row_error);
         params.fault = reinterpret_cast<uint32_t*>(outputs + out.fault);
         // As many segments per row as keep every block of the step resident at once.
-        params.stream_segments =
-            streaming_greedy ? std::clamp(streaming_resident_blocks / static_cast<int32_t>(rows), 1, max_stream_segments(config.vocab_size)) : 0;
+        params.stream_segments = streaming_greedy ? std::clamp(streaming_resident_blocks / static_cast<int32_t>(rows),
+                                                               1, max_stream_segments(config.vocab_size))
+                                                  : 0;
         if (const char* problem = params.check()) return {status_code::internal, problem};
         return status::success();
     }
@@ -186,10 +194,12 @@ struct cuda_backend::impl {
     // The device work of a step: one input copy, the kernel, one output copy. Capturable. (The
     // fault word stays zero until a launch faults; finish() clears it then.)
     status enqueue(const staging_layout& layout, const chain_kernel_params& params) {
-        CUDA_TRY(cudaMemcpyAsync(staging_device.get(), staging_host.get(), layout.total, cudaMemcpyHostToDevice, stream.get()));
+        CUDA_TRY(cudaMemcpyAsync(staging_device.get(), staging_host.get(), layout.total, cudaMemcpyHostToDevice,
+                                 stream.get()));
         CUDA_TRY(launch_chain_kernel(params, stream.get()));
         const output_layout out = outputs_for(params.batch_size, params.tokens_per_req);
-        CUDA_TRY(cudaMemcpyAsync(outputs_host.get(), outputs_device.get(), out.total, cudaMemcpyDeviceToHost, stream.get()));
+        CUDA_TRY(
+            cudaMemcpyAsync(outputs_host.get(), outputs_device.get(), out.total, cudaMemcpyDeviceToHost, stream.get()));
         return status::success();
     }
 
@@ -214,9 +224,10 @@ struct cuda_backend::impl {
             // The kernel's counters are unreliable after a timed-out barrier: start them afresh.
             CUDA_TRY(cudaMemset(workspace.get(), 0, workspace_counter_bytes));
             CUDA_TRY(cudaMemset(outputs_device.get(), 0, sizeof(uint32_t)));
-            return {status_code::internal,
-                    "cuda backend: a row's thread blocks did not meet within 2 s (is another process filling the GPU?); "
-                    "the step's outputs were discarded"};
+            return {
+                status_code::internal,
+                "cuda backend: a row's thread blocks did not meet within 2 s (is another process filling the GPU?); "
+                "the step's outputs were discarded"};
         }
         std::memcpy(out.packed, host + layout.packed, (rows + static_cast<size_t>(bs)) * sizeof(int32_t));
         std::memcpy(out.accept_index, host + layout.accept_index, rows * sizeof(int32_t));
@@ -264,13 +275,15 @@ status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_ba
     status s = state->staging_device.allocate(state->max_staging_bytes());
     if (s.is_ok()) s = state->staging_host.allocate(state->max_staging_bytes());
     if (s.is_ok()) s = state->host_logits_copy.allocate(rows * vocab * sizeof(float));
-    if (s.is_ok()) s = state->workspace.allocate(chain_kernel_workspace_bytes(config.max_rows(), config.max_batch, config.vocab_size));
+    if (s.is_ok())
+        s = state->workspace.allocate(
+            chain_kernel_workspace_bytes(config.max_rows(), config.max_batch, config.vocab_size));
     if (!s.is_ok()) return s;
     {
         chain_workspace carved;
         chain_workspace::layout(state->workspace.get(), config.max_rows(), config.max_batch, config.vocab_size, carved);
-        state->workspace_counter_bytes =
-            static_cast<size_t>(reinterpret_cast<char*>(carved.candidates) - static_cast<char*>(state->workspace.get()));
+        state->workspace_counter_bytes = static_cast<size_t>(reinterpret_cast<char*>(carved.candidates) -
+                                                             static_cast<char*>(state->workspace.get()));
     }
     CUDA_TRY(cudaMemset(state->workspace.get(), 0, state->workspace_counter_bytes));
     if (s.is_ok()) s = state->outputs_device.allocate(max_out.total);
@@ -295,7 +308,8 @@ status cuda_backend::verify(const step_input& step, const step_output& out) {
 
 status cuda_backend::capture_graph(const step_input& step, step_kind kind, bool with_logprobs) {
     if (!step.logits.on_device) {
-        return status::invalid("logits.on_device = false: a captured graph reads the logits in place, so they must be device memory");
+        return status::invalid(
+            "logits.on_device = false: a captured graph reads the logits in place, so they must be device memory");
     }
     impl& st = *impl_;
     status s = st.stage(step, kind, with_logprobs, st.graph_layout, st.graph_params);
@@ -314,8 +328,9 @@ status cuda_backend::replay_graph(const step_input& step, const step_output& out
     chain_kernel_params params;
     status s = st.stage(step, st.graph_kind, st.graph_params.logprobs != nullptr, layout, params);
     if (!s.is_ok()) return s;
-    if (!(layout == st.graph_layout) || params.logits != st.graph_params.logits || params.dtype != st.graph_params.dtype ||
-        params.row_stride != st.graph_params.row_stride || params.stream_segments != st.graph_params.stream_segments) {
+    if (!(layout == st.graph_layout) || params.logits != st.graph_params.logits ||
+        params.dtype != st.graph_params.dtype || params.row_stride != st.graph_params.row_stride ||
+        params.stream_segments != st.graph_params.stream_segments) {
         return status::invalid(
             "replay_graph: the step's shape differs from the captured one (batch, N, logits, optional inputs, bias and "
             "penalty sizes, and whether every request is plain greedy must match); capture again");
@@ -352,10 +367,11 @@ status measure_copy_bandwidth(size_t bytes, int iterations, double& terabytes_pe
     if (!s.is_ok()) return s;
     CUDA_TRY(cudaMemset(from.get(), 1, bytes));
     CUDA_TRY(cudaMemcpy(to.get(), from.get(), bytes, cudaMemcpyDeviceToDevice));  // warm-up
-    event_timer timer;  // frees its events on every return
+    event_timer timer;                                                            // frees its events on every return
     s = timer.start(nullptr);
     if (!s.is_ok()) return s;
-    for (int i = 0; i < iterations; ++i) CUDA_TRY(cudaMemcpyAsync(to.get(), from.get(), bytes, cudaMemcpyDeviceToDevice));
+    for (int i = 0; i < iterations; ++i)
+        CUDA_TRY(cudaMemcpyAsync(to.get(), from.get(), bytes, cudaMemcpyDeviceToDevice));
     float ms = 0.0f;
     s = timer.stop(nullptr, ms);
     if (!s.is_ok()) return s;
@@ -366,15 +382,17 @@ status measure_copy_bandwidth(size_t bytes, int iterations, double& terabytes_pe
 status copy_rows_to_host(const logits_view& rows, void* host) {
     if (rows.rows == 0) return status::success();
     const size_t element = dtype_size(rows.dtype);
-    CUDA_TRY(cudaMemcpy2D(host, static_cast<size_t>(rows.vocab) * element, rows.data, static_cast<size_t>(rows.row_stride) * element,
-                          static_cast<size_t>(rows.vocab) * element, static_cast<size_t>(rows.rows), cudaMemcpyDeviceToHost));
+    CUDA_TRY(cudaMemcpy2D(host, static_cast<size_t>(rows.vocab) * element, rows.data,
+                          static_cast<size_t>(rows.row_stride) * element, static_cast<size_t>(rows.vocab) * element,
+                          static_cast<size_t>(rows.rows), cudaMemcpyDeviceToHost));
     return status::success();
 }
 
 status copy_rows_to_device(const logits_view& rows, void* device) {
     const size_t row_bytes = static_cast<size_t>(rows.vocab) * dtype_size(rows.dtype);
     const size_t stride_bytes = static_cast<size_t>(rows.row_stride) * dtype_size(rows.dtype);
-    CUDA_TRY(cudaMemcpy2D(device, row_bytes, rows.data, stride_bytes, row_bytes, static_cast<size_t>(rows.rows), cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy2D(device, row_bytes, rows.data, stride_bytes, row_bytes, static_cast<size_t>(rows.rows),
+                          cudaMemcpyHostToDevice));
     return status::success();
 }
 

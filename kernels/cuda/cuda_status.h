@@ -19,12 +19,12 @@ inline status cuda_error_status(cudaError_t error, const char* call, const char*
     return {status_code::internal, fmt::format("{} failed at {}:{}: {}", call, file, line, cudaGetErrorString(error))};
 }
 
-#define CUDA_TRY(call)                                                                            \
-    do {                                                                                          \
-        const cudaError_t cuda_try_error_ = (call);                                               \
-        if (cuda_try_error_ != cudaSuccess) {                                                     \
-            return ::ds::cuda::cuda_error_status(cuda_try_error_, #call, __FILE__, __LINE__);     \
-        }                                                                                         \
+#define CUDA_TRY(call)                                                                        \
+    do {                                                                                      \
+        const cudaError_t cuda_try_error_ = (call);                                           \
+        if (cuda_try_error_ != cudaSuccess) {                                                 \
+            return ::ds::cuda::cuda_error_status(cuda_try_error_, #call, __FILE__, __LINE__); \
+        }                                                                                     \
     } while (0)
 
 template <cudaError_t (*Free)(void*)>
@@ -164,7 +164,7 @@ class captured_graph {
     status time_replays(cudaStream_t stream, int iterations, double& microseconds_per_replay) const {
         if (iterations < 1) return status::invalid("iterations must be >= 1");
         CUDA_TRY(cudaGraphLaunch(exec_, stream));  // warm-up
-        event_timer timer;  // frees its events on every return
+        event_timer timer;                         // frees its events on every return
         status s = timer.start(stream);
         if (!s.is_ok()) return s;
         for (int i = 0; i < iterations; ++i) CUDA_TRY(cudaGraphLaunch(exec_, stream));

@@ -12,16 +12,16 @@ namespace dm = ds::detmath;
 
 namespace {
 
-__global__ void det_math_kernel(const float* exp_in, const float* log_in, int64_t n, uint64_t seed,
-                                float* exp_out, float* log_out, uint64_t* mass_out, uint64_t* bits_out) {
+__global__ void det_math_kernel(const float* exp_in, const float* log_in, int64_t n, uint64_t seed, float* exp_out,
+                                float* log_out, uint64_t* mass_out, uint64_t* bits_out) {
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
         const float e = dm::det_exp(exp_in[i]);
         exp_out[i] = e;
         mass_out[i] = e == e ? dm::weight_to_mass(e) : 0;
         log_out[i] = dm::det_log(log_in[i]);
-        bits_out[i] = dm::random_bits64(seed, static_cast<uint64_t>(i), static_cast<uint32_t>(i % 7),
-                                        dm::draw_purpose::token);
+        bits_out[i] =
+            dm::random_bits64(seed, static_cast<uint64_t>(i), static_cast<uint32_t>(i % 7), dm::draw_purpose::token);
     }
 }
 
@@ -36,8 +36,8 @@ int device_count() {
     return count;
 }
 
-status probe_det_math(const float* exp_in, const float* log_in, int64_t n, uint64_t seed,
-                      float* exp_out, float* log_out, uint64_t* mass_out, uint64_t* bits_out) {
+status probe_det_math(const float* exp_in, const float* log_in, int64_t n, uint64_t seed, float* exp_out,
+                      float* log_out, uint64_t* mass_out, uint64_t* bits_out) {
     const size_t fbytes = static_cast<size_t>(n) * sizeof(float);
     const size_t ubytes = static_cast<size_t>(n) * sizeof(uint64_t);
     const size_t sizes[6] = {fbytes, fbytes, fbytes, fbytes, ubytes, ubytes};

@@ -33,7 +33,8 @@ status cuda_allocation::allocate(cuda_memory_kind kind, std::size_t bytes, cuda_
     return status::success();
 }
 
-status copy_rows(void* to, std::size_t to_pitch, const void* from, std::size_t from_pitch, std::size_t row_bytes, std::size_t rows) {
+status copy_rows(void* to, std::size_t to_pitch, const void* from, std::size_t from_pitch, std::size_t row_bytes,
+                 std::size_t rows) {
     if (rows == 0) return status::success();
     CUDA_TRY(cudaMemcpy2DAsync(to, to_pitch, from, from_pitch, row_bytes, rows, cudaMemcpyDefault, cudaStreamLegacy));
     CUDA_TRY(cudaStreamSynchronize(cudaStreamLegacy));

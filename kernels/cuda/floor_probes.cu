@@ -42,7 +42,8 @@ __device__ __forceinline__ void load_group(const float4* data, int64_t i, int64_
 // thread has a whole group in flight (left to itself the compiler consumes each load early and
 // keeps about four in flight whatever `Loads` is).
 template <int Loads>
-__global__ void __launch_bounds__(kBlockThreads) read_probe_kernel(const float4* data, int64_t vectors, float* block_max) {
+__global__ void __launch_bounds__(kBlockThreads)
+    read_probe_kernel(const float4* data, int64_t vectors, float* block_max) {
     __shared__ block_scratch scratch;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * kBlockThreads;
     float best = -HUGE_VALF;
@@ -98,7 +99,7 @@ struct arithmetic_probe_params {
     float max_logit = 0.0f;   // every row's maximum: the made logit of token 0
     float logit_step = 0.0f;  // made logit of token t: max_logit - t * logit_step
     float temperature = 1.0f;
-    uint64_t min_mass = 1;        // as the chain kernel's for min_p = 0
+    uint64_t min_mass = 1;              // as the chain kernel's for min_p = 0
     uint64_t* block_results = nullptr;  // one per block, so nothing is optimised away
 };
 
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(kBlockThreads) mass_pass_probe_kernel(arithmet
     __shared__ block_scratch scratch;
     const int32_t first = probe_chunk_first(p);
     mass_sums sums;
-    for_each_made_slice(p, first, min(kChunkTokens, p.vocab - first), [&](int32_t, const float (&values)[kSliceTokens]) {
+    for_each_made_slice(p, first, min(kChunkTokens, p.vocab - first), [&](int32_t, const float(&values)[kSliceTokens]) {
 #pragma unroll
         for (int k = 0; k < kSliceTokens; ++k) {
             sums.add(dm::weight_to_mass(weight_of(values[k], p.max_logit, p.temperature)), p.min_mass);
@@ -159,10 +160,12 @@ __global__ void __launch_bounds__(kBlockThreads) argmax_pass_probe_kernel(arithm
     const int32_t first = probe_chunk_first(p);
     float best = -HUGE_VALF;
     int32_t best_index = -1;
-    for_each_made_slice(p, first, min(kChunkTokens, p.vocab - first), [&](int32_t at_token, const float (&values)[kSliceTokens]) {
+    for_each_made_slice(p, first, min(kChunkTokens, p.vocab - first),
+                        [&](int32_t at_token, const float(&values)[kSliceTokens]) {
 #pragma unroll
-        for (int k = 0; k < kSliceTokens; ++k) keep_if_larger(values[k], at_token + k, best, best_index);
-    });
+                            for (int k = 0; k < kSliceTokens; ++k)
+                                keep_if_larger(values[k], at_token + k, best, best_index);
+                        });
     float chunk_max = 0.0f;
     const int32_t index = block_argmax(best, best_index, chunk_max, scratch);
     if (threadIdx.x == 0) p.block_results[blockIdx.x] = static_cast<uint64_t>(index);
@@ -196,11 +199,13 @@ status check_shape(const char* probe, int64_t rows, int32_t vocab, int iteration
 status probe_read_floor(const void* logits, int64_t rows, int32_t vocab, int iterations, read_probe_result& best) {
     if (status s = check_shape("probe_read_floor", rows, vocab, iterations); !s.is_ok()) return s;
     if (logits == nullptr || reinterpret_cast<uintptr_t>(logits) % alignof(float4) != 0) {
-        return status::invalid("probe_read_floor: logits must be a non-null device address aligned to 16 bytes (float4 loads)");
+        return status::invalid(
+            "probe_read_floor: logits must be a non-null device address aligned to 16 bytes (float4 loads)");
     }
     const int64_t elements = rows * vocab;
     if (elements % 4 != 0) {
-        return status::invalid(fmt::format("probe_read_floor: rows * vocab = {} must be a multiple of 4 (float4 loads)", elements));
+        return status::invalid(
+            fmt::format("probe_read_floor: rows * vocab = {} must be a multiple of 4 (float4 loads)", elements));
     }
     int device = 0;
     int sms = 0;
@@ -210,7 +215,8 @@ status probe_read_floor(const void* logits, int64_t rows, int32_t vocab, int ite
     CUDA_TRY(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
     device_buffer block_max;
     cuda_stream stream;
-    status s = block_max.allocate(static_cast<size_t>(kMaxGridMultiple) * sms * (threads_per_sm / kBlockThreads) * sizeof(float));
+    status s = block_max.allocate(static_cast<size_t>(kMaxGridMultiple) * sms * (threads_per_sm / kBlockThreads) *
+                                  sizeof(float));
     if (s.is_ok()) s = stream.create();
     const auto* data = static_cast<const float4*>(logits);
     auto* maxima = static_cast<float*>(block_max.get());
@@ -225,9 +231,10 @@ status probe_read_floor(const void* logits, int64_t rows, int32_t vocab, int ite
 
 status probe_step_overhead(const graph_shape& shape, int iterations, double& microseconds) {
     if (shape.staged_bytes == 0 || shape.output_bytes == 0 || shape.kernel_blocks == 0) {
-        return status::invalid(fmt::format(
-            "probe_step_overhead: shape.staged_bytes = {}, shape.output_bytes = {}, shape.kernel_blocks = {}: each must be >= 1",
-            shape.staged_bytes, shape.output_bytes, shape.kernel_blocks));
+        return status::invalid(
+            fmt::format("probe_step_overhead: shape.staged_bytes = {}, shape.output_bytes = {}, shape.kernel_blocks = "
+                        "{}: each must be >= 1",
+                        shape.staged_bytes, shape.output_bytes, shape.kernel_blocks));
     }
     if (status s = check_iterations("probe_step_overhead", iterations); !s.is_ok()) return s;
     pinned_buffer staging_host;
@@ -244,10 +251,12 @@ status probe_step_overhead(const graph_shape& shape, int iterations, double& mic
     const cudaStream_t on = stream.get();
     captured_graph graph;
     s = graph.capture(on, [&]() -> status {
-        CUDA_TRY(cudaMemcpyAsync(staging_device.get(), staging_host.get(), shape.staged_bytes, cudaMemcpyHostToDevice, on));
+        CUDA_TRY(
+            cudaMemcpyAsync(staging_device.get(), staging_host.get(), shape.staged_bytes, cudaMemcpyHostToDevice, on));
         empty_kernel<<<shape.kernel_blocks, kBlockThreads, 0, on>>>();
         CUDA_TRY(cudaGetLastError());
-        CUDA_TRY(cudaMemcpyAsync(outputs_host.get(), outputs_device.get(), shape.output_bytes, cudaMemcpyDeviceToHost, on));
+        CUDA_TRY(
+            cudaMemcpyAsync(outputs_host.get(), outputs_device.get(), shape.output_bytes, cudaMemcpyDeviceToHost, on));
         return status::success();
     });
     if (s.is_ok()) s = graph.time_replays(on, iterations, microseconds);
@@ -258,11 +267,13 @@ status probe_exact_arithmetic(int64_t rows, int32_t vocab, float temperature, in
                               arithmetic_probe_result& result) {
     if (status s = check_shape("probe_exact_arithmetic", rows, vocab, iterations); !s.is_ok()) return s;
     if (!(temperature > 0.0f) || !std::isfinite(temperature)) {
-        return status::invalid(fmt::format("probe_exact_arithmetic: temperature = {} must be finite and > 0", temperature));
+        return status::invalid(
+            fmt::format("probe_exact_arithmetic: temperature = {} must be finite and > 0", temperature));
     }
     const int64_t blocks = rows * chunks_per_row(vocab);
     if (blocks > INT_MAX) {
-        return status::invalid(fmt::format("probe_exact_arithmetic: rows * chunks = {} blocks must be <= {}", blocks, INT_MAX));
+        return status::invalid(
+            fmt::format("probe_exact_arithmetic: rows * chunks = {} blocks must be <= {}", blocks, INT_MAX));
     }
     device_buffer block_results;
     cuda_stream stream;
@@ -278,7 +289,9 @@ status probe_exact_arithmetic(int64_t rows, int32_t vocab, float temperature, in
     params.block_results = static_cast<uint64_t*>(block_results.get());
     const auto grid = static_cast<unsigned>(blocks);
     s = time_arithmetic_kernel(mass_pass_probe_kernel, grid, params, iterations, stream.get(), result.mass_pass_us);
-    if (s.is_ok()) s = time_arithmetic_kernel(argmax_pass_probe_kernel, grid, params, iterations, stream.get(), result.argmax_pass_us);
+    if (s.is_ok())
+        s = time_arithmetic_kernel(argmax_pass_probe_kernel, grid, params, iterations, stream.get(),
+                                   result.argmax_pass_us);
     return s;
 }
 

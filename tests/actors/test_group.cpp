@@ -54,7 +54,9 @@ struct random_step {
     std::vector<uint32_t> bitmask;
 
     int32_t bs() const { return static_cast<int32_t>(requests.size()); }
-    logits_view full_view() const { return logits_view{logits.data(), logits_dtype::f32, int64_t{bs()} * n, kVocab, kVocab}; }
+    logits_view full_view() const {
+        return logits_view{logits.data(), logits_dtype::f32, int64_t{bs()} * n, kVocab, kVocab};
+    }
 
     step_request request(int32_t tp) const {
         step_request r;
@@ -91,7 +93,8 @@ random_step make_random_step(std::mt19937_64& rng) {
             r.params.frequency_penalty = 0.2f;
             for (int i = 0; i < 4; ++i) r.history.push_back(uniform(0, kVocab - 1));
         }
-        if (uniform(0, 3) == 0) r.params.logit_bias = {{uniform(0, kVocab - 1), 4.0f}, {uniform(0, kVocab - 1), -100.0f}};
+        if (uniform(0, 3) == 0)
+            r.params.logit_bias = {{uniform(0, kVocab - 1), 4.0f}, {uniform(0, kVocab - 1), -100.0f}};
         s.requests.push_back(r);
         s.slots.push_back(b + 1);
         s.positions.push_back(uniform(0, 5000));
@@ -129,10 +132,12 @@ step_outputs reference_outputs(const random_step& s) {
     testing::backend_harness h(c);
     for (int32_t b = 0; b < s.bs(); ++b) {
         const random_request& r = s.requests[static_cast<size_t>(b)];
-        status st = h.backend->pool().register_request(b + 1, r.params, r.history.data(), static_cast<int32_t>(r.history.size()));
+        status st = h.backend->pool().register_request(b + 1, r.params, r.history.data(),
+                                                       static_cast<int32_t>(r.history.size()));
         EXPECT_TRUE(st.is_ok()) << st.message;
     }
-    step_input in = testing::make_step(s.logits, kVocab, s.slots, s.positions, s.n, s.kind == step_kind::verify ? &s.candidates : nullptr);
+    step_input in = testing::make_step(s.logits, kVocab, s.slots, s.positions, s.n,
+                                       s.kind == step_kind::verify ? &s.candidates : nullptr);
     in.bitmask = s.bitmask.empty() ? nullptr : s.bitmask.data();
     status st = h.run(s.kind, in);
     EXPECT_TRUE(st.is_ok()) << st.message;
@@ -174,7 +179,8 @@ void expect_same(const step_outputs& expected, const step_outputs& got, bool exa
 // Random steps through `g` give the CPU backend's outputs on the full rows (logprobs bit for bit
 // when `exact_logprobs`, else within 1e-5).
 // With `logits_on_device` the shards are handed over in GPU memory, as a model runtime would.
-void expect_random_steps_match_cpu(group& g, int32_t tp, dist_mode mode, bool exact_logprobs, bool logits_on_device = false) {
+void expect_random_steps_match_cpu(group& g, int32_t tp, dist_mode mode, bool exact_logprobs,
+                                   bool logits_on_device = false) {
     std::mt19937_64 rng(1000 + static_cast<uint64_t>(tp) * 10 + static_cast<uint64_t>(mode));
     for (int i = 0; i < 12; ++i) {
         const random_step s = make_random_step(rng);
@@ -277,13 +283,16 @@ TEST(DeviceLogits, AreRefusedWithoutCuda) {
 #endif
 
 INSTANTIATE_TEST_SUITE_P(Group, CudaRanks,
-                         ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values(dist_mode::gathered, dist_mode::swap)),
+                         ::testing::Combine(::testing::Values(1, 2, 4),
+                                            ::testing::Values(dist_mode::gathered, dist_mode::swap)),
                          [](const auto& param_info) {
-                             return std::string(mode_name(std::get<1>(param_info.param))) + "_tp" + std::to_string(std::get<0>(param_info.param));
+                             return std::string(mode_name(std::get<1>(param_info.param))) + "_tp" +
+                                    std::to_string(std::get<0>(param_info.param));
                          });
 
 std::string tp_mode_transport_name(const ::testing::TestParamInfo<EveryTpAndMode::ParamType>& info) {
-    return std::string(mode_name(std::get<1>(info.param))) + "_tp" + std::to_string(std::get<0>(info.param)) + "_" + std::get<2>(info.param);
+    return std::string(mode_name(std::get<1>(info.param))) + "_tp" + std::to_string(std::get<0>(info.param)) + "_" +
+           std::get<2>(info.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Group, EveryTpAndMode,
@@ -356,28 +365,28 @@ std::vector<const char*> built_transports_for_tests() {
 
 TEST(Group, RankThatNeverAnswersFailsTheStepByNameInTime) {
     for (const char* transport : built_transports_for_tests()) {
-      for (dist_mode mode : {dist_mode::swap, dist_mode::sharded}) {
-        SCOPED_TRACE(std::string(transport) + " " + mode_name(mode));
-        group_config c = test_config(4, mode);
-        c.transport = transport;
-        c.step_timeout = std::chrono::milliseconds(300);
-        c.transport_timeout = std::chrono::milliseconds(5000);
-        std::unique_ptr<group> g;
-        ASSERT_TRUE(group::create(c, g).is_ok());
-        const random_step s = fixed_step(11);
-        register_all(*g, s);
-        ASSERT_TRUE(g->inject_fault(1, rank_fault::stall).is_ok());
-        const auto start = std::chrono::steady_clock::now();
-        const step_reply failed = g->step(s.request(4));
-        const auto elapsed = std::chrono::steady_clock::now() - start;
-        EXPECT_EQ(failed.result.code, status_code::timeout) << failed.result.message;
-        EXPECT_NE(failed.result.message.find("rank 1"), std::string::npos) << failed.result.message;
-        EXPECT_LT(elapsed, std::chrono::milliseconds(1500));
-        register_all(*g, s);
-        const step_reply next = g->step(s.request(4));
-        ASSERT_TRUE(next.result.is_ok()) << next.result.message;
-        expect_same(reference_outputs(s), next.outputs, mode != dist_mode::sharded, "after the timeout");
-      }
+        for (dist_mode mode : {dist_mode::swap, dist_mode::sharded}) {
+            SCOPED_TRACE(std::string(transport) + " " + mode_name(mode));
+            group_config c = test_config(4, mode);
+            c.transport = transport;
+            c.step_timeout = std::chrono::milliseconds(300);
+            c.transport_timeout = std::chrono::milliseconds(5000);
+            std::unique_ptr<group> g;
+            ASSERT_TRUE(group::create(c, g).is_ok());
+            const random_step s = fixed_step(11);
+            register_all(*g, s);
+            ASSERT_TRUE(g->inject_fault(1, rank_fault::stall).is_ok());
+            const auto start = std::chrono::steady_clock::now();
+            const step_reply failed = g->step(s.request(4));
+            const auto elapsed = std::chrono::steady_clock::now() - start;
+            EXPECT_EQ(failed.result.code, status_code::timeout) << failed.result.message;
+            EXPECT_NE(failed.result.message.find("rank 1"), std::string::npos) << failed.result.message;
+            EXPECT_LT(elapsed, std::chrono::milliseconds(1500));
+            register_all(*g, s);
+            const step_reply next = g->step(s.request(4));
+            ASSERT_TRUE(next.result.is_ok()) << next.result.message;
+            expect_same(reference_outputs(s), next.outputs, mode != dist_mode::sharded, "after the timeout");
+        }
     }
 }
 
@@ -507,7 +516,8 @@ TEST(Group, PenaltiesFollowCommittedTokensAcrossSteps) {
             ASSERT_TRUE(reply.result.is_ok()) << reply.result.message;
             step_input in = testing::make_step(s.logits, kVocab, s.slots, s.positions, s.n, &s.candidates);
             ASSERT_TRUE(reference.run(step_kind::verify, in).is_ok());
-            const step_output out{reference.packed.data(), reference.accept_index.data(), reference.logprobs.data(), reference.row_error.data()};
+            const step_output out{reference.packed.data(), reference.accept_index.data(), reference.logprobs.data(),
+                                  reference.row_error.data()};
             ASSERT_TRUE(reference.backend->commit_tokens(in, out).is_ok());
             EXPECT_EQ(reply.outputs.packed, reference.packed) << mode_name(mode) << " step " << step;
         }

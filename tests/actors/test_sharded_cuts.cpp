@@ -27,7 +27,9 @@ constexpr int32_t kHistogramWords = 512;
 
 // What one radix-select pass alone brings the ranks: 6 rounds of a 512-word histogram per row,
 // all-reduced across tp ranks. The candidate exchange of these rows stays far below it.
-int64_t radix_pass_bytes(int32_t tp) { return int64_t{tp} * (tp - 1) * kRadixRounds * kHistogramWords * sizeof(uint64_t); }
+int64_t radix_pass_bytes(int32_t tp) {
+    return int64_t{tp} * (tp - 1) * kRadixRounds * kHistogramWords * sizeof(uint64_t);
+}
 
 enum class settled_by { candidates, radix };
 
@@ -35,8 +37,8 @@ struct cut_case {
     std::string name;
     sampling_params params;
     std::function<void(std::mt19937_64&, float*)> fill;  // one row of kVocab logits
-    settled_by expected = settled_by::candidates;         // at TP >= 2
-    std::vector<uint32_t> mask_row;                       // empty: no bitmask
+    settled_by expected = settled_by::candidates;        // at TP >= 2
+    std::vector<uint32_t> mask_row;                      // empty: no bitmask
 };
 
 cut_case make_case(std::string name, const sampling_params& params, std::function<void(std::mt19937_64&, float*)> fill,
@@ -96,12 +98,13 @@ sampling_params with(float temperature, int32_t top_k, float top_p, float min_p 
 
 std::vector<cut_case> cases() {
     std::vector<cut_case> c;
-    c.push_back(make_case("flat row, top_p only", with(1.0f, -1, 0.5f),
-                 [](std::mt19937_64& rng, float* row) {
-                     std::uniform_real_distribution<float> u(-0.5f, 0.5f);
-                     for (int32_t i = 0; i < kVocab; ++i) row[i] = u(rng);
-                 },
-                 settled_by::radix));
+    c.push_back(make_case(
+        "flat row, top_p only", with(1.0f, -1, 0.5f),
+        [](std::mt19937_64& rng, float* row) {
+            std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+            for (int32_t i = 0; i < kVocab; ++i) row[i] = u(rng);
+        },
+        settled_by::radix));
     c.push_back(make_case("ties in Q across ranks, top_k cuts inside them", with(1.0f, 13, 1.0f), ties_everywhere));
     c.push_back(make_case("ties in Q across ranks, top_p cuts inside them", with(1.0f, -1, 0.5f), ties_everywhere));
     c.push_back(make_case("k = 128", with(0.8f, 128, 1.0f), gaussian));
@@ -109,21 +112,25 @@ std::vector<cut_case> cases() {
     c.push_back(make_case("top_p only on a Zipf row with hot tokens", with(0.8f, -1, 0.9f), zipf));
     for (const int32_t k : {4, 16, 64, 256, 1024, 5, 17, 65, 257}) {
         c.push_back(make_case("boundary at the k-th token of one rank, k = " + std::to_string(k), with(1.0f, k, 1.0f),
-                     [](std::mt19937_64&, float* row) { staircase(row, 1200); }));
+                              [](std::mt19937_64&, float* row) { staircase(row, 1200); }));
     }
-    c.push_back(make_case("one token past the deepest summary, k = 1025", with(1.0f, 1025, 1.0f),
-                 [](std::mt19937_64&, float* row) { staircase(row, 1200); }, settled_by::radix));
-    c.push_back(make_case("a second rank at the candidate cap (255)", with(1.0f, -1, 0.9f), [](std::mt19937_64&, float* row) { two_tied_groups(row, 255); }));
-    c.push_back(make_case("a second rank past the candidate cap (256)", with(1.0f, -1, 0.9f),
-                 [](std::mt19937_64&, float* row) { two_tied_groups(row, 256); }, settled_by::radix));
+    c.push_back(make_case(
+        "one token past the deepest summary, k = 1025", with(1.0f, 1025, 1.0f),
+        [](std::mt19937_64&, float* row) { staircase(row, 1200); }, settled_by::radix));
+    c.push_back(make_case("a second rank at the candidate cap (255)", with(1.0f, -1, 0.9f),
+                          [](std::mt19937_64&, float* row) { two_tied_groups(row, 255); }));
+    c.push_back(make_case(
+        "a second rank past the candidate cap (256)", with(1.0f, -1, 0.9f),
+        [](std::mt19937_64&, float* row) { two_tied_groups(row, 256); }, settled_by::radix));
     std::vector<uint32_t> every_seventh(static_cast<size_t>(bitmask_words(kVocab)), 0);
     for (int32_t i = 0; i < kVocab; i += 7) every_seventh[static_cast<size_t>(i / 32)] |= 1u << (i % 32);
-    c.push_back(make_case("masked row: every seventh token allowed", with(1.0f, 40, 0.7f), gaussian, settled_by::candidates, every_seventh));
+    c.push_back(make_case("masked row: every seventh token allowed", with(1.0f, 40, 0.7f), gaussian,
+                          settled_by::candidates, every_seventh));
     c.push_back(make_case("masked row: nothing allowed", with(1.0f, 40, 0.7f), gaussian, settled_by::candidates,
-                 std::vector<uint32_t>(static_cast<size_t>(bitmask_words(kVocab)), 0)));
+                          std::vector<uint32_t>(static_cast<size_t>(bitmask_words(kVocab)), 0)));
     c.push_back(make_case("all-NaN row", with(1.0f, -1, 0.9f), [](std::mt19937_64&, float* row) {
-                     for (int32_t i = 0; i < kVocab; ++i) row[i] = NAN;
-                 }));
+        for (int32_t i = 0; i < kVocab; ++i) row[i] = NAN;
+    }));
     return c;
 }
 
@@ -155,7 +162,8 @@ TEST_P(ShardedCuts, EqualTheBackendOnFullRowsAndSettleTheExpectedWay) {
         const std::vector<int32_t> slots = {1, 2};
         const std::vector<int64_t> positions = {11, 12};
         std::vector<uint32_t> bitmask;
-        for (int32_t b = 0; b < kRows && !c.mask_row.empty(); ++b) bitmask.insert(bitmask.end(), c.mask_row.begin(), c.mask_row.end());
+        for (int32_t b = 0; b < kRows && !c.mask_row.empty(); ++b)
+            bitmask.insert(bitmask.end(), c.mask_row.begin(), c.mask_row.end());
 
         testing::backend_harness reference(testing::small_config(kVocab, kRows, 1, kRows + 1));
         for (int32_t b = 0; b < kRows; ++b) {

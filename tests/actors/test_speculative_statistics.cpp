@@ -44,7 +44,8 @@ TEST_P(SpeculativeNgram, FirstTokenFollowsTheTargetWhateverTheDraft) {
     std::vector<float> draft_row(static_cast<size_t>(vocab));
     target.logits(context, row0.data());
     draft.logits(context, draft_row.data());
-    const auto proposal = static_cast<int32_t>(std::max_element(draft_row.begin(), draft_row.end()) - draft_row.begin());
+    const auto proposal =
+        static_cast<int32_t>(std::max_element(draft_row.begin(), draft_row.end()) - draft_row.begin());
     std::vector<float> row1(static_cast<size_t>(vocab));
     target.logits(logits_source::next_context(context, proposal), row1.data());
     std::vector<float> logits;
@@ -67,12 +68,15 @@ TEST_P(SpeculativeNgram, FirstTokenFollowsTheTargetWhateverTheDraft) {
             step.candidates.push_back(target.token_id("cat"));
             step.candidates.push_back(proposal);
         }
-        step.shards = split_vocab(logits_view{logits.data(), logits_dtype::f32, int64_t{kBatch} * 2, vocab, vocab}, config.tp);
+        step.shards =
+            split_vocab(logits_view{logits.data(), logits_dtype::f32, int64_t{kBatch} * 2, vocab, vocab}, config.tp);
         const step_reply reply = ranks->step(std::move(step));
         ASSERT_TRUE(reply.result.is_ok()) << reply.result.message;
-        for (int32_t b = 0; b < kBatch; ++b) ++counts[static_cast<size_t>(reply.outputs.packed[static_cast<size_t>(b) * 2])];
+        for (int32_t b = 0; b < kBatch; ++b)
+            ++counts[static_cast<size_t>(reply.outputs.packed[static_cast<size_t>(b) * 2])];
     }
-    const testing::chi_square_result r = testing::chi_square_test(counts, testing::reference_distribution(row0, sampling_params{}));
+    const testing::chi_square_result r =
+        testing::chi_square_test(counts, testing::reference_distribution(row0, sampling_params{}));
     EXPECT_EQ(r.unexpected, 0);
     EXPECT_GT(r.p_value, 0.001) << "chi2=" << r.statistic << " dof=" << r.dof;
 }

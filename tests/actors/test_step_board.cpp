@@ -48,7 +48,8 @@ struct board_under_test {
     std::shared_ptr<desync_journal> journal = std::make_shared<desync_journal>();
     step_board board;
 
-    board_under_test(uint64_t id, rank0_policy policy) : board(make_step(id), kRanks, policy, caller, journal, step_timeline{}) {}
+    board_under_test(uint64_t id, rank0_policy policy)
+        : board(make_step(id), kRanks, policy, caller, journal, step_timeline{}) {}
     bool answered() { return reply.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
 };
 
@@ -136,7 +137,8 @@ TEST(StepBoard, FilingsRacingAFailureAnswerOnce) {
         const bool coordinator_failed_it = t.board.claim_for_failure();
         for (std::thread& th : ranks) th.join();
         if (coordinator_failed_it) {
-            ASSERT_FALSE(t.answered()) << "round " << round << ": answered by the filings after the coordinator claimed it";
+            ASSERT_FALSE(t.answered()) << "round " << round
+                                       << ": answered by the filings after the coordinator claimed it";
         } else {
             ASSERT_TRUE(t.board.complete()) << "round " << round;
             ASSERT_TRUE(t.answered()) << "round " << round;

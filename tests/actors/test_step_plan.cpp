@@ -53,7 +53,8 @@ TEST(StepPlan, MaxBatchPadsUpToMaxPadBs) {
 
 TEST(StepPlan, VocabMustDivideByTp) {
     step_plan plan;
-    EXPECT_NE(plan_step(limits(5, 96), 1, 1, plan).find("vocab_size = 96: expected a multiple of tp = 5"), std::string::npos);
+    EXPECT_NE(plan_step(limits(5, 96), 1, 1, plan).find("vocab_size = 96: expected a multiple of tp = 5"),
+              std::string::npos);
     EXPECT_NE(validate_group_limits(limits(0)).find("tp = 0"), std::string::npos);
 }
 
@@ -67,16 +68,19 @@ TEST(GroupConfig, ValidatesTimeoutsSlotsAndSchedulerKnobs) {
     EXPECT_NE(validate_group_config(c).find("step_timeout"), std::string::npos);
     c = group_config{};
     c.scheduler_threads = 0;
-    EXPECT_NE(validate_group_config(c).find("scheduler_threads = 0: expected an integer in [1, 256]"), std::string::npos);
+    EXPECT_NE(validate_group_config(c).find("scheduler_threads = 0: expected an integer in [1, 256]"),
+              std::string::npos);
     c = group_config{};
     c.scheduler_spin_us = -1;
-    EXPECT_NE(validate_group_config(c).find("scheduler_spin_us = -1: expected an integer in [0, 1000000]"), std::string::npos);
+    EXPECT_NE(validate_group_config(c).find("scheduler_spin_us = -1: expected an integer in [0, 1000000]"),
+              std::string::npos);
     c = group_config{};
     c.reply_spin_us = 1'000'001;
     EXPECT_NE(validate_group_config(c).find("reply_spin_us = 1000001"), std::string::npos);
     c = group_config{};
     c.rank_spin_us = -5;
-    EXPECT_NE(validate_group_config(c).find("rank_spin_us = -5: expected an integer in [0, 1000000]"), std::string::npos);
+    EXPECT_NE(validate_group_config(c).find("rank_spin_us = -5: expected an integer in [0, 1000000]"),
+              std::string::npos);
     dist_mode mode{};
     EXPECT_TRUE(parse_mode("sharded", mode));
     EXPECT_EQ(mode, dist_mode::sharded);

@@ -1,15 +1,15 @@
 // `distsample kernel ...` driven from outside: JSON on stdin, JSON on stdout, exit codes.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 
@@ -98,7 +98,8 @@ TEST(Cli, CudaBackendMatchesCpuOrSaysWhyNot) {
     json row = json::array();
     for (int i = 0; i < 64; ++i) row.push_back(std::sin(i * 0.7) * 3.0);
     in["logits"] = json::array({row, row, row});
-    in["requests"] = json::array({json{{"seed", 1}, {"top_p", 0.8}}, json{{"seed", 2}, {"top_k", 5}}, json{{"temperature", 0}}});
+    in["requests"] =
+        json::array({json{{"seed", 1}, {"top_p", 0.8}}, json{{"seed", 2}, {"top_k", 5}}, json{{"temperature", 0}}});
     const run_result cpu = run_cli("kernel sample --backend cpu", in.dump());
     const run_result cuda = run_cli("kernel sample --backend cuda", in.dump());
     ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
@@ -247,8 +248,11 @@ json random_verify_step(uint64_t seed, int vocab, int bs, int n) {
     const int top_ks[] = {-1, 3, 10, -1};
     const double top_ps[] = {1.0, 0.9, 0.5, 0.95};
     for (int b = 0; b < bs; ++b) {
-        json r = {{"seed", rng() >> 1}, {"position", static_cast<int>(rng() % 1000)}, {"temperature", temperatures[b % 4]},
-                  {"top_k", top_ks[(b / 2) % 4]}, {"top_p", top_ps[(b + 1) % 4]}};
+        json r = {{"seed", rng() >> 1},
+                  {"position", static_cast<int>(rng() % 1000)},
+                  {"temperature", temperatures[b % 4]},
+                  {"top_k", top_ks[(b / 2) % 4]},
+                  {"top_p", top_ps[(b + 1) % 4]}};
         if (b % 3 == 1) {
             r["repetition_penalty"] = 1.3;
             r["history"] = {1, 2, static_cast<int>(rng() % static_cast<uint64_t>(vocab))};
@@ -332,7 +336,8 @@ TEST(Cli, StepOverEveryBuiltTransportEqualsKernel) {
     for (const char* transport : transports) {
         for (const char* mode : {"swap", "sharded"}) {
             const std::string what = std::string(transport) + " " + mode;
-            const run_result r = run_cli(std::string("step verify --tp 4 --transport ") + transport + " --mode " + mode, doc.dump());
+            const run_result r =
+                run_cli(std::string("step verify --tp 4 --transport ") + transport + " --mode " + mode, doc.dump());
             ASSERT_EQ(r.exit_code, 0) << what << ": " << r.err;
             expect_same_outputs(expected, json::parse(r.out), std::string(mode) != "sharded", what);
         }
@@ -365,10 +370,11 @@ TEST(Cli, StepBadInputNamesTheField) {
         std::string args;
         std::string expect;
     };
-    for (const bad_case& c : {bad_case{"step verify --tp 5", "vocab_size = 48: expected a multiple of tp = 5"},
-                              bad_case{"step verify --mode scatter", "config key 'mode' = 'scatter' (from the command line)"},
-                              bad_case{"step verify --transport tcp", "config key 'transport' = 'tcp'"},
-                              bad_case{"step verify --tp 0", "config key 'tp' = '0'"}}) {
+    for (const bad_case& c :
+         {bad_case{"step verify --tp 5", "vocab_size = 48: expected a multiple of tp = 5"},
+          bad_case{"step verify --mode scatter", "config key 'mode' = 'scatter' (from the command line)"},
+          bad_case{"step verify --transport tcp", "config key 'transport' = 'tcp'"},
+          bad_case{"step verify --tp 0", "config key 'tp' = '0'"}}) {
         const run_result r = run_cli(c.args, doc.dump());
         EXPECT_EQ(r.exit_code, 2) << c.args << "\nstderr: " << r.err;
         EXPECT_NE(r.err.find(c.expect), std::string::npos) << "stderr: " << r.err;
@@ -428,4 +434,3 @@ TEST(Cli, DemoWithTheNgramModelPrintsText) {
     EXPECT_EQ(bad.exit_code, 2);
     EXPECT_NE(bad.err.find("--model = 'unigram'"), std::string::npos) << bad.err;
 }
-

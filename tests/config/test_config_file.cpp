@@ -25,11 +25,11 @@ TEST(ConfigFile, LaterSourcesWin) {
     unsetenv("DISTSAMPLE_MAX_BATCH");
     unsetenv("DISTSAMPLE_RANK0_POLICY");
     ASSERT_EQ(e, "");
-    EXPECT_EQ(config.tp, 2);                            // file
-    EXPECT_EQ(config.mode, dist_mode::sharded);         // file
-    EXPECT_EQ(config.max_batch, 48);                    // environment over file
-    EXPECT_EQ(config.policy, rank0_policy::never);      // override over environment
-    EXPECT_EQ(config.step_timeout.count(), 250);        // override
+    EXPECT_EQ(config.tp, 2);                                  // file
+    EXPECT_EQ(config.mode, dist_mode::sharded);               // file
+    EXPECT_EQ(config.max_batch, 48);                          // environment over file
+    EXPECT_EQ(config.policy, rank0_policy::never);            // override over environment
+    EXPECT_EQ(config.step_timeout.count(), 250);              // override
     EXPECT_EQ(config.vocab_size, group_config{}.vocab_size);  // default
     const nlohmann::json out = group_config_to_json(config);
     EXPECT_EQ(out["max_batch"], 48);
@@ -60,9 +60,11 @@ TEST(ConfigFile, UcxDeviceMemoryFromFileEnvironmentAndOverrides) {
     EXPECT_EQ(from_env.ucx_device_memory, ucx_memory_mode::staged);  // environment over file
     ASSERT_EQ(override_error, "");
     EXPECT_EQ(overridden.ucx_device_memory, ucx_memory_mode::automatic);  // command line over environment
-    EXPECT_NE(bad_error.find("config key 'ucx_device_memory' = 'pinned' (from DISTSAMPLE_UCX_DEVICE_MEMORY): expected one of 'auto' "
-                             "'direct' 'staged'"),
-              std::string::npos)
+    EXPECT_NE(
+        bad_error.find(
+            "config key 'ucx_device_memory' = 'pinned' (from DISTSAMPLE_UCX_DEVICE_MEMORY): expected one of 'auto' "
+            "'direct' 'staged'"),
+        std::string::npos)
         << bad_error;
 }
 

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "config/config_file.h"
-#include "support/temp_config.h"
 #include "config/topology_config.h"
+#include "support/temp_config.h"
 
 using namespace ds;
 

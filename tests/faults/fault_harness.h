@@ -82,7 +82,8 @@ inline int64_t since_ns(std::chrono::steady_clock::time_point start) {
 
 // Bit-for-bit: the same code path on the same rows.
 inline bool same_outputs(const step_outputs& a, const step_outputs& b) {
-    return a.packed == b.packed && a.accept_index == b.accept_index && a.row_error == b.row_error && a.digest() == b.digest();
+    return a.packed == b.packed && a.accept_index == b.accept_index && a.row_error == b.row_error &&
+           a.digest() == b.digest();
 }
 
 }  // namespace ds::faults_test

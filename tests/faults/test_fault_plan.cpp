@@ -95,7 +95,8 @@ TEST(FaultConfig, TheFaultsSectionTheEnvironmentAndTheCommandLineAddUp) {
                               "inject": ["hang:rank=1:steps=5", "alter_token:rank=2:p=0.01"]}})";
     setenv("DISTSAMPLE_FAULTS_INJECT", "delay_kernel:rank=3:ms=20", 1);
     group_config config;
-    const std::string e = load_group_config(path, {"faults.inject=corrupt_payload:rank=0:steps=2-3", "faults.seed=11"}, config);
+    const std::string e =
+        load_group_config(path, {"faults.inject=corrupt_payload:rank=0:steps=2-3", "faults.seed=11"}, config);
     unsetenv("DISTSAMPLE_FAULTS_INJECT");
     ASSERT_EQ(e, "");
     EXPECT_EQ(config.faults.seed, 11u);

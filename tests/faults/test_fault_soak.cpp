@@ -140,7 +140,8 @@ std::string run_soak(bool print_table) {
         EXPECT_EQ(reply.step_id, id) << "answered once each, in order";
         const step_reply expected = clean->step(s.request);
         EXPECT_TRUE(expected.result.is_ok()) << expected.result.message;
-        EXPECT_TRUE(same_outputs(expected.outputs, reply.outputs)) << "step " << id << " differs from the fault-free run";
+        EXPECT_TRUE(same_outputs(expected.outputs, reply.outputs))
+            << "step " << id << " differs from the fault-free run";
     }
     const int64_t end_rss = rss_kib();
     if (kCheckRss) {
@@ -157,7 +158,8 @@ std::string run_soak(bool print_table) {
         }
     }
     for (const fault_record& r : ledger.records()) {
-        EXPECT_TRUE(r.detected || r.masked) << "step " << r.step << " rank " << r.rank << " " << fault_kind_name(r.kind) << ": " << r.action;
+        EXPECT_TRUE(r.detected || r.masked)
+            << "step " << r.step << " rank " << r.rank << " " << fault_kind_name(r.kind) << ": " << r.action;
     }
     std::set<uint64_t> blamed_steps;
     for (const fault_record& r : ledger.records()) {
@@ -168,8 +170,8 @@ std::string run_soak(bool print_table) {
         std::ofstream(path) << ledger.json(true) << '\n';
     }
     if (print_table) {
-        std::cout << "soak: " << kSteps << " steps, V " << kVocab << ", bs " << kBatch << ", TP " << kTp << ", seed " << kSeed
-                  << ", " << failed << " failed steps, RSS " << warm_rss << " -> " << end_rss << " KiB\n"
+        std::cout << "soak: " << kSteps << " steps, V " << kVocab << ", bs " << kBatch << ", TP " << kTp << ", seed "
+                  << kSeed << ", " << failed << " failed steps, RSS " << warm_rss << " -> " << end_rss << " KiB\n"
                   << ledger.table();
     }
     return replay_key(ledger.records());
@@ -180,8 +182,9 @@ TEST(FaultSoak, EveryStepAnsweredOnceEveryFaultAccountedForAndTheRunReplays) {
     ASSERT_FALSE(first.empty());
     const std::string replay = run_soak(false);
     const auto differ = std::mismatch(first.begin(), first.end(), replay.begin(), replay.end());
-    EXPECT_TRUE(first == replay) << "a replay from the same seed gives the same report; first difference in the line of:\n"
-                                 << first.substr(first.rfind('\n', static_cast<size_t>(differ.first - first.begin())) + 1, 200);
+    EXPECT_TRUE(first == replay)
+        << "a replay from the same seed gives the same report; first difference in the line of:\n"
+        << first.substr(first.rfind('\n', static_cast<size_t>(differ.first - first.begin())) + 1, 200);
 }
 
 }  // namespace

@@ -22,10 +22,10 @@ constexpr int32_t kFaultRank = 2;
 
 // What the step with the fault comes to.
 enum class outcome {
-    desync,     // answered, one desync event at the faulty rank, repaired
-    checksum,   // failed within the step by a checksum naming the faulty rank
-    timeout,    // failed by the step timeout naming the faulty rank
-    harmless,   // answered as a fault-free run, the fault masked by design
+    desync,    // answered, one desync event at the faulty rank, repaired
+    checksum,  // failed within the step by a checksum naming the faulty rank
+    timeout,   // failed by the step timeout naming the faulty rank
+    harmless,  // answered as a fault-free run, the fault masked by design
 };
 
 struct kind_case {
@@ -73,7 +73,8 @@ TEST_P(EveryFaultKind, IsDetectedInTimeByRankAndTheOtherStepsMatchAFaultFreeRun)
             EXPECT_EQ(reply.desyncs[0].first_row, 0);
         } else {
             EXPECT_FALSE(reply.result.is_ok());
-            EXPECT_NE(reply.result.message.find("rank " + std::to_string(kFaultRank)), std::string::npos) << reply.result.message;
+            EXPECT_NE(reply.result.message.find("rank " + std::to_string(kFaultRank)), std::string::npos)
+                << reply.result.message;
             if (param.expected == outcome::checksum) {
                 EXPECT_NE(reply.result.message.find("checksum"), std::string::npos) << reply.result.message;
                 EXPECT_LT(latency, 100'000'000) << "caught within the step, long before any timeout";
@@ -185,7 +186,8 @@ TEST(Faults, ALedgerKeepsTheLatestRecordsAndCountsThemAll) {
 
 TEST(Faults, TheGroupKeepsOnlyTheLatestDesyncEvents) {
     group_config config = tiny_config(kTp);
-    config.step_timeout = std::chrono::seconds(10);  // about desyncs, not timeouts: no step may time out on a loaded machine
+    config.step_timeout =
+        std::chrono::seconds(10);  // about desyncs, not timeouts: no step may time out on a loaded machine
     std::unique_ptr<group> g;
     ASSERT_TRUE(group::create(config, g).is_ok());
     register_requests(*g);

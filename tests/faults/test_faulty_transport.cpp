@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -32,7 +32,8 @@ transport_config small_group(std::chrono::milliseconds timeout = std::chrono::mi
 }
 
 // Runs body(rank, decorated endpoint) on one thread per rank; each rank's status.
-std::vector<status> on_every_rank(local_group& group, bool checksums, const std::function<status(int32_t, faulty_transport&)>& body,
+std::vector<status> on_every_rank(local_group& group, bool checksums,
+                                  const std::function<status(int32_t, faulty_transport&)>& body,
                                   std::chrono::milliseconds timeout = small_group().timeout) {
     std::vector<status> results(kWorld);
     std::vector<std::thread> threads;
@@ -111,7 +112,8 @@ TEST(FaultyTransport, AnArmedDelayHoldsOnlyTheFirstCollective) {
             std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
         const auto second = std::chrono::steady_clock::now();
         if (s.is_ok()) s = ep.barrier();
-        if (std::chrono::steady_clock::now() - second > std::chrono::milliseconds(100)) return status{status_code::internal, "second barrier delayed"};
+        if (std::chrono::steady_clock::now() - second > std::chrono::milliseconds(100))
+            return status{status_code::internal, "second barrier delayed"};
         return s;
     });
     for (const status& s : results) EXPECT_TRUE(s.is_ok()) << s.message;
@@ -136,7 +138,8 @@ TEST(FaultyTransport, ARankLaterThanItsPeersTimeoutFailsItsStepWithoutJoiningThe
                 uint64_t all[kWorld];
                 status s = ep.all_gather(&mine, sizeof mine, all);
                 elapsed_ms[static_cast<size_t>(r)] =
-                    std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+                    std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start)
+                        .count();
                 return s;
             },
             timeout);
@@ -145,7 +148,8 @@ TEST(FaultyTransport, ARankLaterThanItsPeersTimeoutFailsItsStepWithoutJoiningThe
         EXPECT_FALSE(results[1].is_ok());
         ASSERT_EQ(results[2].code, status_code::timeout) << results[2].message;
         EXPECT_NE(results[2].message.find("rank 2: reached all_gather"), std::string::npos) << results[2].message;
-        EXPECT_NE(results[2].message.find("past the transport timeout (200 ms)"), std::string::npos) << results[2].message;
+        EXPECT_NE(results[2].message.find("past the transport timeout (200 ms)"), std::string::npos)
+            << results[2].message;
         EXPECT_LT(elapsed_ms[2], 300 + 150) << "failed at once, without waiting in the collective";
     }
 }

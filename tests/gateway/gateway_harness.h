@@ -2,12 +2,12 @@
 // for steps without logits, listening on a free loopback port and a Unix socket.
 #pragma once
 
-#include <boost/asio.hpp>
 #include <gtest/gtest.h>
+#include <boost/asio.hpp>
 
+#include <unistd.h>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 #include <distsample/group.h>
 

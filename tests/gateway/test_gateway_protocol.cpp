@@ -262,15 +262,18 @@ TEST(GatewayConfig, SectionOfTheSameSources) {
     unsetenv("DISTSAMPLE_GATEWAY_MAX_FRAME_BYTES");
     EXPECT_EQ(group.tp, 2);
     EXPECT_EQ(group.mode, dist_mode::sharded);
-    EXPECT_EQ(gateway.port, 9001);            // override over file
-    EXPECT_EQ(gateway.model, "ngram");        // file
+    EXPECT_EQ(gateway.port, 9001);             // override over file
+    EXPECT_EQ(gateway.model, "ngram");         // file
     EXPECT_EQ(gateway.max_frame_bytes, 4096);  // environment
     EXPECT_EQ(gateway_config_to_json(gateway)["secret"], "***");
 
     gateway_config bad;
-    EXPECT_NE(load_gateway_config("", {"gateway.port=70000"}, bad).find("config key 'gateway.port' = '70000' (from the command line): expected an integer in [0, 65535]"),
+    EXPECT_NE(
+        load_gateway_config("", {"gateway.port=70000"}, bad)
+            .find("config key 'gateway.port' = '70000' (from the command line): expected an integer in [0, 65535]"),
+        std::string::npos);
+    EXPECT_NE(load_gateway_config("", {"gateway.colour=red"}, bad).find("config key 'gateway.colour'"),
               std::string::npos);
-    EXPECT_NE(load_gateway_config("", {"gateway.colour=red"}, bad).find("config key 'gateway.colour'"), std::string::npos);
     EXPECT_NE(load_group_config("", {"nosuch.key=1"}, group).find("config key 'nosuch.key'"), std::string::npos);
     gateway_config open;
     open.listen_address = "0.0.0.0";

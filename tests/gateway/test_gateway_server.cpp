@@ -55,7 +55,8 @@ struct raw_connection {
 };
 
 std::string header(uint32_t length) {
-    return std::string{static_cast<char>(length >> 24), static_cast<char>(length >> 16), static_cast<char>(length >> 8), static_cast<char>(length)};
+    return std::string{static_cast<char>(length >> 24), static_cast<char>(length >> 16), static_cast<char>(length >> 8),
+                       static_cast<char>(length)};
 }
 
 std::string stats_frame(uint32_t version) {
@@ -112,7 +113,9 @@ TEST(GatewayServer, StepsEqualTheGroupsOutputs) {
               std::vector<int32_t>(want.outputs.packed.begin() + 2 * n, want.outputs.packed.end()));
     // Bit for bit (unused positions are NaN).
     ASSERT_EQ(static_cast<size_t>(reply.logprobs_size()), want.outputs.logprobs.size());
-    EXPECT_EQ(std::memcmp(reply.logprobs().data(), want.outputs.logprobs.data(), want.outputs.logprobs.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(reply.logprobs().data(), want.outputs.logprobs.data(),
+                          want.outputs.logprobs.size() * sizeof(float)),
+              0);
 
     // A sample step from the server's model; health; stats; release.
     wire::Step sample;
@@ -237,7 +240,8 @@ TEST(GatewayServer, InjectAndClearAFaultPlan) {
     EXPECT_NE(unknown_kind.message.find("faults[1]"), std::string::npos) << unknown_kind.message;
     bad.mutable_inject()->set_faults(1, "hang:rank=2");
     const status no_such_rank = c->call(bad, error);
-    EXPECT_NE(no_such_rank.message.find("faults[1].rank = 2"), std::string::npos) << "tp is 2: " << no_such_rank.message;
+    EXPECT_NE(no_such_rank.message.find("faults[1].rank = 2"), std::string::npos)
+        << "tp is 2: " << no_such_rank.message;
     EXPECT_EQ(gw.gateway->metrics().desync_events.load(), 1u);
 }
 
@@ -380,8 +384,8 @@ TEST(GatewayServer, SixteenConnectionsPipelineAThousandStepsEach) {
             }
             for (int k = 0; k < kSteps; ++k) {
                 wire::Reply reply;
-                if (!c->receive(reply).is_ok() || reply.request_id() != ids[static_cast<size_t>(k)] || !reply.has_step() ||
-                    reply.step().accept_length_size() != 1) {
+                if (!c->receive(reply).is_ok() || reply.request_id() != ids[static_cast<size_t>(k)] ||
+                    !reply.has_step() || reply.step().accept_length_size() != 1) {
                     ++failures;
                     return;
                 }

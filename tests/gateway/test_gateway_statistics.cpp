@@ -44,7 +44,8 @@ TEST(GatewayStatistics, FirstTokenFollowsTheTargetWhateverTheDraft) {
     std::vector<float> draft_row(row0.size());
     target.logits(ngram_lm::context_of(the, cat), row0.data());
     draft.logits(ngram_lm::context_of(the, cat), draft_row.data());
-    const auto proposal = static_cast<int32_t>(std::max_element(draft_row.begin(), draft_row.end()) - draft_row.begin());
+    const auto proposal =
+        static_cast<int32_t>(std::max_element(draft_row.begin(), draft_row.end()) - draft_row.begin());
 
     std::vector<int64_t> counts(row0.size(), 0);
     for (int32_t round = 0; round < kRequests / kBatch; ++round) {

@@ -21,8 +21,10 @@ struct outputs {
     std::vector<float> logprobs;
     std::vector<uint8_t> row_error;
     outputs(int32_t bs, int32_t n)
-        : packed(static_cast<size_t>(bs) * (n + 1), -9), accept_index(static_cast<size_t>(bs) * n, -9),
-          logprobs(static_cast<size_t>(bs) * n, 0.0f), row_error(static_cast<size_t>(bs), 9) {}
+        : packed(static_cast<size_t>(bs) * (n + 1), -9),
+          accept_index(static_cast<size_t>(bs) * n, -9),
+          logprobs(static_cast<size_t>(bs) * n, 0.0f),
+          row_error(static_cast<size_t>(bs), 9) {}
     step_output view() { return {packed.data(), accept_index.data(), logprobs.data(), row_error.data()}; }
 };
 
@@ -75,7 +77,8 @@ struct random_step {
         if (unit(rng) < 0.3f) {
             bitmask.resize(rows * static_cast<size_t>(words));
             for (uint32_t& w : bitmask) w = unit(rng) < 0.5f ? 0xFFFFFFFFu : static_cast<uint32_t>(rng());
-            if (rows > 1 && unit(rng) < 0.5f) std::fill(bitmask.begin(), bitmask.begin() + words, 0u);  // nothing allowed
+            if (rows > 1 && unit(rng) < 0.5f)
+                std::fill(bitmask.begin(), bitmask.begin() + words, 0u);  // nothing allowed
         }
         thresholds.single = unit(rng) < 0.7f ? 1.0f : unit(rng);
         thresholds.acc = unit(rng) < 0.7f ? 1.0f : 0.1f + 0.9f * unit(rng);
@@ -94,11 +97,13 @@ struct random_step {
                 p.presence_penalty = 2.0f * unit(rng) - 1.0f;
                 p.frequency_penalty = 2.0f * unit(rng) - 1.0f;
                 p.repetition_penalty = 0.5f + 1.5f * unit(rng);
-                for (int k = 0; k < 20; ++k) history.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)));
+                for (int k = 0; k < 20; ++k)
+                    history.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)));
             }
             if (unit(rng) < 0.3f) {
                 for (int k = 0; k < 5; ++k) {
-                    p.logit_bias.push_back({static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)), 20.0f * unit(rng) - 10.0f});
+                    p.logit_bias.push_back(
+                        {static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)), 20.0f * unit(rng) - 10.0f});
                 }
             }
             params.push_back(p);
@@ -120,10 +125,14 @@ struct random_step {
             sampling_params& p = params[static_cast<size_t>(q)];
             p = sampling_params{};
             p.seed = rng();
-            if (rng() % 2) p.temperature = 0.0f; else p.top_k = 1;
+            if (rng() % 2)
+                p.temperature = 0.0f;
+            else
+                p.top_k = 1;
             histories[static_cast<size_t>(q)].clear();
             for (int32_t j = 0; j + 1 < n; ++j) {
-                if (rng() % 10 < 7) candidates[static_cast<size_t>(q) * n + j + 1] = argmax_of_row(static_cast<int64_t>(q) * n + j);
+                if (rng() % 10 < 7)
+                    candidates[static_cast<size_t>(q) * n + j + 1] = argmax_of_row(static_cast<int64_t>(q) * n + j);
             }
         }
     }
@@ -131,14 +140,16 @@ struct random_step {
     float logit(int64_t row, int32_t token) const {
         const size_t i = static_cast<size_t>(row * stride + token);
         if (dtype == logits_dtype::f32) return f32[i];
-        return dtype == logits_dtype::bf16 ? detmath::bf16_bits_to_float(half[i]) : detmath::fp16_bits_to_float(half[i]);
+        return dtype == logits_dtype::bf16 ? detmath::bf16_bits_to_float(half[i])
+                                           : detmath::fp16_bits_to_float(half[i]);
     }
 
     int32_t argmax_of_row(int64_t row) const {
         const int32_t words = bitmask_words(vocab);
         int32_t best = 0;
         for (int32_t t = 1; t < vocab; ++t) {
-            const bool allowed = bitmask.empty() || ((bitmask[static_cast<size_t>(row * words + t / 32)] >> (t % 32)) & 1u);
+            const bool allowed =
+                bitmask.empty() || ((bitmask[static_cast<size_t>(row * words + t / 32)] >> (t % 32)) & 1u);
             if (allowed && logit(row, t) > logit(row, best)) best = t;
         }
         return best;
@@ -149,8 +160,9 @@ struct random_step {
         std::string out = bitmask.empty() ? "" : " bitmask";
         for (size_t q = 0; q < params.size(); ++q) {
             const sampling_params& p = params[q];
-            out += "\n  request " + std::to_string(q) + ": slot " + std::to_string(slots[q]) + " T=" + std::to_string(p.temperature) +
-                   " top_k=" + std::to_string(p.top_k) + " top_p=" + std::to_string(p.top_p) + " min_p=" + std::to_string(p.min_p) +
+            out += "\n  request " + std::to_string(q) + ": slot " + std::to_string(slots[q]) +
+                   " T=" + std::to_string(p.temperature) + " top_k=" + std::to_string(p.top_k) +
+                   " top_p=" + std::to_string(p.top_p) + " min_p=" + std::to_string(p.min_p) +
                    " penalties=" + std::to_string(p.has_penalties()) + " bias=" + std::to_string(p.logit_bias.size());
         }
         return out;
@@ -172,7 +184,8 @@ struct random_step {
         for (int32_t q = 0; q < bs; ++q) {
             if (slots[static_cast<size_t>(q)] == 0) continue;
             const std::vector<int32_t>& h = histories[static_cast<size_t>(q)];
-            const status s = backend.pool().register_request(q + 1, params[static_cast<size_t>(q)], h.data(), static_cast<int32_t>(h.size()));
+            const status s = backend.pool().register_request(q + 1, params[static_cast<size_t>(q)], h.data(),
+                                                             static_cast<int32_t>(h.size()));
             ASSERT_TRUE(s.is_ok()) << s.message;
         }
     }
@@ -224,12 +237,15 @@ void expect_backends_agree(const random_step& step, step_kind kind, const std::s
     step.register_all(*gpu_backend);
     outputs cpu(step.bs, step.n), gpu(step.bs, step.n);
     const step_input in = step.input(kind);
-    const status s_cpu = kind == step_kind::sample ? cpu_backend->sample(in, cpu.view()) : cpu_backend->verify(in, cpu.view());
-    const status s_gpu = kind == step_kind::sample ? gpu_backend->sample(in, gpu.view()) : gpu_backend->verify(in, gpu.view());
+    const status s_cpu =
+        kind == step_kind::sample ? cpu_backend->sample(in, cpu.view()) : cpu_backend->verify(in, cpu.view());
+    const status s_gpu =
+        kind == step_kind::sample ? gpu_backend->sample(in, gpu.view()) : gpu_backend->verify(in, gpu.view());
     ASSERT_TRUE(s_cpu.is_ok()) << s_cpu.message;
     ASSERT_TRUE(s_gpu.is_ok()) << s_gpu.message;
-    expect_same(cpu, gpu, what + " V=" + std::to_string(step.vocab) + " bs=" + std::to_string(step.bs) + " N=" + std::to_string(step.n) +
-                              " dtype=" + dtype_name(step.dtype) + step.describe());
+    expect_same(cpu, gpu,
+                what + " V=" + std::to_string(step.vocab) + " bs=" + std::to_string(step.bs) +
+                    " N=" + std::to_string(step.n) + " dtype=" + dtype_name(step.dtype) + step.describe());
 }
 
 int trials_from_environment(int fallback) {
@@ -250,7 +266,8 @@ TEST_F(CudaBackend, MatchesCpuOnTwoThousandRandomBatches) {
         int32_t bs = batches[rng() % 4];
         const int32_t n = tokens[rng() % 4];
         // Keep the CPU side affordable: at most ~4M logits per batch, except every 50th trial.
-        while (bs > 1 && static_cast<int64_t>(bs) * n * vocab > (trial % 50 == 0 ? 40'000'000 : 4'000'000)) bs = bs == 256 ? 64 : bs == 64 ? 7 : 1;
+        while (bs > 1 && static_cast<int64_t>(bs) * n * vocab > (trial % 50 == 0 ? 40'000'000 : 4'000'000))
+            bs = bs == 256 ? 64 : bs == 64 ? 7 : 1;
         const random_step step(rng, vocab, bs, n);
         const step_kind kind = n == 1 && rng() % 2 ? step_kind::sample : step_kind::verify;
         expect_backends_agree(step, kind, "trial " + std::to_string(trial));

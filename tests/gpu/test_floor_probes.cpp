@@ -57,7 +57,8 @@ TEST(FloorProbes, EachProbeMeasuresOnTheGpu) {
     ASSERT_TRUE(s.is_ok()) << s.message;
     EXPECT_GT(read.microseconds, 0.0);
     EXPECT_TRUE(std::isfinite(read.terabytes_per_second) && read.terabytes_per_second > 0.0);
-    EXPECT_TRUE(read.loads_in_flight == 4 || read.loads_in_flight == 8 || read.loads_in_flight == 16) << read.loads_in_flight;
+    EXPECT_TRUE(read.loads_in_flight == 4 || read.loads_in_flight == 8 || read.loads_in_flight == 16)
+        << read.loads_in_flight;
     EXPECT_GT(read.blocks, 0u);
 
     double step_us = 0.0;

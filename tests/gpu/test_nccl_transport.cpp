@@ -22,7 +22,8 @@ namespace {
 using std::chrono::milliseconds;
 
 std::string out_path(int32_t world, int32_t rank) {
-    return testing::TempDir() + "nccl_peer_" + std::to_string(::getpid()) + "_" + std::to_string(world) + "_" + std::to_string(rank) + ".out";
+    return testing::TempDir() + "nccl_peer_" + std::to_string(::getpid()) + "_" + std::to_string(world) + "_" +
+           std::to_string(rank) + ".out";
 }
 
 std::vector<unsigned char> read_file(const std::string& path) {
@@ -47,8 +48,9 @@ TEST_P(NcclProcessesPerGpu, MatchTheLocalTransport) {
     ASSERT_TRUE(rendezvous.listen("127.0.0.1", 0).is_ok());
     child_processes peers;
     for (int32_t r = 0; r < world; ++r) {
-        ASSERT_TRUE(peers.start({sibling_binary("nccl_peer"), std::to_string(r), std::to_string(world), "127.0.0.1:" + std::to_string(rendezvous.port()),
-                                 out_path(world, r), std::to_string(timeout.count())}));
+        ASSERT_TRUE(peers.start({sibling_binary("nccl_peer"), std::to_string(r), std::to_string(world),
+                                 "127.0.0.1:" + std::to_string(rendezvous.port()), out_path(world, r),
+                                 std::to_string(timeout.count())}));
     }
     const status served = rendezvous.serve(world, timeout);
     EXPECT_TRUE(served.is_ok()) << served.message;
@@ -62,7 +64,9 @@ TEST_P(NcclProcessesPerGpu, MatchTheLocalTransport) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, NcclProcessesPerGpu, testing::Values(1, 2, 4),
-                         [](const testing::TestParamInfo<int32_t>& world) { return std::to_string(world.param) + "ranks"; });
+                         [](const testing::TestParamInfo<int32_t>& world) {
+                             return std::to_string(world.param) + "ranks";
+                         });
 
 }  // namespace
 }  // namespace ds

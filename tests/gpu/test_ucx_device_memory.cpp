@@ -18,9 +18,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <thread>
@@ -82,7 +82,8 @@ test_step make_step(std::mt19937_64& rng, int index) {
     for (int32_t b = 0; b < bs; ++b) {
         s.request.slots.push_back(b + 1);
         s.request.positions.push_back(uniform(0, 5000));
-        for (int32_t j = 0; s.request.kind == step_kind::verify && j < n; ++j) s.request.candidates.push_back(uniform(0, kVocab - 1));
+        for (int32_t j = 0; s.request.kind == step_kind::verify && j < n; ++j)
+            s.request.candidates.push_back(uniform(0, kVocab - 1));
     }
     return s;
 }
@@ -105,7 +106,8 @@ void expect_same_outputs(const step_outputs& expected, const step_outputs& got, 
     EXPECT_EQ(expected.row_error, got.row_error) << what;
     ASSERT_EQ(expected.logprobs.size(), got.logprobs.size()) << what;
     for (size_t i = 0; i < got.logprobs.size(); ++i) {
-        if (std::isnan(expected.logprobs[i]) && std::isnan(got.logprobs[i])) continue;  // no token there (unused entries)
+        if (std::isnan(expected.logprobs[i]) && std::isnan(got.logprobs[i]))
+            continue;  // no token there (unused entries)
         EXPECT_NEAR(expected.logprobs[i], got.logprobs[i], 1e-5) << what << " logprob " << i;
     }
 }
@@ -123,7 +125,8 @@ TEST_P(UcxDeviceMemory, DeviceShardsGiveTheCpuBackendsTokens) {
     }
     ASSERT_TRUE(created.is_ok()) << created.message;
     std::unique_ptr<group> reference;
-    const status reference_created = group::create(config_for("cpu", "local", mode, ucx_memory_mode::automatic), reference);
+    const status reference_created =
+        group::create(config_for("cpu", "local", mode, ucx_memory_mode::automatic), reference);
     ASSERT_TRUE(reference_created.is_ok()) << reference_created.message;
 
     std::mt19937_64 rng(2026 + static_cast<uint64_t>(mode));
@@ -158,7 +161,8 @@ INSTANTIATE_TEST_SUITE_P(Ucx, UcxDeviceMemory,
                          ::testing::Combine(::testing::Values(ucx_memory_mode::staged, ucx_memory_mode::direct),
                                             ::testing::Values(dist_mode::swap, dist_mode::gathered)),
                          [](const auto& param_info) {
-                             return std::string(ucx_memory_mode_name(std::get<0>(param_info.param))) + "_" + mode_name(std::get<1>(param_info.param));
+                             return std::string(ucx_memory_mode_name(std::get<0>(param_info.param))) + "_" +
+                                    mode_name(std::get<1>(param_info.param));
                          });
 
 // `direct` below the group. Two endpoints swap device shards with ucx_device_memory = direct; every
@@ -192,7 +196,8 @@ status swap_device_shard(int32_t r, uint16_t port, bool peer_error_handling) {
     std::vector<float> shard_host(static_cast<size_t>(kDirectRows) * kShardVocab);
     for (int32_t row = 0; row < kDirectRows; ++row) {
         for (int32_t v = 0; v < kShardVocab; ++v) {
-            shard_host[static_cast<size_t>(row) * kShardVocab + v] = full[static_cast<size_t>(row) * kVocab + r * kShardVocab + v];
+            shard_host[static_cast<size_t>(row) * kShardVocab + v] =
+                full[static_cast<size_t>(row) * kVocab + r * kShardVocab + v];
         }
     }
     std::shared_ptr<void> shard_device;
@@ -233,12 +238,15 @@ TEST(UcxDirect, SwapWithoutPeerErrorHandlingMovesDeviceRowsExactly) {
     std::vector<status> results(kDirectWorld);
     std::vector<std::thread> ranks;
     for (int32_t r = 0; r < kDirectWorld; ++r) {
-        ranks.emplace_back([&, r] { results[static_cast<size_t>(r)] = swap_device_shard(r, rendezvous.port(), false); });
+        ranks.emplace_back(
+            [&, r] { results[static_cast<size_t>(r)] = swap_device_shard(r, rendezvous.port(), false); });
     }
     for (std::thread& t : ranks) t.join();
     server.join();
     if (results[0].code == status_code::unsupported) GTEST_SKIP() << results[0].message;
-    for (int32_t r = 0; r < kDirectWorld; ++r) EXPECT_TRUE(results[static_cast<size_t>(r)].is_ok()) << "rank " << r << ": " << results[static_cast<size_t>(r)].message;
+    for (int32_t r = 0; r < kDirectWorld; ++r)
+        EXPECT_TRUE(results[static_cast<size_t>(r)].is_ok())
+            << "rank " << r << ": " << results[static_cast<size_t>(r)].message;
 }
 
 // The same with each rank in a process of its own (this binary, started with "direct-rank"), as
@@ -258,8 +266,9 @@ TEST_P(UcxDirectAcrossProcesses, SwapMovesDeviceRowsExactly) {
     child_processes children;
     for (int32_t r = 0; r < kDirectWorld; ++r) {
         outcome_files.push_back(fmt::format("{}/ucx_direct_rank{}_{}.txt", dir, r, ::getpid()));
-        ASSERT_TRUE(children.start({sibling_binary("test_ucx_device_memory"), "direct-rank", std::to_string(r), std::to_string(rendezvous.port()),
-                                    peer_error_handling ? "1" : "0", outcome_files.back()}));
+        ASSERT_TRUE(
+            children.start({sibling_binary("test_ucx_device_memory"), "direct-rank", std::to_string(r),
+                            std::to_string(rendezvous.port()), peer_error_handling ? "1" : "0", outcome_files.back()}));
     }
     const std::vector<int> codes = children.wait_all(kDirectTimeout + std::chrono::seconds(10));
     server.join();
@@ -275,14 +284,16 @@ TEST_P(UcxDirectAcrossProcesses, SwapMovesDeviceRowsExactly) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ucx, UcxDirectAcrossProcesses, ::testing::Bool(),
-                         [](const auto& param_info) { return std::string(param_info.param ? "PeerErrorHandling" : "NoPeerErrorHandling"); });
+INSTANTIATE_TEST_SUITE_P(Ucx, UcxDirectAcrossProcesses, ::testing::Bool(), [](const auto& param_info) {
+    return std::string(param_info.param ? "PeerErrorHandling" : "NoPeerErrorHandling");
+});
 
 // "direct-rank RANK PORT PEER_ERROR_HANDLING(0|1) OUTCOME_FILE": one rank of
 // UcxDirectAcrossProcesses. Writes what happened to OUTCOME_FILE; exits 0, kDirectUnsupportedExit
 // when the endpoint refuses `direct`, 1 otherwise.
 int run_direct_rank(char** argv) {
-    const status s = swap_device_shard(std::stoi(argv[2]), static_cast<uint16_t>(std::stoi(argv[3])), std::string(argv[4]) == "1");
+    const status s =
+        swap_device_shard(std::stoi(argv[2]), static_cast<uint16_t>(std::stoi(argv[3])), std::string(argv[4]) == "1");
     std::ofstream(argv[5]) << (s.is_ok() ? "ok" : s.message);
     if (s.code == status_code::unsupported) return kDirectUnsupportedExit;
     return s.is_ok() ? 0 : 1;

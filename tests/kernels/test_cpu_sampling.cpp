@@ -183,7 +183,8 @@ TEST(RowSampler, FilterCutMatchesReferenceOnRandomRows) {
         uint64_t expected_total = 0;
         for (int32_t i = 0; i < vocab; ++i) {
             ASSERT_EQ(sampler.kept_mass_of(i), expected[static_cast<size_t>(i)])
-                << "trial " << trial << " token " << i << " top_k " << p.top_k << " top_p " << p.top_p << " min_p " << p.min_p;
+                << "trial " << trial << " token " << i << " top_k " << p.top_k << " top_p " << p.top_p << " min_p "
+                << p.min_p;
             expected_total += expected[static_cast<size_t>(i)];
         }
         ASSERT_EQ(kept, expected_total);
@@ -299,9 +300,9 @@ TEST(Greedy, IgnoresNanAndBreaksTiesToLowestIndex) {
     h.register_request(2, top1);
     const float nan = std::numeric_limits<float>::quiet_NaN();
     const std::vector<float> logits{
-        nan, 1.0f, 3.0f, 3.0f, nan, 2.0f, 0.0f, 3.0f,  // tie at 2, 3, 7 -> 2
-        0.0f, 5.0f, nan, 5.0f, 1.0f, 1.0f, 1.0f, 1.0f,  // tie at 1, 3 -> 1
-        nan, nan, nan, nan, nan, nan, nan, nan,         // nothing allowed -> -1 and an error flag
+        nan,  1.0f, 3.0f, 3.0f, nan,  2.0f, 0.0f, 3.0f,  // tie at 2, 3, 7 -> 2
+        0.0f, 5.0f, nan,  5.0f, 1.0f, 1.0f, 1.0f, 1.0f,  // tie at 1, 3 -> 1
+        nan,  nan,  nan,  nan,  nan,  nan,  nan,  nan,   // nothing allowed -> -1 and an error flag
     };
     const std::vector<int32_t> slots{1, 2, 0};
     const std::vector<int64_t> positions{0, 0, 0};
@@ -470,7 +471,8 @@ TEST(Dtypes, HalfPrecisionRowsSampleLikeTheirFloatValues) {
         logits_dtype dtype;
         const std::vector<float>* as_float;
     };
-    for (const variant& v : {variant{bf16.data(), logits_dtype::bf16, &from_bf16}, variant{f16.data(), logits_dtype::f16, &from_f16}}) {
+    for (const variant& v :
+         {variant{bf16.data(), logits_dtype::bf16, &from_bf16}, variant{f16.data(), logits_dtype::f16, &from_f16}}) {
         step_input half = make_step(*v.as_float, kVocab, slots, positions);
         ASSERT_TRUE(h.run(step_kind::sample, half).is_ok());
         const std::vector<int32_t> expected = h.packed;

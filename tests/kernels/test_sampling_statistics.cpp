@@ -87,12 +87,8 @@ sampling_params params_of(const filter_case& c) {
 }
 
 const filter_case kCases[] = {
-    {"plain", 1.0f, -1, 1.0f, 0.0f},
-    {"temperature", 0.6f, -1, 1.0f, 0.0f},
-    {"top_k", 1.0f, 6, 1.0f, 0.0f},
-    {"top_p", 1.0f, -1, 0.7f, 0.0f},
-    {"min_p", 1.0f, -1, 1.0f, 0.15f},
-    {"combined", 0.8f, 12, 0.9f, 0.05f},
+    {"plain", 1.0f, -1, 1.0f, 0.0f}, {"temperature", 0.6f, -1, 1.0f, 0.0f}, {"top_k", 1.0f, 6, 1.0f, 0.0f},
+    {"top_p", 1.0f, -1, 0.7f, 0.0f}, {"min_p", 1.0f, -1, 1.0f, 0.15f},      {"combined", 0.8f, 12, 0.9f, 0.05f},
 };
 
 class FilteredDistribution : public ::testing::TestWithParam<filter_case> {};
@@ -130,7 +126,9 @@ TEST_P(FilteredDistribution, TargetOnlyVerifyFirstTokenIsExactWhateverTheDraft) 
 }
 
 INSTANTIATE_TEST_SUITE_P(Filters, FilteredDistribution, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<filter_case>& param_info) { return std::string(param_info.param.name); });
+                         [](const ::testing::TestParamInfo<filter_case>& param_info) {
+                             return std::string(param_info.param.name);
+                         });
 
 TEST(ChiSquare, PValuesMatchKnownQuantiles) {
     EXPECT_NEAR(ds::testing::chi_square_p_value(3.841, 1), 0.05, 1e-3);

@@ -42,15 +42,28 @@ TEST(ValidateParams, EachFieldOutOfRange) {
         {[](sampling_params& p) { p.frequency_penalty = -3.0f; }, "frequency_penalty", "[-2, 2]"},
         {[](sampling_params& p) { p.repetition_penalty = 0.0f; }, "repetition_penalty", "(0, 10]"},
         {[](sampling_params& p) { p.repetition_penalty = 11.0f; }, "repetition_penalty", "(0, 10]"},
-        {[](sampling_params& p) { p.logit_bias = {{100, 1.0f}}; }, "logit_bias[100]", "[0, 100)"},
-        {[](sampling_params& p) { p.logit_bias = {{-1, 1.0f}}; }, "logit_bias[-1]", "[0, 100)"},
-        {[](sampling_params& p) { p.logit_bias = {{3, 101.0f}}; }, "logit_bias[3]", "[-100, 100]"},
-        {[](sampling_params& p) { p.logit_bias.assign(17, logit_bias_entry{1, 1.0f}); }, "logit_bias", "at most 16"},
+        {[](sampling_params& p) {
+             p.logit_bias = {{100, 1.0f}};
+         },
+         "logit_bias[100]", "[0, 100)"},
+        {[](sampling_params& p) {
+             p.logit_bias = {{-1, 1.0f}};
+         },
+         "logit_bias[-1]", "[0, 100)"},
+        {[](sampling_params& p) {
+             p.logit_bias = {{3, 101.0f}};
+         },
+         "logit_bias[3]", "[-100, 100]"},
+        {[](sampling_params& p) {
+             p.logit_bias.assign(17, logit_bias_entry{1, 1.0f});
+         },
+         "logit_bias", "at most 16"},
     };
     for (const bad_case& c : cases) {
         sampling_params p;
         c.mutate(p);
-        expect_invalid(validate_sampling_params(p, config, "requests[2]."), std::string("requests[2].") + c.field, c.range);
+        expect_invalid(validate_sampling_params(p, config, "requests[2]."), std::string("requests[2].") + c.field,
+                       c.range);
     }
 }
 
@@ -99,20 +112,31 @@ TEST_F(ValidateStep, EachFieldOutOfRange) {
         {[](step_input& s, ValidateStep&) { s.tokens_per_req = 4; }, step_kind::verify, "tokens_per_req", "[1, 3]"},
         {[](step_input& s, ValidateStep&) { s.logits.vocab = 63; }, step_kind::verify, "logits.vocab", "expected 64"},
         {[](step_input& s, ValidateStep&) { s.logits.rows = 11; }, step_kind::verify, "logits.rows", "= 12"},
-        {[](step_input& s, ValidateStep&) { s.logits.row_stride = 32; }, step_kind::verify, "logits.row_stride", ">= vocab"},
+        {[](step_input& s, ValidateStep&) { s.logits.row_stride = 32; }, step_kind::verify, "logits.row_stride",
+         ">= vocab"},
         {[](step_input& s, ValidateStep&) { s.logits.data = nullptr; }, step_kind::verify, "logits.data", "non-null"},
         {[](step_input& s, ValidateStep&) { s.slots = nullptr; }, step_kind::verify, "slots", "slot ids"},
         {[](step_input& s, ValidateStep&) { s.positions = nullptr; }, step_kind::verify, "positions", "positions"},
         {[](step_input&, ValidateStep& t) { t.slots[2] = 8; }, step_kind::verify, "slots[2]", "[0, 7]"},
         {[](step_input&, ValidateStep& t) { t.slots[1] = -1; }, step_kind::verify, "slots[1]", "[0, 7]"},
         {[](step_input&, ValidateStep& t) { t.positions[3] = -4; }, step_kind::verify, "positions[3]", "[0, "},
-        {[](step_input& s, ValidateStep&) { s.candidates = nullptr; }, step_kind::verify, "candidates", "tokens_per_req ids"},
+        {[](step_input& s, ValidateStep&) { s.candidates = nullptr; }, step_kind::verify, "candidates",
+         "tokens_per_req ids"},
         {[](step_input&, ValidateStep& t) { t.candidates[5] = 64; }, step_kind::verify, "candidates[1][2]", "[0, 63]"},
         {[](step_input&, ValidateStep& t) { t.candidates[0] = -1; }, step_kind::verify, "candidates[0][0]", "[0, 63]"},
-        {[](step_input& s, ValidateStep&) { s.thresholds.single = 2.0f; }, step_kind::verify, "threshold_single", "[0, 1]"},
+        {[](step_input& s, ValidateStep&) { s.thresholds.single = 2.0f; }, step_kind::verify, "threshold_single",
+         "[0, 1]"},
         {[](step_input& s, ValidateStep&) { s.thresholds.acc = 0.0f; }, step_kind::verify, "threshold_acc", "(0, 1]"},
-        {[](step_input& s, ValidateStep& t) { t.coins[3] = 1.5; s.coins = t.coins.data(); }, step_kind::verify, "coins[1][1]", "[0, 1]"},
-        {[](step_input& s, ValidateStep& t) { t.final_coins[2] = -0.5; s.final_coins = t.final_coins.data(); }, step_kind::verify, "final_coins[2]", "[0, 1]"},
+        {[](step_input& s, ValidateStep& t) {
+             t.coins[3] = 1.5;
+             s.coins = t.coins.data();
+         },
+         step_kind::verify, "coins[1][1]", "[0, 1]"},
+        {[](step_input& s, ValidateStep& t) {
+             t.final_coins[2] = -0.5;
+             s.final_coins = t.final_coins.data();
+         },
+         step_kind::verify, "final_coins[2]", "[0, 1]"},
     };
     for (const bad_case& c : cases) {
         ValidateStep& self = *this;

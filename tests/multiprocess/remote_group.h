@@ -6,15 +6,15 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -31,7 +31,6 @@ namespace ds::remote_test {
 using nlohmann::json;
 using clock_type = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
 
 constexpr int kTp = 4;
 constexpr int kVocab = 64;
@@ -75,9 +74,10 @@ inline json kernel_output(const std::string& op, const json& step) {
 inline json local_transport_output(const std::string& op, const json& step, const std::string& mode) {
     const std::string stem = test_stem() + "_local";
     std::ofstream(stem + "_in.json") << step.dump();
-    const std::string cmd = fmt_command({tool_path(), "step", op, "--tp", std::to_string(kTp), "--mode", mode, "--transport", "local",
-                                         "--set", "vocab_size=" + std::to_string(kVocab)}) +
-                            " < " + stem + "_in.json > " + stem + "_out.json 2> " + stem + "_log.txt";  // it logs to stderr
+    const std::string cmd = fmt_command({tool_path(), "step", op, "--tp", std::to_string(kTp), "--mode", mode,
+                                         "--transport", "local", "--set", "vocab_size=" + std::to_string(kVocab)}) +
+                            " < " + stem + "_in.json > " + stem + "_out.json 2> " + stem +
+                            "_log.txt";  // it logs to stderr
     EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(stem + "_out.json") << slurp(stem + "_log.txt");
     return json::parse(slurp(stem + "_out.json"));
 }
@@ -153,10 +153,17 @@ class RemoteRanks : public ::testing::Test {
 
     // The group's flags, the same for the coordinator and every rank, then extra_args_.
     std::vector<std::string> group_args(const std::string& mode) const {
-        std::vector<std::string> args{"--tp", std::to_string(kTp), "--mode", mode, "--transport", "ucx", "--threads", "1",
-                "--set", "vocab_size=" + std::to_string(kVocab), "--set", "max_batch=8", "--set", "max_tokens_per_req=3",
-                "--set", "max_slots=16", "--set", "step_timeout_ms=" + std::to_string(kStepTimeout.count()),
-                "--set", "transport_timeout_ms=" + std::to_string(kTransportTimeout.count())};
+        std::vector<std::string> args{
+            "--tp",        std::to_string(kTp),
+            "--mode",      mode,
+            "--transport", "ucx",
+            "--threads",   "1",
+            "--set",       "vocab_size=" + std::to_string(kVocab),
+            "--set",       "max_batch=8",
+            "--set",       "max_tokens_per_req=3",
+            "--set",       "max_slots=16",
+            "--set",       "step_timeout_ms=" + std::to_string(kStepTimeout.count()),
+            "--set",       "transport_timeout_ms=" + std::to_string(kTransportTimeout.count())};
         args.insert(args.end(), extra_args_.begin(), extra_args_.end());
         return args;
     }
@@ -166,10 +173,13 @@ class RemoteRanks : public ::testing::Test {
     virtual std::vector<std::string> coordinator_launcher() const { return {}; }
     virtual std::vector<std::string> rank_launcher(int /*rank*/) const { return {}; }
     virtual std::vector<std::string> listen_args() const { return {"--listen", "127.0.0.1:0"}; }
-    virtual std::vector<std::string> rank_args(int rank) const { return {"--coordinator", address_, "--rank", std::to_string(rank)}; }
+    virtual std::vector<std::string> rank_args(int rank) const {
+        return {"--coordinator", address_, "--rank", std::to_string(rank)};
+    }
 
     // fork + exec with stdin/stdout as given (-1: /dev/null and the test's log file).
-    pid_t spawn(std::vector<std::string> launcher, std::vector<std::string> args, int in_fd, int out_fd, const std::string& log) {
+    pid_t spawn(std::vector<std::string> launcher, std::vector<std::string> args, int in_fd, int out_fd,
+                const std::string& log) {
         args.insert(args.begin(), tool_path());
         args.insert(args.begin(), launcher.begin(), launcher.end());
         std::vector<char*> argv;
@@ -227,7 +237,8 @@ class RemoteRanks : public ::testing::Test {
             }
             const auto left = std::chrono::duration_cast<milliseconds>(deadline - clock_type::now()).count();
             pollfd p{coordinator_out_, POLLIN, 0};
-            if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return json{{"error", "test: no reply in time"}};
+            if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0)
+                return json{{"error", "test: no reply in time"}};
             char buf[65536];
             const ssize_t got = ::read(coordinator_out_, buf, sizeof buf);
             if (got <= 0) return json{{"error", "test: the coordinator closed its output"}};

@@ -26,7 +26,8 @@ constexpr int kFaultRank = 2;
 constexpr uint64_t kFaultStep = 3;
 // Beyond the peers' transport timeout, within the coordinator's step timeout.
 constexpr int kLongDelayMs = static_cast<int>(kTransportTimeout.count()) + 500;
-static_assert(kLongDelayMs < kStepTimeout.count(), "the delay must be caught by the transport timeout, before the step timeout");
+static_assert(kLongDelayMs < kStepTimeout.count(),
+              "the delay must be caught by the transport timeout, before the step timeout");
 
 // What the step with the fault comes to.
 enum class outcome {
@@ -62,7 +63,8 @@ const kind_case kRankSideCases[] = {
 void PrintTo(const kind_case& c, std::ostream* out) { *out << ds::fault_kind_name(c.kind); }
 
 std::string fault_text(fault_kind kind, int delay_ms) {
-    std::string text = std::string(ds::fault_kind_name(kind)) + ":rank=" + std::to_string(kFaultRank) + ":steps=" + std::to_string(kFaultStep);
+    std::string text = std::string(ds::fault_kind_name(kind)) + ":rank=" + std::to_string(kFaultRank) +
+                       ":steps=" + std::to_string(kFaultStep);
     if (delay_ms > 0) text += ":ms=" + std::to_string(delay_ms);
     return text;
 }
@@ -90,7 +92,8 @@ class RemoteFaults : public RemoteRanks {
         const json failed = call("verify", random_step(true, 23));
         took = std::chrono::duration_cast<milliseconds>(clock_type::now() - sent);
         ASSERT_TRUE(failed.contains("error")) << failed.dump();
-        EXPECT_NE(failed["error"].get<std::string>().find("rank " + std::to_string(kFaultRank)), std::string::npos) << failed.dump();
+        EXPECT_NE(failed["error"].get<std::string>().find("rank " + std::to_string(kFaultRank)), std::string::npos)
+            << failed.dump();
     }
 
     // Steps 4 and 5 succeed once the group serves again (health first: it takes no step id),
@@ -124,7 +127,8 @@ class RemoteFaults : public RemoteRanks {
         const auto deadline = clock_type::now() + within;
         int status = 0;
         while (clock_type::now() < deadline) {
-            if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            if (::waitpid(pid, &status, WNOHANG) == pid)
+                return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
             std::this_thread::sleep_for(milliseconds(20));
         }
         return -1;
@@ -160,18 +164,23 @@ TEST_P(EveryRankSideFault, IsDetectedInTimeNamingTheRankAndTheOtherStepsEqualThe
     EXPECT_EQ(log.find("desync in step 5"), std::string::npos) << log;
     if (param.kind == fault_kind::duplicate_control) {
         const std::string rank_log = slurp(test_stem() + "_rank2.log");
-        EXPECT_NE(rank_log.find("step 3 repeated after step 3: refused"), std::string::npos) << "run once, not twice\n" << rank_log;
+        EXPECT_NE(rank_log.find("step 3 repeated after step 3: refused"), std::string::npos) << "run once, not twice\n"
+                                                                                             << rank_log;
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(RemoteFaults, EveryRankSideFault, ::testing::ValuesIn(kRankSideCases),
-                         [](const auto& param_info) { return std::string(ds::fault_kind_name(param_info.param.kind)); });
+                         [](const auto& param_info) {
+                             return std::string(ds::fault_kind_name(param_info.param.kind));
+                         });
 
 // A kind added to kAllFaultKinds must get a case here (or its own test, like crash).
 TEST(RemoteFaultKinds, EveryRankSideKindHasACase) {
     for (const fault_kind kind : ds::kAllFaultKinds) {
-        if (ds::is_connection_fault(kind) || kind == fault_kind::crash) continue;  // the gateway's tests; the test below
-        const bool covered = std::any_of(std::begin(kRankSideCases), std::end(kRankSideCases), [kind](const kind_case& c) { return c.kind == kind; });
+        if (ds::is_connection_fault(kind) || kind == fault_kind::crash)
+            continue;  // the gateway's tests; the test below
+        const bool covered = std::any_of(std::begin(kRankSideCases), std::end(kRankSideCases),
+                                         [kind](const kind_case& c) { return c.kind == kind; });
         EXPECT_TRUE(covered) << ds::fault_kind_name(kind) << " has no case in kRankSideCases";
     }
 }

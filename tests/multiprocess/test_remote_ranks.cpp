@@ -29,7 +29,8 @@ bool cuda_backend_runs() {
     json step = random_step(false, 1);
     const std::string stem = test_stem() + "_cuda_probe";
     std::ofstream(stem + "_in.json") << step.dump();
-    const std::string cmd = tool_path() + " kernel sample --backend cuda < " + stem + "_in.json > " + stem + "_out.json 2>&1";
+    const std::string cmd =
+        tool_path() + " kernel sample --backend cuda < " + stem + "_in.json > " + stem + "_out.json 2>&1";
     return std::system(cmd.c_str()) == 0;
 }
 
@@ -46,8 +47,9 @@ TEST_P(CudaRankProcesses, SwapTheirShardsOverUcxAndEqualTheKernel) {
         GTEST_SKIP() << "distsample kernel --backend cuda does not run here (no GPU, or built without CUDA)";
     }
     const bool peer_error_handling = GetParam();
-    extra_args_ = {"--backend", "cuda", "--set", "ucx_device_memory=auto", "--set",
-                   std::string("ucx_peer_error_handling=") + (peer_error_handling ? "true" : "false")};
+    extra_args_ = {"--backend", "cuda",
+                   "--set",     "ucx_device_memory=auto",
+                   "--set",     std::string("ucx_peer_error_handling=") + (peer_error_handling ? "true" : "false")};
     start_group("swap");
     const json sample = random_step(false, 11);
     expect_same_outputs(call_until_ok("sample", sample, milliseconds(30000)), kernel_output("sample", sample));
@@ -69,8 +71,9 @@ TEST_P(CudaRankProcesses, SwapTheirShardsOverUcxAndEqualTheKernel) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ucx, CudaRankProcesses, ::testing::Bool(),
-                         [](const auto& param_info) { return std::string(param_info.param ? "PeerErrorHandling" : "NoPeerErrorHandling"); });
+INSTANTIATE_TEST_SUITE_P(Ucx, CudaRankProcesses, ::testing::Bool(), [](const auto& param_info) {
+    return std::string(param_info.param ? "PeerErrorHandling" : "NoPeerErrorHandling");
+});
 
 TEST_F(RemoteRanks, AKilledRankFailsTheStepInFlightNamingItAndARestartedRankReFormsTheGroup) {
     start_group("swap");
@@ -106,7 +109,8 @@ TEST_F(RemoteRanks, AKilledRankFailsTheStepInFlightNamingItAndARestartedRankReFo
         if (health["error"].get<std::string>().find("rank 2") != std::string::npos) break;
         std::this_thread::sleep_for(milliseconds(50));
     } while (clock_type::now() < deadline);
-    EXPECT_NE(health["error"].get<std::string>().find("rank 2: its rank process has not joined or is gone"), std::string::npos)
+    EXPECT_NE(health["error"].get<std::string>().find("rank 2: its rank process has not joined or is gone"),
+              std::string::npos)
         << health.dump();
 
     ranks_[2] = start_rank(2);
@@ -141,8 +145,12 @@ class RemoteHosts : public RemoteRanks, public ::testing::WithParamInterface<con
         std::ofstream(path) << json{{"topology", topology}}.dump(2);
         extra_args_ = {"--config", path};
     }
-    std::vector<std::string> coordinator_launcher() const override { return ds::test_support::netns_hosts::exec_in(hosts_.hub()); }
-    std::vector<std::string> rank_launcher(int rank) const override { return ds::test_support::netns_hosts::exec_in(hosts_.host(rank)); }
+    std::vector<std::string> coordinator_launcher() const override {
+        return ds::test_support::netns_hosts::exec_in(hosts_.hub());
+    }
+    std::vector<std::string> rank_launcher(int rank) const override {
+        return ds::test_support::netns_hosts::exec_in(hosts_.host(rank));
+    }
     std::vector<std::string> listen_args() const override { return {}; }
     std::vector<std::string> rank_args(int) const override { return {}; }
 
@@ -175,9 +183,12 @@ namespace {
 // a bad one naming the key and what is allowed.
 TEST(RemoteTopology, ConfigCheckPrintsItAndTheCommandsNameABadKey) {
     const std::string path = test_stem() + "_config.json";
-    std::ofstream(path) << json{{"tp", 2}, {"vocab_size", 64},
-                                {"topology", {{"coordinator", "10.1.0.254:7800"}, {"hosts", {"10.1.0.1", "10.1.0.2"}}, {"devices", {1, 0}}}}}
-                               .dump();
+    std::ofstream(path)
+        << json{{"tp", 2},
+                {"vocab_size", 64},
+                {"topology",
+                 {{"coordinator", "10.1.0.254:7800"}, {"hosts", {"10.1.0.1", "10.1.0.2"}}, {"devices", {1, 0}}}}}
+               .dump();
     const std::string out = test_stem() + "_out.txt";
     const std::string check = tool_path() + " config check " + path + " > " + out + " 2>&1";
     ASSERT_EQ(std::system(check.c_str()), 0) << slurp(out);
@@ -190,9 +201,11 @@ TEST(RemoteTopology, ConfigCheckPrintsItAndTheCommandsNameABadKey) {
     const std::string rank = tool_path() + " rank --config " + path + " > " + out + " 2>&1";
     EXPECT_EQ(WEXITSTATUS(std::system(rank.c_str())), 2);
     EXPECT_NE(slurp(out).find("0 entries of topology.hosts name this host"), std::string::npos) << slurp(out);
-    const std::string bad = tool_path() + " coordinator --config " + path + " --set topology.heartbeat_ms=5000 < /dev/null > " + out + " 2>&1";
+    const std::string bad = tool_path() + " coordinator --config " + path +
+                            " --set topology.heartbeat_ms=5000 < /dev/null > " + out + " 2>&1";
     EXPECT_EQ(WEXITSTATUS(std::system(bad.c_str())), 2);
-    EXPECT_NE(slurp(out).find("topology.heartbeat_ms = 5000: expected less than topology.connection_timeout_ms (2000)"), std::string::npos)
+    EXPECT_NE(slurp(out).find("topology.heartbeat_ms = 5000: expected less than topology.connection_timeout_ms (2000)"),
+              std::string::npos)
         << slurp(out);
 }
 

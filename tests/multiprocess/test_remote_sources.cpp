@@ -17,7 +17,8 @@ json step_without_logits(bool verify, uint32_t seed) {
     json step = random_step(verify, seed);
     step.erase("logits");
     for (size_t b = 0; b < step["requests"].size(); ++b) {
-        step["requests"][b]["history"] = json{static_cast<int>(3 * b + 1), static_cast<int>(seed % kVocab), static_cast<int>(7 * b + 2)};
+        step["requests"][b]["history"] =
+            json{static_cast<int>(3 * b + 1), static_cast<int>(seed % kVocab), static_cast<int>(7 * b + 2)};
     }
     return step;
 }
@@ -48,7 +49,8 @@ json with_model_logits(json step) {
 class RemoteOwnLogits : public RemoteRanks, public ::testing::WithParamInterface<const char*> {
    protected:
     static std::vector<std::string> synthetic_source() {
-        return {"--set", "topology.logits_source=synthetic", "--set", "topology.model_seed=" + std::to_string(kModelSeed)};
+        return {"--set", "topology.logits_source=synthetic", "--set",
+                "topology.model_seed=" + std::to_string(kModelSeed)};
     }
 };
 
@@ -71,7 +73,8 @@ TEST_P(RemoteOwnLogits, StepsWithoutLogitsEqualTheKernelOnTheModelsRows) {
     json again = sample;
     again["register"] = false;
     json expected = sample;
-    for (size_t b = 0; b < expected["requests"].size(); ++b) expected["requests"][b]["history"].push_back(first["tokens"][b]);
+    for (size_t b = 0; b < expected["requests"].size(); ++b)
+        expected["requests"][b]["history"].push_back(first["tokens"][b]);
     expect_same_outputs(call("sample", again), kernel_output("sample", with_model_logits(expected)));
 }
 
@@ -85,7 +88,9 @@ TEST_F(RemoteOwnLogits, ACoordinatorThatSendsLogitsIsRefusedNamingTheKey) {
     ASSERT_EQ(reply, (json{{"health", "ok"}}));
     const json refused = call("sample", random_step(false, 36));
     ASSERT_TRUE(refused.contains("error")) << refused.dump();
-    EXPECT_NE(refused["error"].get<std::string>().find("this rank makes its own (topology.logits_source)"), std::string::npos) << refused.dump();
+    EXPECT_NE(refused["error"].get<std::string>().find("this rank makes its own (topology.logits_source)"),
+              std::string::npos)
+        << refused.dump();
 }
 
 }  // namespace

@@ -49,7 +49,7 @@ TEST(NgramLm, FollowsTheTextAndFallsBackToLowerOrders) {
         m.logits(context, row.data());
         return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
     };
-    EXPECT_EQ(best(trigram, ngram_lm::context_of(sat, on)), the);  // "sat on" -> "the"
+    EXPECT_EQ(best(trigram, ngram_lm::context_of(sat, on)), the);                      // "sat on" -> "the"
     EXPECT_EQ(best(trigram, ngram_lm::context_of(on, the)), trigram.token_id("mat"));  // seen once each: mat before log
     // "the cat" -> sat or ate; the bigram draft only knows "cat" -> sat | ate as well.
     const int32_t after_cat = best(bigram, ngram_lm::context_of(0, cat));

@@ -61,7 +61,8 @@ inline step_input make_step(const std::vector<float>& logits, int32_t vocab, con
                             const std::vector<int64_t>& positions, int32_t n = 1,
                             const std::vector<int32_t>* candidates = nullptr) {
     step_input in;
-    in.logits = logits_view{logits.data(), logits_dtype::f32, static_cast<int64_t>(logits.size() / vocab), vocab, vocab};
+    in.logits =
+        logits_view{logits.data(), logits_dtype::f32, static_cast<int64_t>(logits.size() / vocab), vocab, vocab};
     in.slots = slots.data();
     in.positions = positions.data();
     in.batch_size = static_cast<int32_t>(slots.size());

@@ -26,7 +26,8 @@ std::string output_of(const std::string& command) {
 bool process_exists(long pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH; }
 
 void delete_namespace(const std::string& ns) {
-    if (std::system(("ip netns del " + ns + " >/dev/null 2>&1").c_str()) != 0) std::fprintf(stderr, "netns_hosts: cannot delete %s\n", ns.c_str());
+    if (std::system(("ip netns del " + ns + " >/dev/null 2>&1").c_str()) != 0)
+        std::fprintf(stderr, "netns_hosts: cannot delete %s\n", ns.c_str());
 }
 
 }  // namespace
@@ -45,13 +46,15 @@ netns_hosts::netns_hosts(std::string prefix, std::string subnet, int32_t hosts)
     const std::string hub_ns = hub();
     bool ok = run("ip netns add " + hub_ns) && run("ip -n " + hub_ns + " link set lo up") &&
               run("ip -n " + hub_ns + " link add br0 type bridge") &&
-              run("ip -n " + hub_ns + " addr add " + hub_address() + "/24 dev br0") && run("ip -n " + hub_ns + " link set br0 up");
+              run("ip -n " + hub_ns + " addr add " + hub_address() + "/24 dev br0") &&
+              run("ip -n " + hub_ns + " link set br0 up");
     for (int32_t i = 0; ok && i < hosts; ++i) {
         const std::string ns = host(i);
         const std::string port = "h" + std::to_string(i);  // the host's end of the pair, in the hub
         ok = run("ip netns add " + ns) && run("ip -n " + ns + " link set lo up") &&
              run("ip -n " + hub_ns + " link add " + port + " type veth peer name " + interface() + " netns " + ns) &&
-             run("ip -n " + hub_ns + " link set " + port + " master br0") && run("ip -n " + hub_ns + " link set " + port + " up") &&
+             run("ip -n " + hub_ns + " link set " + port + " master br0") &&
+             run("ip -n " + hub_ns + " link set " + port + " up") &&
              run("ip -n " + ns + " addr add " + host_address(i) + "/24 dev " + interface()) &&
              run("ip -n " + ns + " link set " + interface() + " up");
     }

@@ -33,9 +33,8 @@ std::vector<uint64_t> reference_kept_mass(const std::vector<float>& row, const s
     for (int32_t i = 0; i < v; ++i) {
         if (mass[i] > 0) order.push_back(i);
     }
-    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-        return mass[a] != mass[b] ? mass[a] > mass[b] : a < b;
-    });
+    std::sort(order.begin(), order.end(),
+              [&](int32_t a, int32_t b) { return mass[a] != mass[b] ? mass[a] > mass[b] : a < b; });
     size_t keep = order.size();
     if (params.top_k > 0) keep = std::min(keep, static_cast<size_t>(params.top_k));
     uint64_t top_k_mass = 0;

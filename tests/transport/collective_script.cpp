@@ -20,8 +20,10 @@ void record(std::vector<unsigned char>& transcript, const T* data, std::size_t c
     transcript.insert(transcript.end(), bytes, bytes + count * sizeof(T));
 }
 
-status record_rows(std::vector<unsigned char>& transcript, const logits_view& rows, const script_device_memory* device) {
-    const std::size_t bytes = static_cast<std::size_t>(rows.rows) * static_cast<std::size_t>(rows.vocab) * dtype_size(rows.dtype);
+status record_rows(std::vector<unsigned char>& transcript, const logits_view& rows,
+                   const script_device_memory* device) {
+    const std::size_t bytes =
+        static_cast<std::size_t>(rows.rows) * static_cast<std::size_t>(rows.vocab) * dtype_size(rows.dtype);
     if (!rows.on_device) {
         record(transcript, static_cast<const unsigned char*>(rows.data), bytes);
         return status::success();
@@ -62,7 +64,10 @@ status local_script_transcripts(int32_t world, std::vector<std::vector<unsigned 
     std::vector<status> results(static_cast<std::size_t>(world));
     std::vector<std::thread> threads;
     for (int32_t r = 0; r < world; ++r) {
-        threads.emplace_back([&, r] { results[static_cast<std::size_t>(r)] = run_collective_script(group.endpoint(r), transcripts[static_cast<std::size_t>(r)]); });
+        threads.emplace_back([&, r] {
+            results[static_cast<std::size_t>(r)] =
+                run_collective_script(group.endpoint(r), transcripts[static_cast<std::size_t>(r)]);
+        });
     }
     for (std::thread& t : threads) t.join();
     for (const status& s : results) {
@@ -71,7 +76,8 @@ status local_script_transcripts(int32_t world, std::vector<std::vector<unsigned 
     return status::success();
 }
 
-status run_collective_script(transport& endpoint, std::vector<unsigned char>& transcript, const script_device_memory* device) {
+status run_collective_script(transport& endpoint, std::vector<unsigned char>& transcript,
+                             const script_device_memory* device) {
     const int32_t rank = endpoint.rank();
     const int32_t world = endpoint.world_size();
     const int32_t shard_vocab = kShardVocab;
@@ -81,19 +87,27 @@ status run_collective_script(transport& endpoint, std::vector<unsigned char>& tr
     // Rank r's shard: value = row * 1000 + global token id, so every element says where it is from.
     std::vector<float> shard(static_cast<std::size_t>(real_rows) * shard_vocab);
     for (int64_t row = 0; row < real_rows; ++row) {
-        for (int32_t v = 0; v < shard_vocab; ++v) shard[static_cast<std::size_t>(row * shard_vocab + v)] = static_cast<float>(row * 1000 + rank * shard_vocab + v);
+        for (int32_t v = 0; v < shard_vocab; ++v)
+            shard[static_cast<std::size_t>(row * shard_vocab + v)] =
+                static_cast<float>(row * 1000 + rank * shard_vocab + v);
     }
     logits_view rows;
     std::shared_ptr<void> device_shard;
     // Batch-DP swap: rank r gets rows [2r, 2r + 2).
     const logits_view f32_shard{shard.data(), logits_dtype::f32, real_rows, shard_vocab, shard_vocab};
-    if (status s = swap_from(endpoint, device, f32_shard, shard.size() * sizeof(float), 2 * rank, 2, rows, device_shard); !s.is_ok()) return s;
+    if (status s =
+            swap_from(endpoint, device, f32_shard, shard.size() * sizeof(float), 2 * rank, 2, rows, device_shard);
+        !s.is_ok())
+        return s;
     if (status s = record_rows(transcript, rows, device); !s.is_ok()) return s;
     // Gathered mode: every rank gets every row. 16-bit elements with a row stride above the shard.
     std::vector<uint16_t> halves(static_cast<std::size_t>(real_rows) * (shard_vocab + 3));
     std::iota(halves.begin(), halves.end(), static_cast<uint16_t>(rank * 4096));
     const logits_view f16_shard{halves.data(), logits_dtype::f16, real_rows, shard_vocab, shard_vocab + 3};
-    if (status s = swap_from(endpoint, device, f16_shard, halves.size() * sizeof(uint16_t), 0, real_rows, rows, device_shard); !s.is_ok()) return s;
+    if (status s =
+            swap_from(endpoint, device, f16_shard, halves.size() * sizeof(uint16_t), 0, real_rows, rows, device_shard);
+        !s.is_ok())
+        return s;
     if (status s = record_rows(transcript, rows, device); !s.is_ok()) return s;
 
     std::vector<int32_t> block(9), blocks(9 * static_cast<std::size_t>(world));

@@ -13,7 +13,8 @@
 namespace ds {
 namespace {
 
-transport_config small_group(int32_t world, int32_t vocab = 8, std::chrono::milliseconds timeout = std::chrono::milliseconds(2000)) {
+transport_config small_group(int32_t world, int32_t vocab = 8,
+                             std::chrono::milliseconds timeout = std::chrono::milliseconds(2000)) {
     transport_config c;
     c.world_size = world;
     c.vocab_size = vocab;
@@ -117,7 +118,8 @@ TEST(LocalTransport, MissingRankTimesOutByNameAndNewEpochRecovers) {
     });
     for (int r = 0; r < 2; ++r) {
         EXPECT_NE(results[static_cast<size_t>(r)].code, status_code::ok);
-        EXPECT_NE(results[static_cast<size_t>(r)].message.find("rank 2"), std::string::npos) << results[static_cast<size_t>(r)].message;
+        EXPECT_NE(results[static_cast<size_t>(r)].message.find("rank 2"), std::string::npos)
+            << results[static_cast<size_t>(r)].message;
     }
     group.begin_epoch(2);
     results = on_every_rank(group, [&](int32_t, local_endpoint& ep) {

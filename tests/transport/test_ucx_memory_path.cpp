@@ -35,12 +35,14 @@ TEST(UcxMemoryPath, FollowsTheTable) {
     for (const choice_case& c : cases) {
         ucx_memory_choice choice;
         const status s = choose_ucx_memory_path(c.requested, c.facts, choice);
-        SCOPED_TRACE(std::string(ucx_memory_mode_name(c.requested)) + " device=" + std::to_string(c.facts.backend_on_device) +
-                     " cuda=" + std::to_string(c.facts.cuda_built) + " ucx_cuda=" + std::to_string(c.facts.ucx_has_cuda));
+        SCOPED_TRACE(
+            std::string(ucx_memory_mode_name(c.requested)) + " device=" + std::to_string(c.facts.backend_on_device) +
+            " cuda=" + std::to_string(c.facts.cuda_built) + " ucx_cuda=" + std::to_string(c.facts.ucx_has_cuda));
         ASSERT_TRUE(s.is_ok()) << s.message;
         EXPECT_EQ(choice.path, c.expected);
         // The log line says what was asked for.
-        EXPECT_NE(choice.reason.find(std::string("'") + ucx_memory_mode_name(c.requested) + "'"), std::string::npos) << choice.reason;
+        EXPECT_NE(choice.reason.find(std::string("'") + ucx_memory_mode_name(c.requested) + "'"), std::string::npos)
+            << choice.reason;
     }
 }
 
@@ -78,7 +80,8 @@ TEST(UcxMemoryPath, UnavailableDirectIsAStartUpErrorSayingWhatToSet) {
 TEST(UcxMemoryPath, GpuTransportsAreCudaIpcAndRdma) {
     EXPECT_TRUE(carries_gpu_memory("lane[0]:  3:rc_mlx5/mlx5_0:1 md[2] -> rma"));
     EXPECT_TRUE(carries_gpu_memory("#   resource 4  :  md 3  dev 2  flags -- dc_mlx5/mlx5_0:1"));
-    EXPECT_TRUE(carries_gpu_memory("lane[3]:  6:cuda_ipc/cuda.0 md[5]         -> md[5]/cuda_ipc/sysdev[0] seg 4294967295 rma_bw#0"));
+    EXPECT_TRUE(carries_gpu_memory(
+        "lane[3]:  6:cuda_ipc/cuda.0 md[5]         -> md[5]/cuda_ipc/sysdev[0] seg 4294967295 rma_bw#0"));
     EXPECT_TRUE(carries_gpu_memory("sysv/memory.0, posix/memory.0, cuda_ipc/cuda.0"));
     EXPECT_FALSE(carries_gpu_memory("lane[0]:  2:tcp/lo.0 md[1] -> am keepalive wireup"));
     // cuda_copy moves GPU memory within a process only.

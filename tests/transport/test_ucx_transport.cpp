@@ -49,7 +49,8 @@ class rendezvous_thread {
    public:
     rendezvous_thread(int32_t world, milliseconds timeout) {
         listening_ = server_.listen("127.0.0.1", 0);
-        if (listening_.is_ok()) thread_ = std::thread([this, world, timeout] { served_ = server_.serve(world, timeout); });
+        if (listening_.is_ok())
+            thread_ = std::thread([this, world, timeout] { served_ = server_.serve(world, timeout); });
     }
     ~rendezvous_thread() {
         if (thread_.joinable()) thread_.join();
@@ -70,7 +71,8 @@ class rendezvous_thread {
 };
 
 // Creates `world` UCX endpoints on threads of this process and runs body(rank, endpoint) on each.
-std::vector<status> on_ucx_threads(const transport_config& config, const std::function<status(int32_t, ucx_endpoint&)>& body) {
+std::vector<status> on_ucx_threads(const transport_config& config,
+                                   const std::function<status(int32_t, ucx_endpoint&)>& body) {
     rendezvous_thread rendezvous(config.world_size, config.timeout);
     EXPECT_TRUE(rendezvous.listening().is_ok()) << rendezvous.listening().message;
     std::vector<status> results(static_cast<size_t>(config.world_size));
@@ -98,13 +100,15 @@ std::string out_path(int32_t rank) {
 }
 
 // Starts `world` ucx_peer processes running `scenario` and returns their exit codes.
-std::vector<int> run_peer_processes(int32_t world, const std::string& scenario, milliseconds timeout, milliseconds wait) {
+std::vector<int> run_peer_processes(int32_t world, const std::string& scenario, milliseconds timeout,
+                                    milliseconds wait) {
     tcp_rendezvous rendezvous;
     EXPECT_TRUE(rendezvous.listen("127.0.0.1", 0).is_ok());
     child_processes peers;
     for (int32_t r = 0; r < world; ++r) {
-        peers.start({ucx_peer_binary(), std::to_string(r), std::to_string(world), "127.0.0.1:" + std::to_string(rendezvous.port()),
-                     scenario, out_path(r), std::to_string(timeout.count())});
+        peers.start({ucx_peer_binary(), std::to_string(r), std::to_string(world),
+                     "127.0.0.1:" + std::to_string(rendezvous.port()), scenario, out_path(r),
+                     std::to_string(timeout.count())});
     }
     const status served = rendezvous.serve(world, timeout);
     EXPECT_TRUE(served.is_ok()) << served.message;
@@ -169,8 +173,9 @@ TEST(UcxTransport, AfterAKilledRankTheSurvivorsReFormTheGroupWithARestartedRank)
     const std::string restarted_out = out_path(2) + ".restarted";
     child_processes peers;
     for (int32_t r = 0; r < kWorld; ++r) {
-        peers.start({ucx_peer_binary(), std::to_string(r), std::to_string(kWorld), "127.0.0.1:" + std::to_string(first.port()),
-                     scenario, out_path(r), std::to_string(timeout.count())});
+        peers.start({ucx_peer_binary(), std::to_string(r), std::to_string(kWorld),
+                     "127.0.0.1:" + std::to_string(first.port()), scenario, out_path(r),
+                     std::to_string(timeout.count())});
     }
     // Rank 2's replacement, waiting at the second rendezvous for the survivors: they may only see
     // the death when their call times out, so it waits longer than that.
@@ -183,10 +188,12 @@ TEST(UcxTransport, AfterAKilledRankTheSurvivorsReFormTheGroupWithARestartedRank)
     EXPECT_EQ(codes[4], 0) << "restarted rank 2";
     for (int32_t r = 0; r < kWorld; ++r) {
         const std::string reformed = read_file(r == 2 ? restarted_out : out_path(r) + ".reformed");
-        EXPECT_EQ(std::vector<unsigned char>(reformed.begin(), reformed.end()), expected[static_cast<size_t>(r)]) << "rank " << r;
+        EXPECT_EQ(std::vector<unsigned char>(reformed.begin(), reformed.end()), expected[static_cast<size_t>(r)])
+            << "rank " << r;
         if (r != 2) {
             EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "rank " << r;
-            EXPECT_NE(read_file(out_path(r)).find("rank 2"), std::string::npos) << "rank " << r << ": " << read_file(out_path(r));
+            EXPECT_NE(read_file(out_path(r)).find("rank 2"), std::string::npos)
+                << "rank " << r << ": " << read_file(out_path(r));
         }
         std::remove(out_path(r).c_str());
         std::remove((out_path(r) + ".reformed").c_str());
@@ -267,7 +274,8 @@ TEST(UcxTransport, ResolvesUcxDeviceMemoryAtCreation) {
     config.ucx_device_memory = ucx_memory_mode::automatic;
     auto results = on_ucx_threads(config, [](int32_t, ucx_endpoint& endpoint) {
         if (endpoint.memory_path() != ucx_memory_path::host || endpoint.swaps_device_logits()) {
-            return status{status_code::internal, std::string("expected host, got ") + ucx_memory_path_name(endpoint.memory_path())};
+            return status{status_code::internal,
+                          std::string("expected host, got ") + ucx_memory_path_name(endpoint.memory_path())};
         }
         std::vector<float> rows(64);
         logits_view out;
@@ -282,12 +290,15 @@ TEST(UcxTransport, ResolvesUcxDeviceMemoryAtCreation) {
     config.ucx_device_memory = ucx_memory_mode::direct;
     config.backend_on_device = true;
     results = on_ucx_threads(config, [](int32_t, ucx_endpoint& endpoint) {
-        return endpoint.swaps_device_logits() ? status::success() : status{status_code::internal, "direct without device swaps"};
+        return endpoint.swaps_device_logits() ? status::success()
+                                              : status{status_code::internal, "direct without device swaps"};
     });
     if (results[0].is_ok()) return;  // this UCX and this build move CUDA memory
     EXPECT_EQ(results[0].code, status_code::unsupported) << results[0].message;
-    EXPECT_NE(results[0].message.find("rank 0: ucx_device_memory = 'direct' is not available"), std::string::npos) << results[0].message;
-    EXPECT_NE(results[0].message.find("set ucx_device_memory = auto or staged"), std::string::npos) << results[0].message;
+    EXPECT_NE(results[0].message.find("rank 0: ucx_device_memory = 'direct' is not available"), std::string::npos)
+        << results[0].message;
+    EXPECT_NE(results[0].message.find("set ucx_device_memory = auto or staged"), std::string::npos)
+        << results[0].message;
 }
 
 // A rank whose endpoint cannot start (here: `direct` refused) still answers the bootstrap, so its
@@ -316,7 +327,8 @@ TEST(UcxTransport, APeerThatCannotStartIsNamedAtOnce) {
     EXPECT_EQ(results[0].code, status_code::unsupported) << results[0].message;
     EXPECT_NE(results[0].message.find("ucx_device_memory = 'direct'"), std::string::npos) << results[0].message;
     EXPECT_EQ(results[1].code, status_code::aborted) << results[1].message;
-    EXPECT_NE(results[1].message.find("rank 1: rank 0 could not start its ucx endpoint"), std::string::npos) << results[1].message;
+    EXPECT_NE(results[1].message.find("rank 1: rank 0 could not start its ucx endpoint"), std::string::npos)
+        << results[1].message;
 }
 
 TEST(UcxTransport, RanksThatDisagreeOnTheBatchFailAlikeAndStayUsable) {
@@ -343,7 +355,8 @@ TEST(TcpBootstrap, AMissingRankIsNamed) {
     for (int32_t r : {0, 2}) {
         threads.emplace_back([&, r] {
             std::vector<std::string> all;
-            results[static_cast<size_t>(r / 2)] = tcp_bootstrap("127.0.0.1", rendezvous.port(), r, 3, milliseconds(2000)).exchange("x", all);
+            results[static_cast<size_t>(r / 2)] =
+                tcp_bootstrap("127.0.0.1", rendezvous.port(), r, 3, milliseconds(2000)).exchange("x", all);
         });
     }
     for (std::thread& t : threads) t.join();
@@ -418,12 +431,14 @@ TEST(UcxAcrossNamespaces, OneHostPerRankMatchesTheLocalTransport) {
     const std::string rendezvous = hosts.hub_address() + ":4100";
     const std::string timeout_ms = "5000";
     child_processes processes;
-    processes.start({"ip", "netns", "exec", hosts.hub(), ucx_peer_binary(), "rendezvous", rendezvous, std::to_string(kWorld), timeout_ms});
+    processes.start({"ip", "netns", "exec", hosts.hub(), ucx_peer_binary(), "rendezvous", rendezvous,
+                     std::to_string(kWorld), timeout_ms});
     for (int32_t r = 0; r < kWorld; ++r) {
         // UCX over tcp on the namespace's veth only: no shared memory or loopback shortcuts
         // between ranks that only look like separate hosts.
-        processes.start({"ip", "netns", "exec", hosts.host(r), "env", "UCX_TLS=tcp", std::string("UCX_NET_DEVICES=") + hosts.interface(),
-                         ucx_peer_binary(), std::to_string(r), std::to_string(kWorld), rendezvous, "script", out_path(r), timeout_ms});
+        processes.start({"ip", "netns", "exec", hosts.host(r), "env", "UCX_TLS=tcp",
+                         std::string("UCX_NET_DEVICES=") + hosts.interface(), ucx_peer_binary(), std::to_string(r),
+                         std::to_string(kWorld), rendezvous, "script", out_path(r), timeout_ms});
     }
     const auto codes = processes.wait_all(milliseconds(30000));
     EXPECT_EQ(codes[0], 0) << "rendezvous";

@@ -40,7 +40,8 @@ bool run_script_to(ds::transport& endpoint, const std::string& path) {
 }
 
 // Joins the group at "HOST:PORT" as `rank` over ucx.
-ds::status join(const std::string& rendezvous, int32_t rank, const ds::transport_config& config, std::unique_ptr<ds::transport>& out) {
+ds::status join(const std::string& rendezvous, int32_t rank, const ds::transport_config& config,
+                std::unique_ptr<ds::transport>& out) {
     std::string host, error;
     uint16_t port = 0;
     if (!ds::parse_host_port(rendezvous, host, port, error)) return ds::status::invalid(error);
@@ -93,7 +94,8 @@ int run(int argc, char** argv) {
             s = endpoint->all_reduce(&value, 1, ds::reduce_op::sum);
         }
         const auto failed_after = std::chrono::steady_clock::now() - call_start;
-        std::ofstream(out_file) << std::chrono::duration_cast<std::chrono::milliseconds>(failed_after).count() << ' ' << s.message;
+        std::ofstream(out_file) << std::chrono::duration_cast<std::chrono::milliseconds>(failed_after).count() << ' '
+                                << s.message;
         if (s.is_ok()) return 1;
         if (reform_at.empty()) {
             std::this_thread::sleep_for(config.timeout);

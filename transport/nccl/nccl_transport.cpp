@@ -55,7 +55,8 @@ status nccl_endpoint::create(const transport_config& config, bootstrap& boot, co
 status nccl_endpoint::check_cuda(int error, const char* what) {
     if (error == cudaSuccess) return status::success();
     cudaGetLastError();  // clear the sticky error (DESIGN.md §6)
-    return fail(status_code::internal, fmt::format("rank {}: {}: {}", rank_, what, cudaGetErrorString(static_cast<cudaError_t>(error))));
+    return fail(status_code::internal,
+                fmt::format("rank {}: {}: {}", rank_, what, cudaGetErrorString(static_cast<cudaError_t>(error))));
 }
 
 status nccl_endpoint::setup(bootstrap& boot, const nccl_options& options) {
@@ -68,7 +69,9 @@ status nccl_endpoint::setup(bootstrap& boot, const nccl_options& options) {
     }
     g.device = options.device >= 0 ? options.device : rank_ % devices;
     if (status s = check_cuda(cudaSetDevice(g.device), "cudaSetDevice"); !s.is_ok()) return s;
-    if (status s = check_cuda(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking), "cudaStreamCreate"); !s.is_ok()) return s;
+    if (status s = check_cuda(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+        !s.is_ok())
+        return s;
 
     const int32_t world = config_.world_size;
     const std::size_t shard_bytes = static_cast<std::size_t>(config_.vocab_size / world) * 4;
@@ -78,7 +81,8 @@ status nccl_endpoint::setup(bootstrap& boot, const nccl_options& options) {
     for (auto [buffer, bytes] : {std::pair{&g.rows, stage_bytes}, std::pair{&g.send_stage, stage_bytes},
                                  std::pair{&g.recv_stage, stage_bytes}, std::pair{&g.collective, collective_bytes}}) {
         void* memory = nullptr;
-        if (status s = check_cuda(cudaMalloc(&memory, std::max<std::size_t>(bytes, 1)), "cudaMalloc"); !s.is_ok()) return s;
+        if (status s = check_cuda(cudaMalloc(&memory, std::max<std::size_t>(bytes, 1)), "cudaMalloc"); !s.is_ok())
+            return s;
         *buffer = static_cast<unsigned char*>(memory);
     }
     g.swap_requests.assign(static_cast<size_t>(world), swap_request{});
@@ -93,7 +97,8 @@ status nccl_endpoint::setup(bootstrap& boot, const nccl_options& options) {
     }
     std::vector<std::string> blobs;
     if (status s = boot.exchange(mine, blobs); !s.is_ok()) return s;
-    if (blobs[0].size() != sizeof id) return status::invalid(fmt::format("rank {}: rank 0 sent no NCCL unique id", rank_));
+    if (blobs[0].size() != sizeof id)
+        return status::invalid(fmt::format("rank {}: rank 0 sent no NCCL unique id", rank_));
     std::memcpy(&id, blobs[0].data(), sizeof id);
 
     ncclConfig_t comm_config = NCCL_CONFIG_INITIALIZER;
@@ -103,7 +108,8 @@ status nccl_endpoint::setup(bootstrap& boot, const nccl_options& options) {
     if (status s = barrier(); !s.is_ok()) return s;
     int version = 0;
     ncclGetVersion(&version);
-    transport_log().info("rank {}: nccl transport ready, {} ranks, device {}, NCCL {}", rank_, world, g.device, version);
+    transport_log().info("rank {}: nccl transport ready, {} ranks, device {}, NCCL {}", rank_, world, g.device,
+                         version);
     return status::success();
 }
 
@@ -165,14 +171,16 @@ status nccl_endpoint::settle(int result, const char* what) {
     while (state == ncclInProgress) {
         if (failure_.failed()) return failed();
         if (clock::now() > deadline) {
-            return fail(status_code::timeout, fmt::format("rank {} waited {} ms for NCCL to take {}", rank_, config_.timeout.count(), what));
+            return fail(status_code::timeout,
+                        fmt::format("rank {} waited {} ms for NCCL to take {}", rank_, config_.timeout.count(), what));
         }
         std::this_thread::yield();
         if (g.comm) ncclCommGetAsyncError(g.comm, &state);
     }
     if (state == ncclSuccess) return status::success();
     const char* detail = g.comm ? ncclGetLastError(g.comm) : "";
-    return fail(status_code::aborted, fmt::format("rank {}: {}: {} {}", rank_, what, ncclGetErrorString(state), detail));
+    return fail(status_code::aborted,
+                fmt::format("rank {}: {}: {} {}", rank_, what, ncclGetErrorString(state), detail));
 }
 
 status nccl_endpoint::wait(const char* what) {
@@ -185,13 +193,14 @@ status nccl_endpoint::wait(const char* what) {
         ncclResult_t async = ncclSuccess;
         ncclCommGetAsyncError(g.comm, &async);
         if (async != ncclSuccess && async != ncclInProgress) {
-            return fail(status_code::aborted, fmt::format("rank {}: {}: {} (a peer failed?) {}", rank_, what, ncclGetErrorString(async),
-                                                          ncclGetLastError(g.comm)));
+            return fail(status_code::aborted, fmt::format("rank {}: {}: {} (a peer failed?) {}", rank_, what,
+                                                          ncclGetErrorString(async), ncclGetLastError(g.comm)));
         }
         if (failure_.failed()) return failed();
         if (clock::now() > deadline) {
-            return fail(status_code::timeout, fmt::format("rank {} waited {} ms in {} (NCCL does not say which rank is missing)", rank_,
-                                                          config_.timeout.count(), what));
+            return fail(status_code::timeout,
+                        fmt::format("rank {} waited {} ms in {} (NCCL does not say which rank is missing)", rank_,
+                                    config_.timeout.count(), what));
         }
         std::this_thread::yield();
     }
@@ -202,10 +211,17 @@ status nccl_endpoint::all_gather(const void* in, std::size_t bytes, void* out) {
     if (status s = enter("all_gather"); !s.is_ok()) return s;
     resources& g = *gpu_;
     unsigned char* mine = g.collective + static_cast<std::size_t>(rank_) * bytes;  // in place: this rank's slot
-    if (status s = check_cuda(cudaMemcpyAsync(mine, in, bytes, cudaMemcpyHostToDevice, g.stream), "all_gather"); !s.is_ok()) return s;
-    if (status s = settle(ncclAllGather(mine, g.collective, bytes, ncclUint8, g.comm, g.stream), "ncclAllGather"); !s.is_ok()) return s;
+    if (status s = check_cuda(cudaMemcpyAsync(mine, in, bytes, cudaMemcpyHostToDevice, g.stream), "all_gather");
+        !s.is_ok())
+        return s;
+    if (status s = settle(ncclAllGather(mine, g.collective, bytes, ncclUint8, g.comm, g.stream), "ncclAllGather");
+        !s.is_ok())
+        return s;
     const std::size_t total = bytes * static_cast<std::size_t>(config_.world_size);
-    if (status s = check_cuda(cudaMemcpyAsync(out, g.collective, total, cudaMemcpyDeviceToHost, g.stream), "all_gather"); !s.is_ok()) return s;
+    if (status s =
+            check_cuda(cudaMemcpyAsync(out, g.collective, total, cudaMemcpyDeviceToHost, g.stream), "all_gather");
+        !s.is_ok())
+        return s;
     return wait("all_gather");
 }
 
@@ -220,31 +236,51 @@ status nccl_endpoint::reduce_impl(T* data, std::size_t count, reduce_op op) {
     if (status s = enter("all_reduce"); !s.is_ok()) return s;
     resources& g = *gpu_;
     const ncclDataType_t type = std::is_signed<T>::value ? ncclInt64 : ncclUint64;
-    if (status s = check_cuda(cudaMemcpyAsync(g.collective, data, bytes, cudaMemcpyHostToDevice, g.stream), "all_reduce"); !s.is_ok()) return s;
-    const ncclResult_t r = ncclAllReduce(g.collective, g.collective, count, type, op == reduce_op::sum ? ncclSum : ncclMax, g.comm, g.stream);
+    if (status s =
+            check_cuda(cudaMemcpyAsync(g.collective, data, bytes, cudaMemcpyHostToDevice, g.stream), "all_reduce");
+        !s.is_ok())
+        return s;
+    const ncclResult_t r = ncclAllReduce(g.collective, g.collective, count, type,
+                                         op == reduce_op::sum ? ncclSum : ncclMax, g.comm, g.stream);
     if (status s = settle(r, "ncclAllReduce"); !s.is_ok()) return s;
-    if (status s = check_cuda(cudaMemcpyAsync(data, g.collective, bytes, cudaMemcpyDeviceToHost, g.stream), "all_reduce"); !s.is_ok()) return s;
+    if (status s =
+            check_cuda(cudaMemcpyAsync(data, g.collective, bytes, cudaMemcpyDeviceToHost, g.stream), "all_reduce");
+        !s.is_ok())
+        return s;
     return wait("all_reduce");
 }
 
-status nccl_endpoint::all_reduce(uint64_t* data, std::size_t count, reduce_op op) { return reduce_impl(data, count, op); }
-status nccl_endpoint::all_reduce(int64_t* data, std::size_t count, reduce_op op) { return reduce_impl(data, count, op); }
+status nccl_endpoint::all_reduce(uint64_t* data, std::size_t count, reduce_op op) {
+    return reduce_impl(data, count, op);
+}
+status nccl_endpoint::all_reduce(int64_t* data, std::size_t count, reduce_op op) {
+    return reduce_impl(data, count, op);
+}
 
 status nccl_endpoint::broadcast(void* data, std::size_t bytes, int32_t root) {
     if (root < 0 || root >= config_.world_size) {
-        return status::invalid(fmt::format("broadcast root = {}: expected a rank in [0, {})", root, config_.world_size));
+        return status::invalid(
+            fmt::format("broadcast root = {}: expected a rank in [0, {})", root, config_.world_size));
     }
     if (status s = check_collective_size(config_, bytes, "broadcast"); !s.is_ok()) return s;
     if (status s = enter("broadcast"); !s.is_ok()) return s;
     resources& g = *gpu_;
     if (rank_ == root) {
-        if (status s = check_cuda(cudaMemcpyAsync(g.collective, data, bytes, cudaMemcpyHostToDevice, g.stream), "broadcast"); !s.is_ok()) return s;
+        if (status s =
+                check_cuda(cudaMemcpyAsync(g.collective, data, bytes, cudaMemcpyHostToDevice, g.stream), "broadcast");
+            !s.is_ok())
+            return s;
     }
-    if (status s = settle(ncclBroadcast(g.collective, g.collective, bytes, ncclUint8, root, g.comm, g.stream), "ncclBroadcast"); !s.is_ok()) {
+    if (status s = settle(ncclBroadcast(g.collective, g.collective, bytes, ncclUint8, root, g.comm, g.stream),
+                          "ncclBroadcast");
+        !s.is_ok()) {
         return s;
     }
     if (rank_ != root) {
-        if (status s = check_cuda(cudaMemcpyAsync(data, g.collective, bytes, cudaMemcpyDeviceToHost, g.stream), "broadcast"); !s.is_ok()) return s;
+        if (status s =
+                check_cuda(cudaMemcpyAsync(data, g.collective, bytes, cudaMemcpyDeviceToHost, g.stream), "broadcast");
+            !s.is_ok())
+            return s;
     }
     return wait("broadcast");
 }
@@ -260,7 +296,8 @@ status nccl_endpoint::swap_batch_vocab(const logits_view& shard, int64_t first_r
     const int32_t vocab = config_.vocab_size;
     const int32_t shard_vocab = vocab / world;
     if (status s = check_swap_shape(config_, shard, first_row, row_count); !s.is_ok()) return s;
-    if (!shard.on_device) return {status_code::unsupported, "nccl transport: the logits shard must be GPU memory (on_device)"};
+    if (!shard.on_device)
+        return {status_code::unsupported, "nccl transport: the logits shard must be GPU memory (on_device)"};
     resources& g = *gpu_;
     const swap_request mine = swap_request::of(shard, first_row, row_count);
     if (status s = all_gather(&mine, sizeof mine, g.swap_requests.data()); !s.is_ok()) return s;
@@ -282,35 +319,46 @@ status nccl_endpoint::swap_batch_vocab(const logits_view& shard, int64_t first_r
         const swap_request& theirs = g.swap_requests[static_cast<size_t>(peer)];
         if (peer == rank_) continue;
         status s = copy_2d(g.send_stage + static_cast<std::size_t>(peer) * g.stage_bytes_per_peer, slice_bytes,
-                           source + static_cast<std::size_t>(theirs.first_row) * source_pitch, source_pitch, theirs.real_requested_rows());
+                           source + static_cast<std::size_t>(theirs.first_row) * source_pitch, source_pitch,
+                           theirs.real_requested_rows());
         if (!s.is_ok()) return s;
     }
     if (status s = settle(ncclGroupStart(), "ncclGroupStart"); !s.is_ok()) return s;
     for (int32_t peer = 0; peer < world; ++peer) {
         if (peer == rank_) continue;
         const std::size_t offset = static_cast<std::size_t>(peer) * g.stage_bytes_per_peer;
-        const std::size_t send_bytes = static_cast<std::size_t>(g.swap_requests[static_cast<size_t>(peer)].real_requested_rows()) * slice_bytes;
+        const std::size_t send_bytes =
+            static_cast<std::size_t>(g.swap_requests[static_cast<size_t>(peer)].real_requested_rows()) * slice_bytes;
         const std::size_t recv_bytes = static_cast<std::size_t>(my_real_rows) * slice_bytes;
         if (send_bytes > 0) {
-            if (status s = settle(ncclSend(g.send_stage + offset, send_bytes, ncclUint8, peer, g.comm, g.stream), "ncclSend"); !s.is_ok()) return s;
+            if (status s =
+                    settle(ncclSend(g.send_stage + offset, send_bytes, ncclUint8, peer, g.comm, g.stream), "ncclSend");
+                !s.is_ok())
+                return s;
         }
         if (recv_bytes > 0) {
-            if (status s = settle(ncclRecv(g.recv_stage + offset, recv_bytes, ncclUint8, peer, g.comm, g.stream), "ncclRecv"); !s.is_ok()) return s;
+            if (status s =
+                    settle(ncclRecv(g.recv_stage + offset, recv_bytes, ncclUint8, peer, g.comm, g.stream), "ncclRecv");
+                !s.is_ok())
+                return s;
         }
     }
     if (status s = settle(ncclGroupEnd(), "ncclGroupEnd (vocab swap)"); !s.is_ok()) return s;
     // Unpack every peer's slices (and this rank's own) into full-vocab rows; zero the phantom rows.
     for (int32_t peer = 0; peer < world; ++peer) {
         unsigned char* dst = g.rows + static_cast<std::size_t>(peer) * slice_bytes;
-        status s = peer == rank_ ? copy_2d(dst, row_bytes, source + static_cast<std::size_t>(first_row) * source_pitch, source_pitch, my_real_rows)
-                                 : copy_2d(dst, row_bytes, g.recv_stage + static_cast<std::size_t>(peer) * g.stage_bytes_per_peer, slice_bytes,
-                                           my_real_rows);
+        status s = peer == rank_
+                       ? copy_2d(dst, row_bytes, source + static_cast<std::size_t>(first_row) * source_pitch,
+                                 source_pitch, my_real_rows)
+                       : copy_2d(dst, row_bytes, g.recv_stage + static_cast<std::size_t>(peer) * g.stage_bytes_per_peer,
+                                 slice_bytes, my_real_rows);
         if (!s.is_ok()) return s;
     }
     if (row_count > my_real_rows) {
         const std::size_t phantom_bytes = static_cast<std::size_t>(row_count - my_real_rows) * row_bytes;
-        status s = check_cuda(cudaMemsetAsync(g.rows + static_cast<std::size_t>(my_real_rows) * row_bytes, 0, phantom_bytes, g.stream),
-                              "swap_batch_vocab");
+        status s = check_cuda(
+            cudaMemsetAsync(g.rows + static_cast<std::size_t>(my_real_rows) * row_bytes, 0, phantom_bytes, g.stream),
+            "swap_batch_vocab");
         if (!s.is_ok()) return s;
     }
     if (status s = wait("swap_batch_vocab"); !s.is_ok()) return s;

@@ -19,7 +19,8 @@ status ucx_group::create(const transport_config& config, std::unique_ptr<ucx_gro
     for (int32_t r = 0; r < config.world_size; ++r) {
         threads.emplace_back([&, r] {
             tcp_bootstrap boot("127.0.0.1", rendezvous.port(), r, config.world_size, config.timeout);
-            results[static_cast<size_t>(r)] = ucx_endpoint::create(config, boot, group->endpoints_[static_cast<size_t>(r)]);
+            results[static_cast<size_t>(r)] =
+                ucx_endpoint::create(config, boot, group->endpoints_[static_cast<size_t>(r)]);
         });
     }
     const status served = rendezvous.serve(config.world_size, config.timeout);

@@ -103,15 +103,15 @@ struct ucx_endpoint::peer_failure_context {
 struct ucx_endpoint::resources {
     ucp_context_h context = nullptr;
     ucp_worker_h worker = nullptr;
-    int event_fd = -1;  // the worker's wake-up descriptor
+    int event_fd = -1;                         // the worker's wake-up descriptor
     ucp_mem_h memory[2] = {nullptr, nullptr};  // per region (ucx_endpoint::region)
     std::vector<ucp_ep_h> eps;                 // per rank; null for this rank
     std::vector<ucp_rkey_h> rkeys[2];          // per region, per rank; null for this rank
     std::vector<uint64_t> remote_base[2];      // per region, per rank: the peer's region address
     std::vector<ucs_status_t> peer_status;     // per rank: set by the error handler
     std::vector<peer_failure_context> failure_contexts;
-    std::vector<swap_request> swap_requests;   // per rank, reused by every swap
-    std::vector<void*> flush_requests;         // per rank, reused by every flush
+    std::vector<swap_request> swap_requests;  // per rank, reused by every swap
+    std::vector<void*> flush_requests;        // per rank, reused by every flush
 };
 
 ucx_endpoint::ucx_endpoint(const transport_config& config, int32_t rank)
@@ -146,7 +146,8 @@ status ucx_endpoint::prepare(std::string& mine) {
     resources& u = *ucx_;
 
     ucp_config_t* ucp_config = nullptr;  // UCX_* environment variables (UCX_TLS, UCX_NET_DEVICES) apply
-    if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &ucp_config); st != UCS_OK) return ucx_failure(rank_, "ucp_config_read", st);
+    if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &ucp_config); st != UCS_OK)
+        return ucx_failure(rank_, "ucp_config_read", st);
     // UCX's memory-type cache misses CUDA allocations it did not see through its driver hooks (our
     // statically linked CUDA runtime's), and then takes device pointers for host memory
     // (ucx_memory_path.h): a cuda-backend rank has UCX ask the driver instead, unless told otherwise.
@@ -176,21 +177,25 @@ status ucx_endpoint::prepare(std::string& mine) {
     ucp_worker_params_t worker_params{};
     worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
-    if (ucs_status_t st = ucp_worker_create(u.context, &worker_params, &u.worker); st != UCS_OK) return ucx_failure(rank_, "ucp_worker_create", st);
-    if (ucs_status_t st = ucp_worker_get_efd(u.worker, &u.event_fd); st != UCS_OK) return ucx_failure(rank_, "ucp_worker_get_efd", st);
+    if (ucs_status_t st = ucp_worker_create(u.context, &worker_params, &u.worker); st != UCS_OK)
+        return ucx_failure(rank_, "ucp_worker_create", st);
+    if (ucs_status_t st = ucp_worker_get_efd(u.worker, &u.event_fd); st != UCS_OK)
+        return ucx_failure(rank_, "ucp_worker_get_efd", st);
 
     // The control region (host memory): a flag word per peer, then the collective areas of
     // parity 0 and 1. The swap region: the swap receive areas of parity 0 and 1, where the
     // memory path puts them.
     collective_area_bytes_ = align_up(static_cast<std::size_t>(world) * config_.max_collective_bytes);
     control_.assign(align_up(static_cast<std::size_t>(world) * sizeof(uint64_t)) + 2 * collective_area_bytes_, 0);
-    swap_area_bytes_ = align_up(static_cast<std::size_t>(config_.max_swap_rows) * static_cast<std::size_t>(config_.vocab_size) * 4);
+    swap_area_bytes_ =
+        align_up(static_cast<std::size_t>(config_.max_swap_rows) * static_cast<std::size_t>(config_.vocab_size) * 4);
     const std::size_t swap_bytes = swap_region_bytes();
     if (memory_path_ == ucx_memory_path::host) {
         host_swap_.assign(swap_bytes, 0);
         swap_base_ = host_swap_.data();
     } else {
-        const cuda_memory_kind kind = memory_path_ == ucx_memory_path::direct ? cuda_memory_kind::device : cuda_memory_kind::pinned_host;
+        const cuda_memory_kind kind =
+            memory_path_ == ucx_memory_path::direct ? cuda_memory_kind::device : cuda_memory_kind::pinned_host;
         if (status s = cuda_allocation::allocate(kind, swap_bytes, cuda_swap_); !s.is_ok()) {
             return {s.code, fmt::format("rank {}: the ucx swap buffers ({} bytes, {}): {}", rank_, swap_bytes,
                                         ucx_memory_path_name(memory_path_), s.message)};
@@ -208,10 +213,12 @@ status ucx_endpoint::prepare(std::string& mine) {
             map.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
             map.memory_type = UCS_MEMORY_TYPE_CUDA;
         }
-        if (ucs_status_t st = ucp_mem_map(u.context, &map, &u.memory[i]); st != UCS_OK) return ucx_failure(rank_, "ucp_mem_map", st);
+        if (ucs_status_t st = ucp_mem_map(u.context, &map, &u.memory[i]); st != UCS_OK)
+            return ucx_failure(rank_, "ucp_mem_map", st);
         void* rkey = nullptr;
         size_t rkey_bytes = 0;
-        if (ucs_status_t st = ucp_rkey_pack(u.context, u.memory[i], &rkey, &rkey_bytes); st != UCS_OK) return ucx_failure(rank_, "ucp_rkey_pack", st);
+        if (ucs_status_t st = ucp_rkey_pack(u.context, u.memory[i], &rkey, &rkey_bytes); st != UCS_OK)
+            return ucx_failure(rank_, "ucp_rkey_pack", st);
         rkeys[i].assign(static_cast<const char*>(rkey), rkey_bytes);
         ucp_rkey_buffer_release(rkey);
     }
@@ -220,8 +227,13 @@ status ucx_endpoint::prepare(std::string& mine) {
     if (ucs_status_t st = ucp_worker_get_address(u.worker, &address, &address_bytes); st != UCS_OK) {
         return ucx_failure(rank_, "ucp_worker_get_address", st);
     }
-    const blob_header header{reinterpret_cast<uint64_t>(control_.data()), control_.size(), reinterpret_cast<uint64_t>(swap_base_),
-                             swap_bytes, rkeys[0].size(), rkeys[1].size(), address_bytes};
+    const blob_header header{reinterpret_cast<uint64_t>(control_.data()),
+                             control_.size(),
+                             reinterpret_cast<uint64_t>(swap_base_),
+                             swap_bytes,
+                             rkeys[0].size(),
+                             rkeys[1].size(),
+                             address_bytes};
     mine.assign(reinterpret_cast<const char*>(&header), sizeof header);
     mine += rkeys[0];
     mine += rkeys[1];
@@ -248,7 +260,8 @@ status ucx_endpoint::connect(const std::vector<std::string>& blobs) {
         if (peer == rank_) continue;
         const std::string& blob = blobs[static_cast<size_t>(peer)];
         if (blob.empty()) {
-            return {status_code::aborted, fmt::format("rank {}: rank {} could not start its ucx endpoint (its log says why)", rank_, peer)};
+            return {status_code::aborted,
+                    fmt::format("rank {}: rank {} could not start its ucx endpoint (its log says why)", rank_, peer)};
         }
         blob_header theirs{};
         if (blob.size() >= sizeof theirs) std::memcpy(&theirs, blob.data(), sizeof theirs);
@@ -256,9 +269,10 @@ status ucx_endpoint::connect(const std::vector<std::string>& blobs) {
             return status::invalid(fmt::format("rank {}: malformed bootstrap blob from rank {}", rank_, peer));
         }
         if (theirs.control_bytes != control_.size() || theirs.swap_bytes != swap_bytes) {
-            return status::invalid(fmt::format("rank {}: rank {} registered {} + {} bytes, this rank {} + {}: the ranks' transport "
-                                               "configurations differ", rank_, peer, theirs.control_bytes, theirs.swap_bytes,
-                                               control_.size(), swap_bytes));
+            return status::invalid(
+                fmt::format("rank {}: rank {} registered {} + {} bytes, this rank {} + {}: the ranks' transport "
+                            "configurations differ",
+                            rank_, peer, theirs.control_bytes, theirs.swap_bytes, control_.size(), swap_bytes));
         }
         const char* control_rkey = blob.data() + sizeof theirs;
         const char* swap_rkey = control_rkey + theirs.control_rkey_bytes;
@@ -279,7 +293,8 @@ status ucx_endpoint::connect(const std::vector<std::string>& blobs) {
         }
         for (const region r : {region::control, region::swap}) {
             const auto i = static_cast<size_t>(r);
-            if (ucs_status_t st = ucp_ep_rkey_unpack(u.eps[static_cast<size_t>(peer)], r == region::control ? control_rkey : swap_rkey,
+            if (ucs_status_t st = ucp_ep_rkey_unpack(u.eps[static_cast<size_t>(peer)],
+                                                     r == region::control ? control_rkey : swap_rkey,
                                                      &u.rkeys[i][static_cast<size_t>(peer)]);
                 st != UCS_OK) {
                 return ucx_failure(rank_, "ucp_ep_rkey_unpack", st);
@@ -292,35 +307,42 @@ status ucx_endpoint::connect(const std::vector<std::string>& blobs) {
 
     if (world > 1) {
         const int32_t next = (rank_ + 1) % world;
-        transport_summary_ = summarize_lanes(printed([&](FILE* stream) { ucp_ep_print_info(u.eps[static_cast<size_t>(next)], stream); }));
+        transport_summary_ = summarize_lanes(
+            printed([&](FILE* stream) { ucp_ep_print_info(u.eps[static_cast<size_t>(next)], stream); }));
         // The context offered a GPU transport, but this peer is reached another way.
         if (memory_path_ == ucx_memory_path::direct && !carries_gpu_memory(transport_summary_)) {
             return {status_code::unsupported,
-                    fmt::format("rank {}: ucx_device_memory resolved to 'direct', but UCX reaches rank {} over {}, which cannot put GPU "
-                                "memory; set ucx_device_memory = staged (config key ucx_device_memory, DISTSAMPLE_UCX_DEVICE_MEMORY or "
+                    fmt::format("rank {}: ucx_device_memory resolved to 'direct', but UCX reaches rank {} over {}, "
+                                "which cannot put GPU "
+                                "memory; set ucx_device_memory = staged (config key ucx_device_memory, "
+                                "DISTSAMPLE_UCX_DEVICE_MEMORY or "
                                 "--set ucx_device_memory=staged)",
                                 rank_, next, transport_summary_.empty() ? "(none)" : transport_summary_)};
         }
     }
-    transport_log().info("rank {}: ucx transport ready, {} ranks, {} KiB registered ({} swap buffers), peer error handling {}, to rank {} "
-                         "over {}",
-                         rank_, world, (control_.size() + swap_bytes) >> 10, ucx_memory_path_name(memory_path_),
-                         config_.ucx_peer_error_handling ? "on" : "off",
-                         (rank_ + 1) % world, transport_summary_.empty() ? "(none)" : transport_summary_);
+    transport_log().info(
+        "rank {}: ucx transport ready, {} ranks, {} KiB registered ({} swap buffers), peer error handling {}, to rank "
+        "{} "
+        "over {}",
+        rank_, world, (control_.size() + swap_bytes) >> 10, ucx_memory_path_name(memory_path_),
+        config_.ucx_peer_error_handling ? "on" : "off", (rank_ + 1) % world,
+        transport_summary_.empty() ? "(none)" : transport_summary_);
     return status::success();
 }
 
 status ucx_endpoint::choose_memory_path() {
     ucp_context_attr_t attributes{};
     attributes.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-    if (ucs_status_t st = ucp_context_query(ucx_->context, &attributes); st != UCS_OK) return ucx_failure(rank_, "ucp_context_query", st);
+    if (ucs_status_t st = ucp_context_query(ucx_->context, &attributes); st != UCS_OK)
+        return ucx_failure(rank_, "ucp_context_query", st);
     ucx_memory_facts facts;
     facts.backend_on_device = config_.backend_on_device;
     facts.cuda_built = cuda_built();
     facts.ucx_has_cuda = (attributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
     // The context's transports matter only where GPU memory could be put at all.
-    facts.gpu_transport = facts.backend_on_device && facts.ucx_has_cuda &&
-                          carries_gpu_memory(printed([&](FILE* stream) { ucp_context_print_info(ucx_->context, stream); }));
+    facts.gpu_transport =
+        facts.backend_on_device && facts.ucx_has_cuda &&
+        carries_gpu_memory(printed([&](FILE* stream) { ucp_context_print_info(ucx_->context, stream); }));
     facts.ucx_version = ucp_get_version_string();
     ucx_memory_choice choice;
     if (status s = choose_ucx_memory_path(config_.ucx_device_memory, facts, choice); !s.is_ok()) {
@@ -347,7 +369,8 @@ ucx_endpoint::~ucx_endpoint() {
         void* request = ucp_ep_close_nbx(ep, &close);
         if (!UCS_PTR_IS_PTR(request)) continue;
         const auto deadline = clock::now() + kCloseTimeout;
-        while (ucp_request_check_status(request) == UCS_INPROGRESS && clock::now() < deadline) ucp_worker_progress(u.worker);
+        while (ucp_request_check_status(request) == UCS_INPROGRESS && clock::now() < deadline)
+            ucp_worker_progress(u.worker);
         ucp_request_free(request);
     }
     // Closing cancels what a failed call left behind (a flush towards a dead peer): let those
@@ -362,11 +385,15 @@ ucx_endpoint::~ucx_endpoint() {
     if (u.context) ucp_cleanup(u.context);
 }
 
-std::size_t ucx_endpoint::flag_offset(int32_t source) const { return static_cast<std::size_t>(source) * sizeof(uint64_t); }
+std::size_t ucx_endpoint::flag_offset(int32_t source) const {
+    return static_cast<std::size_t>(source) * sizeof(uint64_t);
+}
 
 std::size_t ucx_endpoint::swap_offset(uint64_t parity) const { return parity * swap_area_bytes_; }
 
-std::size_t ucx_endpoint::swap_region_bytes() const { return std::max(kAlign, 2 * swap_area_bytes_); }  // UCX maps no empty region
+std::size_t ucx_endpoint::swap_region_bytes() const {
+    return std::max(kAlign, 2 * swap_area_bytes_);
+}  // UCX maps no empty region
 
 std::size_t ucx_endpoint::collective_offset(uint64_t parity, int32_t source) const {
     return align_up(static_cast<std::size_t>(config_.world_size) * sizeof(uint64_t)) + parity * collective_area_bytes_ +
@@ -377,14 +404,16 @@ void ucx_endpoint::abort(const char* reason) {
     (void)failure_.fail(status_code::aborted, fmt::format("rank {}: transport aborted: {}", rank_, reason));
 }
 
-status ucx_endpoint::put(int32_t peer, const void* data, std::size_t bytes, region to, std::size_t remote_offset, bool from_device) {
+status ucx_endpoint::put(int32_t peer, const void* data, std::size_t bytes, region to, std::size_t remote_offset,
+                         bool from_device) {
     resources& u = *ucx_;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;  // saves UCX looking the pointer up
     param.memory_type = from_device ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
     const auto i = static_cast<size_t>(to);
     void* request = ucp_put_nbx(u.eps[static_cast<size_t>(peer)], data, bytes,
-                                u.remote_base[i][static_cast<size_t>(peer)] + remote_offset, u.rkeys[i][static_cast<size_t>(peer)], &param);
+                                u.remote_base[i][static_cast<size_t>(peer)] + remote_offset,
+                                u.rkeys[i][static_cast<size_t>(peer)], &param);
     if (UCS_PTR_IS_ERR(request)) {
         return failure_.fail(status_code::aborted, fmt::format("rank {}: put to rank {} failed: {}", rank_, peer,
                                                                ucs_status_string(UCS_PTR_STATUS(request))));
@@ -464,11 +493,12 @@ status ucx_endpoint::flush(const char* what) {
     if (status s = failure_.get(); !s.is_ok()) return s;
     if (const int32_t peer = failed_peer(); peer >= 0) return fail_for_peer(peer, what);
     if (refused_peer >= 0) {
-        return failure_.fail(status_code::aborted,
-                             fmt::format("rank {}: {}: flushing puts to rank {} failed: {}", rank_, what, refused_peer, ucs_status_string(refusal)));
+        return failure_.fail(status_code::aborted, fmt::format("rank {}: {}: flushing puts to rank {} failed: {}",
+                                                               rank_, what, refused_peer, ucs_status_string(refusal)));
     }
-    return failure_.fail(status_code::timeout, fmt::format("rank {}: {}: {} did not acknowledge this rank's puts within {} ms", rank_, what,
-                                                           unacknowledged, config_.timeout.count()));
+    return failure_.fail(status_code::timeout,
+                         fmt::format("rank {}: {}: {} did not acknowledge this rank's puts within {} ms", rank_, what,
+                                     unacknowledged, config_.timeout.count()));
 }
 
 int32_t ucx_endpoint::failed_peer() const {
@@ -478,8 +508,9 @@ int32_t ucx_endpoint::failed_peer() const {
 }
 
 status ucx_endpoint::fail_for_peer(int32_t peer, const char* what) {
-    return failure_.fail(status_code::aborted, fmt::format("rank {}: {}: rank {} failed ({})", rank_, what, peer,
-                                                           ucs_status_string(ucx_->peer_status[static_cast<size_t>(peer)])));
+    return failure_.fail(status_code::aborted,
+                         fmt::format("rank {}: {}: rank {} failed ({})", rank_, what, peer,
+                                     ucs_status_string(ucx_->peer_status[static_cast<size_t>(peer)])));
 }
 
 status ucx_endpoint::wait_for_flags(uint64_t sequence, const char* what) {
@@ -502,9 +533,11 @@ status ucx_endpoint::wait_for_flags(uint64_t sequence, const char* what) {
         if (time_to_check(spin) && clock::now() > deadline) {
             std::string missing;
             for (int32_t peer = 0; peer < world; ++peer) {
-                if (peer != rank_ && !arrived(peer)) missing += fmt::format("{}rank {}", missing.empty() ? "" : ", ", peer);
+                if (peer != rank_ && !arrived(peer))
+                    missing += fmt::format("{}rank {}", missing.empty() ? "" : ", ", peer);
             }
-            return failure_.fail(status_code::timeout, fmt::format("rank {} waited {} ms in {} for {}", rank_, config_.timeout.count(), what, missing));
+            return failure_.fail(status_code::timeout, fmt::format("rank {} waited {} ms in {} for {}", rank_,
+                                                                   config_.timeout.count(), what, missing));
         }
         progress(spin, true);
     }
@@ -534,7 +567,9 @@ status ucx_endpoint::collective(const char* what, IssuePuts&& issue_puts) {
     flag_source_[parity] = sequence;
     for (int32_t peer = 0; peer < config_.world_size; ++peer) {
         if (peer == rank_) continue;
-        if (status s = put(peer, &flag_source_[parity], sizeof(uint64_t), region::control, flag_offset(rank_)); !s.is_ok()) return s;
+        if (status s = put(peer, &flag_source_[parity], sizeof(uint64_t), region::control, flag_offset(rank_));
+            !s.is_ok())
+            return s;
     }
     return wait_for_flags(sequence, what);
 }
@@ -544,7 +579,8 @@ status ucx_endpoint::all_gather(const void* in, std::size_t bytes, void* out) {
     status s = collective("all_gather", [&](uint64_t parity) {
         for (int32_t peer = 0; peer < config_.world_size; ++peer) {
             if (peer == rank_) continue;
-            if (status p = put(peer, in, bytes, region::control, collective_offset(parity, rank_)); !p.is_ok()) return p;
+            if (status p = put(peer, in, bytes, region::control, collective_offset(parity, rank_)); !p.is_ok())
+                return p;
         }
         return status::success();
     });
@@ -568,7 +604,8 @@ status ucx_endpoint::reduce_impl(T* data, std::size_t count, reduce_op op) {
     status s = collective("all_reduce", [&](uint64_t parity) {
         for (int32_t peer = 0; peer < config_.world_size; ++peer) {
             if (peer == rank_) continue;
-            if (status p = put(peer, data, bytes, region::control, collective_offset(parity, rank_)); !p.is_ok()) return p;
+            if (status p = put(peer, data, bytes, region::control, collective_offset(parity, rank_)); !p.is_ok())
+                return p;
         }
         return status::success();
     });
@@ -584,25 +621,31 @@ status ucx_endpoint::reduce_impl(T* data, std::size_t count, reduce_op op) {
             } else {
                 std::memcpy(&value, control_at(collective_offset(parity, source) + i * sizeof(T)), sizeof(T));
             }
-            result = source == 0 ? value : op == reduce_op::sum ? static_cast<T>(result + value) : std::max(result, value);
+            result = source == 0            ? value
+                     : op == reduce_op::sum ? static_cast<T>(result + value)
+                                            : std::max(result, value);
         }
         data[i] = result;
     }
     return status::success();
 }
 
-status ucx_endpoint::all_reduce(uint64_t* data, std::size_t count, reduce_op op) { return reduce_impl(data, count, op); }
+status ucx_endpoint::all_reduce(uint64_t* data, std::size_t count, reduce_op op) {
+    return reduce_impl(data, count, op);
+}
 status ucx_endpoint::all_reduce(int64_t* data, std::size_t count, reduce_op op) { return reduce_impl(data, count, op); }
 
 status ucx_endpoint::broadcast(void* data, std::size_t bytes, int32_t root) {
     if (root < 0 || root >= config_.world_size) {
-        return status::invalid(fmt::format("broadcast root = {}: expected a rank in [0, {})", root, config_.world_size));
+        return status::invalid(
+            fmt::format("broadcast root = {}: expected a rank in [0, {})", root, config_.world_size));
     }
     if (status s = check_collective_size(config_, bytes, "broadcast"); !s.is_ok()) return s;
     status s = collective("broadcast", [&](uint64_t parity) {
         for (int32_t peer = 0; rank_ == root && peer < config_.world_size; ++peer) {
             if (peer == rank_) continue;
-            if (status p = put(peer, data, bytes, region::control, collective_offset(parity, root)); !p.is_ok()) return p;
+            if (status p = put(peer, data, bytes, region::control, collective_offset(parity, root)); !p.is_ok())
+                return p;
         }
         return status::success();
     });
@@ -624,7 +667,8 @@ status ucx_endpoint::swap_batch_vocab(const logits_view& shard, int64_t first_ro
     const bool device = swaps_device_logits();
     if (shard.on_device != device) {
         return {status_code::unsupported,
-                fmt::format("ucx transport: logits.on_device = {}: this endpoint swaps {} memory (ucx_device_memory resolved to {})",
+                fmt::format("ucx transport: logits.on_device = {}: this endpoint swaps {} memory (ucx_device_memory "
+                            "resolved to {})",
                             shard.on_device, device ? "device" : "host", ucx_memory_path_name(memory_path_))};
     }
     std::vector<swap_request>& requests = ucx_->swap_requests;
@@ -634,10 +678,13 @@ status ucx_endpoint::swap_batch_vocab(const logits_view& shard, int64_t first_ro
     const std::size_t element = dtype_size(shard.dtype);
     const std::size_t slice_bytes = static_cast<std::size_t>(shard_vocab) * element;
     auto source_row = [&](int64_t row) {
-        return static_cast<const unsigned char*>(shard.data) + static_cast<std::size_t>(row * shard.row_stride) * element;
+        return static_cast<const unsigned char*>(shard.data) +
+               static_cast<std::size_t>(row * shard.row_stride) * element;
     };
     auto slice_offset = [&](int64_t row_in_block, int32_t slice) {
-        return (static_cast<std::size_t>(row_in_block) * static_cast<std::size_t>(vocab) + static_cast<std::size_t>(slice) * shard_vocab) * element;
+        return (static_cast<std::size_t>(row_in_block) * static_cast<std::size_t>(vocab) +
+                static_cast<std::size_t>(slice) * shard_vocab) *
+               element;
     };
     status s = collective("swap_batch_vocab", [&](uint64_t parity) {
         for (int32_t peer = 0; peer < world; ++peer) {
@@ -660,14 +707,17 @@ status ucx_endpoint::swap_batch_vocab(const logits_view& shard, int64_t first_ro
     unsigned char* rows = swap_base_ + swap_offset(sequence_ & 1);
     const int64_t real_rows = std::clamp<int64_t>(shard.rows - first_row, 0, row_count);
     unsigned char* phantom = rows + slice_offset(real_rows, 0);
-    const std::size_t phantom_bytes = static_cast<std::size_t>(row_count - real_rows) * static_cast<std::size_t>(vocab) * element;
+    const std::size_t phantom_bytes =
+        static_cast<std::size_t>(row_count - real_rows) * static_cast<std::size_t>(vocab) * element;
     if (device) {
         s = copy_rows(rows + slice_offset(0, rank_), static_cast<std::size_t>(vocab) * element, source_row(first_row),
-                      static_cast<std::size_t>(shard.row_stride) * element, slice_bytes, static_cast<std::size_t>(real_rows));
+                      static_cast<std::size_t>(shard.row_stride) * element, slice_bytes,
+                      static_cast<std::size_t>(real_rows));
         if (s.is_ok()) s = zero_device_bytes(phantom, phantom_bytes);
         if (!s.is_ok()) return failure_.fail(s.code, fmt::format("rank {}: swap_batch_vocab: {}", rank_, s.message));
     } else {
-        for (int64_t i = 0; i < real_rows; ++i) std::memcpy(rows + slice_offset(i, rank_), source_row(first_row + i), slice_bytes);
+        for (int64_t i = 0; i < real_rows; ++i)
+            std::memcpy(rows + slice_offset(i, rank_), source_row(first_row + i), slice_bytes);
         std::memset(phantom, 0, phantom_bytes);
     }
     full_rows = logits_view{rows, shard.dtype, row_count, vocab, vocab, device};

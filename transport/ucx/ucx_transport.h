@@ -15,16 +15,16 @@
 // transports and traffic goes over tcp, DESIGN.md §8; transport_config::ucx_peer_error_handling
 // = false keeps shared memory, without cma, and leaves a dead peer to the timeout). A wait past
 // the timeout fails naming the ranks whose flags are missing, or whose endpoints have not
-// acknowledged this rank's puts. abort() may be called from any thread and wakes the waiter. After a failure the endpoint stays failed until
-// set_epoch starts a new epoch (ranks as threads of one process: ucx_group.h); a dead peer stays
-// failed for good, and a group that lost a rank process is re-formed by creating new endpoints.
+// acknowledged this rank's puts. abort() may be called from any thread and wakes the waiter. After a failure the
+// endpoint stays failed until set_epoch starts a new epoch (ranks as threads of one process: ucx_group.h); a dead peer
+// stays failed for good, and a group that lost a rank process is re-formed by creating new endpoints.
 //
 // Memory (transport/ucx_memory_path.h, config key ucx_device_memory): the flags and collective
 // areas are host memory; the swap receive areas are host memory for the cpu backend, pinned host
 // memory when a cuda-backend rank stages its device shard through the host (`staged`), or device
 // memory registered as CUDA memory (`direct`, where UCX reports CUDA support, e.g. the libucx-cu13
-// wheel, and has cuda_ipc or rc/dc; Debian's UCX has none): then the swap takes the device shard, puts device to device and
-// returns device rows (swaps_device_logits).
+// wheel, and has cuda_ipc or rc/dc; Debian's UCX has none): then the swap takes the device shard, puts device to device
+// and returns device rows (swaps_device_logits).
 #pragma once
 
 #include <atomic>
@@ -101,7 +101,8 @@ class ucx_endpoint final : public transport {
     template <class IssuePuts>
     status collective(const char* what, IssuePuts&& issue_puts);
     // `from_device`: `data` is device memory.
-    status put(int32_t peer, const void* data, std::size_t bytes, region to, std::size_t remote_offset, bool from_device = false);
+    status put(int32_t peer, const void* data, std::size_t bytes, region to, std::size_t remote_offset,
+               bool from_device = false);
     // One progress call; once a wait has spun `spins` times and there was nothing to do, yields
     // the core, or with `sleep_when_idle` sleeps briefly on the worker's events.
     void progress(int spins, bool sleep_when_idle);
