@@ -1,5 +1,5 @@
 // The vocabulary of the sampling kernels: request parameters, logits views, step descriptions,
-// outputs and status codes. Shared by every backend; no CUDA types here.
+// and outputs (status lives in core/status.h). Shared by every backend; no CUDA types here.
 #pragma once
 
 #include <cstddef>
@@ -8,27 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/status.h"
+
 namespace ds {
-
-enum class status_code : int {
-    ok = 0,
-    invalid_argument,  // a field is out of its allowed range (message names it)
-    unsupported,       // the backend cannot do what was asked (e.g. CUDA not built)
-    internal,
-    timeout,   // a wait ran past its deadline (message names who was waited for)
-    aborted,   // the operation was cancelled (rank group aborted, actor gone)
-    mismatch,  // ranks produced different outputs (rank-0 policy `never`)
-};
-
-// Hot paths return a status; module boundaries turn a failure into an exception or caf::error.
-struct [[nodiscard]] status {
-    status_code code = status_code::ok;
-    std::string message;
-
-    static status success() { return {}; }
-    static status invalid(std::string msg) { return {status_code::invalid_argument, std::move(msg)}; }
-    bool is_ok() const { return code == status_code::ok; }
-};
 
 enum class logits_dtype : int { f32 = 0, bf16 = 1, f16 = 2 };
 const char* dtype_name(logits_dtype dtype);
