@@ -31,14 +31,14 @@ struct group::impl {
     coordinator_actor_type coordinator;
 
     impl(const group_config& c, std::unique_ptr<transport_group> t)
-        : config(c), transport(std::move(t)), system(configure_actor_system(system_config, c.scheduler())) {}
+        : config(c), transport(std::move(t)), system(configure_actor_system(system_config, c.tuning.scheduler())) {}
 
     // Sends `msg` to the coordinator and waits for its answer (bounded).
     template <class Answer, class Msg>
     status ask(Msg msg, Answer& answer) {
         caf::scoped_actor self{system};
         status result;
-        self->request(coordinator, config.step_timeout + kReplyMargin, std::move(msg))
+        self->request(coordinator, config.distribution.step_timeout + kReplyMargin, std::move(msg))
             .receive([&](Answer& a) { answer = std::move(a); },
                      [&](caf::error& e) { result = to_status(e, "coordinator"); });
         return result;
@@ -46,13 +46,13 @@ struct group::impl {
 };
 
 status group::create(const group_config& config, std::unique_ptr<group>& out) {
-    if (std::string e = validate_group_config(config); !e.empty()) return status::invalid(e);
+    DS_TRY(validate_group_config(config));
     const transport_config t = rank_transport_config(config);
-    if (std::string e = t.validate(); !e.empty()) return status::invalid(e);
+    DS_TRY(t.validate());
     std::unique_ptr<transport_group> transport;
-    if (status s = make_transport_group(config.transport, t, transport); !s.is_ok()) return s;
+    DS_TRY(make_transport_group(config.transport.kind, t, rank_ucx_options(config), transport));
     auto state = std::make_unique<impl>(config, std::move(transport));
-    for (int32_t r = 0; r < config.tp; ++r)
+    for (int32_t r = 0; r < config.distribution.tp; ++r)
         state->ranks.push_back(spawn_rank_actor(state->system, config, r, *state->transport));
     state->coordinator = spawn_coordinator_actor(state->system, config, state->ranks, *state->transport);
     out.reset(new group(std::move(state)));
@@ -97,7 +97,8 @@ std::future<step_reply> group::submit(step_request step) {
 step_reply group::step(step_request step) {
     std::future<step_reply> reply = submit(std::move(step));
     // Polling first spares the wake-up of a thread asleep on the future when the answer is near.
-    const auto poll_until = std::chrono::steady_clock::now() + std::chrono::microseconds(impl_->config.reply_spin_us);
+    const auto poll_until =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(impl_->config.tuning.reply_spin_us);
     while (std::chrono::steady_clock::now() < poll_until &&
            reply.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
     }
@@ -121,14 +122,14 @@ status group::inject_fault(int32_t rank, rank_fault fault) {
 }
 
 status group::set_fault_plan(const fault_plan& plan) {
-    if (std::string e = validate_fault_plan(plan, impl_->config.tp); !e.empty()) return status::invalid(e);
+    DS_TRY(validate_fault_plan(plan, impl_->config.distribution.tp));
     const fault_plan_msg msg{std::make_shared<const fault_plan>(plan)};
     // Straight to the ranks and waiting for all of them: a step submitted after this returns
     // reaches every rank after its new plan.
     caf::scoped_actor self{impl_->system};
     status result;
     for (const rank_actor_type& rank : impl_->ranks) {
-        self->request(rank, impl_->config.step_timeout, msg)
+        self->request(rank, impl_->config.distribution.step_timeout, msg)
             .receive([](op_ack&) {},
                      [&](caf::error& e) {
                          if (result.is_ok()) result = to_status(e, "a rank did not take its fault plan");

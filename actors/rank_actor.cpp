@@ -46,11 +46,11 @@ void poll_mailbox(Self* self, std::chrono::microseconds spin) {
 rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank_state> self, group_config config,
                                           int32_t rank, transport_group* transport) {
     self->state.transport = transport;
-    self->state.endpoint = std::make_unique<faulty_transport>(transport->endpoint(rank), config.payload_checksums,
-                                                              config.transport_timeout);
+    self->state.endpoint = std::make_unique<faulty_transport>(
+        transport->endpoint(rank), config.transport.payload_checksums, config.transport.timeout);
     self->state.engine = std::make_unique<rank_engine>(config, rank, *self->state.endpoint);
     const std::chrono::milliseconds drop_wait = drop_put_wait(config);
-    const std::chrono::microseconds spin{config.rank_spin_us};
+    const std::chrono::microseconds spin{config.tuning.rank_spin_us};
     auto ack = [self, rank](const status& s) -> caf::result<op_ack> {
         if (!s.is_ok()) return make_caf_error(status{s.code, fmt::format("rank {}: {}", rank, s.message)});
         return op_ack{rank};
@@ -69,7 +69,7 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
             self->state.plan = m.plan;
             return op_ack{rank};
         },
-        [self, rank, vocab = config.vocab_size, drop_wait, spin](run_step_msg& m) -> caf::result<rank_result> {
+        [self, rank, vocab = config.limits.vocab_size, drop_wait, spin](run_step_msg& m) -> caf::result<rank_result> {
             const int64_t began_at_ns = steady_now_ns();
             rank_state& st = self->state;
             if (m.step->id <= st.last_step) return repeated_step(rank, m.step->id, st.last_step);

@@ -74,13 +74,14 @@ status form(rank_process_state& st, const group_config& config, int32_t rank, co
     st.faulty.reset();
     st.endpoint.reset();
     st.unanswered.clear();  // the coordinator gave up on them before it formed a new epoch
-    tcp_bootstrap boot(m.host, m.port, rank, config.tp, config.transport_timeout);
-    if (status s = make_rank_transport(config.transport, rank_transport_config(config), boot, st.endpoint); !s.is_ok())
-        return s;
-    st.faulty = std::make_unique<faulty_transport>(*st.endpoint, config.payload_checksums, config.transport_timeout);
+    tcp_bootstrap boot(m.host, m.port, rank, config.distribution.tp, config.transport.timeout);
+    DS_TRY(make_rank_transport(config.transport.kind, rank_transport_config(config), rank_ucx_options(config), boot,
+                               st.endpoint));
+    st.faulty =
+        std::make_unique<faulty_transport>(*st.endpoint, config.transport.payload_checksums, config.transport.timeout);
     auto engine = std::make_unique<rank_engine>(config, rank, *st.faulty);
     if (!engine->init_status().is_ok()) return engine->init_status();
-    st.contexts.assign(static_cast<size_t>(config.max_slots), 0);
+    st.contexts.assign(static_cast<size_t>(config.limits.max_slots), 0);
     for (const register_msg& r : m.registrations) {
         if (status s = engine->register_request(r.slot, r.params, r.history); !s.is_ok()) return s;
         st.contexts[static_cast<size_t>(r.slot)] = context_of(r.history);
@@ -176,7 +177,7 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
         [engine_call](health_msg&) -> caf::result<op_ack> {
             return engine_call([](rank_engine& e) { return e.init_status(); });
         },
-        [self, rank, vocab = config.vocab_size,
+        [self, rank, vocab = config.limits.vocab_size,
          drop_wait = drop_put_wait(config)](remote_step_msg& m) -> caf::result<remote_result> {
             rank_process_state& st = self->state;
             if (m.step.id <= st.last_step_id) return repeated_step(rank, m.step.id, st.last_step_id);
@@ -209,10 +210,10 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
             fault_plan plan;
             plan.seed = m.seed;
             for (const std::string& text : m.faults) {
-                fault_spec spec;
-                if (std::string e = parse_fault_spec(text, spec); !e.empty())
-                    return make_caf_error(status::invalid(fmt::format("rank {}: {}", rank, e)));
-                plan.faults.push_back(spec);
+                result<fault_spec> spec = parse_fault_spec(text);
+                if (!spec.is_ok())
+                    return make_caf_error(status::invalid(fmt::format("rank {}: {}", rank, spec.error().message)));
+                plan.faults.push_back(*spec);
             }
             self->state.plan = std::move(plan);
             return op_ack{rank};
@@ -264,7 +265,8 @@ status run_rank_process(caf::actor_system& system, const group_config& config, i
     caf::scoped_actor self{system};
     status joined;
     self->request(*coordinator, topology.join_timeout,
-                  join_msg{rank, config.tp, config.vocab_size, config.mode, caf::actor_cast<caf::actor>(me)})
+                  join_msg{rank, config.distribution.tp, config.limits.vocab_size, config.distribution.mode,
+                           caf::actor_cast<caf::actor>(me)})
         .receive([](op_ack&) {},
                  [&](caf::error& e) {
                      joined = to_status(e, fmt::format("rank {}: the coordinator did not answer the join", rank));

@@ -91,10 +91,10 @@ constexpr uint64_t kBrokenBound = std::numeric_limits<uint64_t>::max();
 
 sharded_sampler::sharded_sampler(const group_config& config, int32_t rank)
     : rank_(rank),
-      world_(config.tp),
-      shard_vocab_(config.vocab_size / config.tp),
+      world_(config.distribution.tp),
+      shard_vocab_(config.limits.vocab_size / config.distribution.tp),
       vocab_offset_(rank * shard_vocab_),
-      logits_(static_cast<size_t>(config.max_batch) * static_cast<size_t>(config.max_tokens_per_req) *
+      logits_(static_cast<size_t>(config.limits.max_batch) * static_cast<size_t>(config.limits.max_tokens_per_req) *
               static_cast<size_t>(shard_vocab_)),
       masses_(logits_.size()) {}
 

@@ -39,17 +39,15 @@ namespace {
 
 group_config load_config(const group_options& options) {
     group_config config;
-    if (std::string e = load_group_config(options.config_file, options.overrides, config); !e.empty())
-        throw input_error(e);
-    if (std::string e = validate_group_config(config); !e.empty()) throw input_error(e);
+    throw_unless_ok(load_group_config(options.config_file, options.overrides, config));
+    throw_unless_ok(validate_group_config(config));
     return config;
 }
 
 topology_config load_topology(const group_options& options, int32_t tp) {
     topology_config topology;
-    if (std::string e = load_topology_config(options.config_file, options.overrides, topology); !e.empty())
-        throw input_error(e);
-    if (std::string e = validate_topology_config(topology, tp); !e.empty()) throw input_error(e);
+    throw_unless_ok(load_topology_config(options.config_file, options.overrides, topology));
+    throw_unless_ok(validate_topology_config(topology, tp));
     return topology;
 }
 
@@ -106,9 +104,10 @@ void set_rank_environment(const topology_config& topology, int32_t rank) {
         ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(topology.devices[static_cast<size_t>(rank)]).c_str(), 1);
 }
 
-void parse_address(const std::string& text, const char* flag, std::string& host, uint16_t& port) {
-    std::string error;
-    if (!parse_host_port(text, host, port, error)) throw input_error(fmt::format("{} {}: {}", flag, text, error));
+host_port parse_address(const std::string& text, const char* flag) {
+    result<host_port> address = parse_host_port(text);
+    if (!address.is_ok()) throw input_error(fmt::format("{} {}: {}", flag, text, address.error().message));
+    return *address;
 }
 
 // Asks the coordinator and waits (bounded by its own step timeout, plus a margin).
@@ -117,7 +116,7 @@ status ask(caf::actor_system& system, const coordinator_actor_type& coordinator,
            Answer& answer) {
     caf::scoped_actor self{system};
     status result;
-    self->request(coordinator, config.step_timeout + std::chrono::seconds{5}, std::move(msg))
+    self->request(coordinator, config.distribution.step_timeout + std::chrono::seconds{5}, std::move(msg))
         .receive([&](Answer& a) { answer = std::move(a); },
                  [&](caf::error& e) { result = to_status(e, "coordinator"); });
     return result;
@@ -128,6 +127,7 @@ struct coordinator_session {
     caf::actor_system& system;
     coordinator_actor_type coordinator;
     group_config config;
+    logits_origin logits;
     fault_ledger ledger;
     uint64_t next_step_id = 1;  // every step submitted takes the group's next id; an answer says its own
 };
@@ -166,17 +166,18 @@ nlohmann::json serve_line(coordinator_session& session, const std::string& line)
     const bool register_requests = doc.value("register", true);
     doc.erase("op");
     doc.erase("register");
-    const json_step step = parse_step(doc, kind, !config.ranks_make_logits);
-    if (step.vocab_size != config.vocab_size) {
-        throw input_error(
-            fmt::format("vocab_size = {}: the coordinator has vocab_size = {}", step.vocab_size, config.vocab_size));
+    const json_step step = parse_step(doc, kind, session.logits == logits_origin::in_step);
+    if (step.vocab_size != config.limits.vocab_size) {
+        throw input_error(fmt::format("vocab_size = {}: the coordinator has vocab_size = {}", step.vocab_size,
+                                      config.limits.vocab_size));
     }
     for (int32_t b = 0; register_requests && b < step.batch_size(); ++b) {
         const json_request& r = step.requests[static_cast<size_t>(b)];
         throw_unless_ok(ask(system, coordinator, config, register_msg{b + 1, r.params, r.history}, ack));
     }
     auto request = std::make_shared<step_request>(step.request);
-    if (!config.ranks_make_logits) request->shards = split_vocab(step.as_input().logits, config.tp);
+    if (session.logits == logits_origin::in_step)
+        request->shards = split_vocab(step.as_input().logits, config.distribution.tp);
     step_answer answer;
     const auto sent = std::chrono::steady_clock::now();
     const status submitted = ask(system, coordinator, config, submit_msg{request}, answer);
@@ -194,24 +195,21 @@ nlohmann::json serve_line(coordinator_session& session, const std::string& line)
 
 int run_coordinator_command(const coordinator_options& options) {
     return run_json_command([&] {
-        group_config config = load_config(options.group);
-        const topology_config topology = load_topology(options.group, config.tp);
-        config.ranks_make_logits = topology.ranks_make_logits();
-        std::string host;
-        uint16_t port = 0;
-        if (options.listen.empty()) {
-            parse_address(topology.coordinator, "topology.coordinator =", host, port);
-        } else {
-            parse_address(options.listen, "--listen", host, port);
-        }
+        const group_config config = load_config(options.group);
+        const topology_config topology = load_topology(options.group, config.distribution.tp);
+        const logits_origin logits =
+            topology.ranks_make_logits() ? logits_origin::made_by_ranks : logits_origin::in_step;
+        const auto [host, port] = options.listen.empty() ? parse_address(topology.coordinator, "topology.coordinator =")
+                                                         : parse_address(options.listen, "--listen");
         caf::actor_system_config cfg;
         caf::actor_system system{configure_remote_actor_system(cfg, topology)};
         remote_ranks remote;
         throw_unless_ok(publish_remote_ranks(system, config, host, port, remote, topology));
         const coordinator_actor_type coordinator =
-            spawn_coordinator_actor(system, config, remote.proxies, *remote.transport);
+            spawn_coordinator_actor(system, config, remote.proxies, *remote.transport, logits);
         std::cout << nlohmann::json{{"listening", fmt::format("{}:{}", host, remote.port)}}.dump() << std::endl;
-        coordinator_session session{system, coordinator, config, fault_ledger(config.faults, config.policy)};
+        coordinator_session session{system, coordinator, config, logits,
+                                    fault_ledger(config.faults, config.distribution.policy)};
         for (std::string line; std::getline(std::cin, line);) {
             if (line.empty()) continue;
             nlohmann::json out;
@@ -232,25 +230,21 @@ int run_coordinator_command(const coordinator_options& options) {
 int run_rank_command(const rank_options& options) {
     return run_json_command([&]() -> int {
         const group_config config = load_config(options.group);
-        const topology_config topology = load_topology(options.group, config.tp);
-        std::string host;
-        uint16_t port = 0;
-        if (options.coordinator.empty()) {
-            parse_address(topology.coordinator, "topology.coordinator =", host, port);
-        } else {
-            parse_address(options.coordinator, "--coordinator", host, port);
-        }
-        const int32_t rank = rank_of_this_host(options, topology, config.tp);
+        const topology_config topology = load_topology(options.group, config.distribution.tp);
+        const auto [host, port] = options.coordinator.empty()
+                                      ? parse_address(topology.coordinator, "topology.coordinator =")
+                                      : parse_address(options.coordinator, "--coordinator");
+        const int32_t rank = rank_of_this_host(options, topology, config.distribution.tp);
         set_rank_environment(topology, rank);
         std::unique_ptr<logits_source> source;  // null: "wire"
-        if (std::string e = make_logits_source(topology.logits_source, config.vocab_size, topology.model_seed,
+        if (std::string e = make_logits_source(topology.logits_source, config.limits.vocab_size, topology.model_seed,
                                                topology.corpus, source);
             !e.empty()) {
             throw input_error(fmt::format("topology.corpus = '{}': {}", topology.corpus, e));
         }
-        if (source && source->vocab_size() != config.vocab_size) {
+        if (source && source->vocab_size() != config.limits.vocab_size) {
             throw input_error(fmt::format("vocab_size = {}: topology.logits_source = {} has a vocabulary of {}",
-                                          config.vocab_size, topology.logits_source, source->vocab_size()));
+                                          config.limits.vocab_size, topology.logits_source, source->vocab_size()));
         }
         // Never destroyed: the process ends right after (see run_rank_process).
         auto* cfg = new caf::actor_system_config;

@@ -39,11 +39,12 @@ std::string env_name(const std::string& section, const std::string& key) {
 
 }  // namespace
 
-std::string bad(const std::string& key, const raw_value& v, const std::string& expected) {
-    return fmt::format("config key '{}' = {} (from {}): expected {}", key, describe(v), v.origin, expected);
+status bad(const std::string& key, const raw_value& v, const std::string& expected) {
+    return status::invalid(
+        fmt::format("config key '{}' = {} (from {}): expected {}", key, describe(v), v.origin, expected));
 }
 
-std::string read_int(const std::string& key, const raw_value& v, int64_t lo, int64_t hi, int64_t& out) {
+status read_int(const std::string& key, const raw_value& v, int64_t lo, int64_t hi, int64_t& out) {
     const std::string expected = fmt::format("an integer in [{}, {}]", lo, hi);
     if (v.text) {
         const std::string& s = v.value.get_ref<const std::string&>();
@@ -57,30 +58,30 @@ std::string read_int(const std::string& key, const raw_value& v, int64_t lo, int
         out = v.value.get<int64_t>();
     }
     if (out < lo || out > hi) return bad(key, v, expected);
-    return {};
+    return status::success();
 }
 
-std::string read_choice(const std::string& key, const raw_value& v, const std::vector<std::string>& choices,
-                        std::string& out) {
+status read_choice(const std::string& key, const raw_value& v, const std::vector<std::string>& choices,
+                   std::string& out) {
     std::string expected = "one of";
     for (const std::string& c : choices) expected += fmt::format(" '{}'", c);
     if (!v.value.is_string()) return bad(key, v, expected);
     out = v.value.get<std::string>();
     for (const std::string& c : choices) {
-        if (out == c) return {};
+        if (out == c) return status::success();
     }
     return bad(key, v, expected);
 }
 
-std::string read_string(const std::string& key, const raw_value& v, std::string& out) {
+status read_string(const std::string& key, const raw_value& v, std::string& out) {
     if (!v.value.is_string()) return bad(key, v, "a string");
     out = v.value.get<std::string>();
-    return {};
+    return status::success();
 }
 
-std::string load_section(const std::string& section, const std::vector<std::string>& names,
-                         const std::function<std::string(size_t, const std::string&, const raw_value&)>& set,
-                         const std::string& file, const std::vector<std::string>& overrides) {
+status load_section(const std::string& section, const std::vector<std::string>& names,
+                    const std::function<status(size_t, const std::string&, const raw_value&)>& set,
+                    const std::string& file, const std::vector<std::string>& overrides) {
     const std::string prefix = section.empty() ? "" : section + ".";
     auto find = [&](const std::string& key) -> size_t {
         for (size_t i = 0; i < names.size(); ++i) {
@@ -91,9 +92,10 @@ std::string load_section(const std::string& section, const std::vector<std::stri
     auto unknown = [&](const std::string& key, const std::string& origin) {
         std::string known;
         for (const std::string& n : names) known += fmt::format("{}{}{}", known.empty() ? "" : ", ", prefix, n);
-        return fmt::format("config key '{}{}' (from {}) is not known; expected one of: {}", prefix, key, origin, known);
+        return status::invalid(
+            fmt::format("config key '{}{}' (from {}) is not known; expected one of: {}", prefix, key, origin, known));
     };
-    auto apply = [&](const std::string& key, const raw_value& v) -> std::string {
+    auto apply = [&](const std::string& key, const raw_value& v) -> status {
         const size_t i = find(key);
         if (i == names.size()) return unknown(key, v.origin);
         return set(i, prefix + key, v);
@@ -101,37 +103,38 @@ std::string load_section(const std::string& section, const std::vector<std::stri
 
     if (!file.empty()) {
         std::ifstream in(file);
-        if (!in) return fmt::format("config file '{}': cannot be opened", file);
+        if (!in) return status::invalid(fmt::format("config file '{}': cannot be opened", file));
         json doc;
         try {
             doc = json::parse(in);
         } catch (const json::parse_error& e) {
-            return fmt::format("config file '{}': not valid JSON ({})", file, e.what());
+            return status::invalid(fmt::format("config file '{}': not valid JSON ({})", file, e.what()));
         }
-        if (!doc.is_object()) return fmt::format("config file '{}': expected one JSON object", file);
+        if (!doc.is_object()) return status::invalid(fmt::format("config file '{}': expected one JSON object", file));
         const json* keys = &doc;
         if (!section.empty()) {
             const auto it = doc.find(section);
             keys = it == doc.end() ? nullptr : &*it;
             if (keys != nullptr && !keys->is_object())
-                return fmt::format("config file '{}': '{}' must be a JSON object", file, section);
+                return status::invalid(fmt::format("config file '{}': '{}' must be a JSON object", file, section));
         }
         if (keys != nullptr) {
             for (const auto& [key, value] : keys->items()) {
                 if (section.empty() && is_section(key)) continue;
-                if (std::string e = apply(key, raw_value{value, false, file}); !e.empty()) return e;
+                DS_TRY(apply(key, raw_value{value, false, file}));
             }
         }
     }
     for (const std::string& key : names) {
         const std::string name = env_name(section, key);
         if (const char* value = std::getenv(name.c_str())) {
-            if (std::string e = apply(key, raw_value{json(value), true, name}); !e.empty()) return e;
+            DS_TRY(apply(key, raw_value{json(value), true, name}));
         }
     }
     for (const std::string& item : overrides) {
         const size_t eq = item.find('=');
-        if (eq == std::string::npos || eq == 0) return fmt::format("override '{}': expected key=value", item);
+        if (eq == std::string::npos || eq == 0)
+            return status::invalid(fmt::format("override '{}': expected key=value", item));
         std::string key = item.substr(0, eq);
         const size_t dot = key.find('.');
         const std::string item_section = dot == std::string::npos ? "" : key.substr(0, dot);
@@ -141,10 +144,9 @@ std::string load_section(const std::string& section, const std::vector<std::stri
             continue;
         }
         if (!section.empty()) key = key.substr(dot + 1);
-        if (std::string e = apply(key, raw_value{json(item.substr(eq + 1)), true, "the command line"}); !e.empty())
-            return e;
+        DS_TRY(apply(key, raw_value{json(item.substr(eq + 1)), true, "the command line"}));
     }
-    return {};
+    return status::success();
 }
 
 }  // namespace ds::config_keys

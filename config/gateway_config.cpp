@@ -37,7 +37,7 @@ const std::vector<gateway_key>& keys() {
 
 std::string load_gateway_config(const std::string& file, const std::vector<std::string>& overrides,
                                 gateway_config& config) {
-    return config_keys::load("gateway", keys(), file, overrides, config);
+    return config_keys::load("gateway", keys(), file, overrides, config).message;
 }
 
 bool is_loopback_address(const std::string& address) {

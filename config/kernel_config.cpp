@@ -5,14 +5,14 @@
 namespace ds {
 
 namespace {
-std::string check_range(const char* field, int64_t value, int64_t lo, int64_t hi) {
-    if (value >= lo && value <= hi) return {};
-    return fmt::format("kernel_config.{} = {}: expected an integer in [{}, {}]", field, value, lo, hi);
+status check_range(const char* field, int64_t value, int64_t lo, int64_t hi) {
+    if (value >= lo && value <= hi) return status::success();
+    return status::invalid(fmt::format("kernel_config.{} = {}: expected an integer in [{}, {}]", field, value, lo, hi));
 }
 }  // namespace
 
-std::string validate_kernel_config(const kernel_config& c) {
-    for (const std::string& error : {
+status validate_kernel_config(const kernel_config& c) {
+    for (const status& error : {
              check_range("vocab_size", c.vocab_size, 1, 1 << 24),
              check_range("max_slots", c.max_slots, 2, 1 << 20),
              check_range("max_batch", c.max_batch, 1, 1 << 16),
@@ -21,9 +21,9 @@ std::string validate_kernel_config(const kernel_config& c) {
              check_range("max_logit_bias", c.max_logit_bias, 0, 1 << 20),
              check_range("threads", c.threads, 0, 1024),
          }) {
-        if (!error.empty()) return error;
+        if (!error.is_ok()) return error;
     }
-    return {};
+    return status::success();
 }
 
 }  // namespace ds

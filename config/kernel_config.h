@@ -1,9 +1,10 @@
 // Sizes a sampling backend is built for. Every buffer is allocated once from these at
-// construction, so no step allocates (DESIGN.md §3, §6).
+// construction, so no step allocates.
 #pragma once
 
 #include <cstdint>
-#include <string>
+
+#include "core/status.h"
 
 namespace ds {
 
@@ -19,7 +20,7 @@ struct kernel_config {
     int64_t max_rows() const { return int64_t{max_batch} * max_tokens_per_req; }
 };
 
-// Returns an empty string when the configuration is usable, else a message naming the field.
-std::string validate_kernel_config(const kernel_config& config);
+// Ok when the configuration is usable, else an invalid_argument status naming the field.
+status validate_kernel_config(const kernel_config& config);
 
 }  // namespace ds

@@ -180,9 +180,9 @@ struct server::impl {
           ranks(g),
           group_limits(g.config()),
           model(m),
-          metrics(g.config().tp),
-          slots(g.config().max_slots),
-          ledger(std::make_shared<fault_ledger>(g.config().faults, g.config().policy)) {}
+          metrics(g.config().distribution.tp),
+          slots(g.config().limits.max_slots),
+          ledger(std::make_shared<fault_ledger>(g.config().faults, g.config().distribution.policy)) {}
 
     std::shared_ptr<fault_ledger> current_ledger() {
         std::lock_guard<std::mutex> lock(ledger_mutex);
@@ -538,7 +538,7 @@ void server::impl::handle(const std::shared_ptr<connection_base>& conn, uint64_t
             const int64_t model_logits =
                 step.logits_size() > 0
                     ? 0
-                    : int64_t{step.slots_size()} * std::max(1, step.tokens_per_req()) * group_limits.vocab_size;
+                    : int64_t{step.slots_size()} * std::max(1, step.tokens_per_req()) * group_limits.limits.vocab_size;
             auto job = [this, conn, seq, request, arrived] { run_step(conn, seq, request, arrived); };
             if (model_logits <= kInlineModelLogits) {
                 dispatcher->run_or_push(std::move(job));
@@ -563,10 +563,10 @@ void server::impl::handle(const std::shared_ptr<connection_base>& conn, uint64_t
                                    fmt::format("slot = {}: expected 0 (any) or 1 to {}", slot, slots.max_slots() - 1));
                 }
                 for (int i = 0; i < m.history_size() && error.code() == wire::Error::UNSPECIFIED; ++i) {
-                    if (m.history(i) < 0 || m.history(i) >= group_limits.vocab_size) {
+                    if (m.history(i) < 0 || m.history(i) >= group_limits.limits.vocab_size) {
                         error = make_error(wire::Error::BAD_FIELD, fmt::format("history[{}]", i),
                                            fmt::format("history[{}] = {}: expected a token id in [0, {})", i,
-                                                       m.history(i), group_limits.vocab_size));
+                                                       m.history(i), group_limits.limits.vocab_size));
                     }
                 }
                 if (error.code() == wire::Error::UNSPECIFIED) {
@@ -626,21 +626,22 @@ void server::impl::handle(const std::shared_ptr<connection_base>& conn, uint64_t
                 if (request->has_inject()) {
                     plan.seed = request->inject().seed();
                     for (int i = 0; i < request->inject().faults_size(); ++i) {
-                        fault_spec spec;
-                        if (std::string e = parse_fault_spec(request->inject().faults(i), spec); !e.empty()) {
+                        result<fault_spec> spec = parse_fault_spec(request->inject().faults(i));
+                        if (!spec.is_ok()) {
                             return conn->deliver(
                                 seq,
-                                error_frame(id, make_error(wire::Error::BAD_FIELD, fmt::format("faults[{}]", i), e)),
+                                error_frame(id, make_error(wire::Error::BAD_FIELD, fmt::format("faults[{}]", i),
+                                                           spec.error().message)),
                                 false);
                         }
-                        plan.faults.push_back(spec);
+                        plan.faults.push_back(*spec);
                     }
                 }
                 if (status s = ranks.set_fault_plan(plan); !s.is_ok())
                     return conn->deliver(seq, error_frame(id, error_of(s)), false);
                 {
                     std::lock_guard<std::mutex> lock(ledger_mutex);
-                    ledger = std::make_shared<fault_ledger>(plan, group_limits.policy);
+                    ledger = std::make_shared<fault_ledger>(plan, group_limits.distribution.policy);
                 }
                 conn->deliver(seq, reply_frame(id, [](wire::Reply& r) { r.set_ok(true); }), false);
             });
@@ -657,11 +658,11 @@ std::string server::impl::stats_frame(uint64_t request_id) {
         s.set_desync_events(metrics.desync_events.load());
         s.set_connections(static_cast<uint32_t>(metrics.connections_open.load()));
         s.set_registered_slots(static_cast<uint32_t>(slots.registered_count()));
-        s.set_tp(group_limits.tp);
-        s.set_vocab_size(group_limits.vocab_size);
-        s.set_max_batch(group_limits.max_batch);
-        s.set_max_tokens_per_req(group_limits.max_tokens_per_req);
-        s.set_max_slots(group_limits.max_slots);
+        s.set_tp(group_limits.distribution.tp);
+        s.set_vocab_size(group_limits.limits.vocab_size);
+        s.set_max_batch(group_limits.limits.max_batch);
+        s.set_max_tokens_per_req(group_limits.limits.max_tokens_per_req);
+        s.set_max_slots(group_limits.limits.max_slots);
         s.set_protocol_version(kProtocolVersion);
         for (fault_kind kind : kAllFaultKinds) {
             const gateway_metrics::fault_counts& c = metrics.faults[static_cast<size_t>(kind)];
@@ -729,9 +730,9 @@ void server::impl::run_step(const std::shared_ptr<connection_base>& conn, uint64
 
 status server::impl::start() {
     if (std::string e = validate_gateway_config(config); !e.empty()) return status::invalid(e);
-    if (model != nullptr && model->vocab_size() != group_limits.vocab_size) {
+    if (model != nullptr && model->vocab_size() != group_limits.limits.vocab_size) {
         return status::invalid(fmt::format("gateway.model vocabulary = {}: expected the group's vocab_size = {}",
-                                           model->vocab_size(), group_limits.vocab_size));
+                                           model->vocab_size(), group_limits.limits.vocab_size));
     }
     boost::system::error_code ec;
     auto listen = [&](tcp::acceptor& acceptor, int32_t port, const char* key) -> status {
