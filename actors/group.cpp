@@ -9,6 +9,7 @@
 #include "actors/messages.h"
 #include "actors/rank_actor.h"
 #include "actors/rank_engine.h"
+#include "config/capacity.h"
 #include "transport/transport_factory.h"
 
 namespace ds {
@@ -47,6 +48,7 @@ struct group::impl {
 
 status group::create(const group_config& config, std::unique_ptr<group>& out) {
     DS_TRY(validate_group_config(config));
+    DS_TRY(check_memory_budget(config, config.distribution.tp));  // every rank lives in this process
     const transport_config t = rank_transport_config(config);
     DS_TRY(t.validate());
     std::unique_ptr<transport_group> transport;

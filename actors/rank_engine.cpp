@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "config/capacity.h"
+
 namespace ds {
 
 void alter_outputs(bool token, bool accept_length, int32_t vocab, int32_t n, step_outputs& out) {
@@ -61,12 +63,9 @@ transport_config rank_transport_config(const group_config& config) {
     transport_config t;
     t.world_size = config.distribution.tp;
     t.vocab_size = config.limits.vocab_size;
-    const int64_t max_rows = int64_t{config.max_pad_bs()} * config.limits.max_tokens_per_req;
-    t.max_swap_rows = config.distribution.mode == dist_mode::gathered ? max_rows
-                      : config.distribution.mode == dist_mode::swap   ? max_rows / config.distribution.tp
-                                                                      : 0;
-    // The sharded sampler's largest collective: two 256-bin histograms per row.
-    t.max_collective_bytes = static_cast<size_t>(max_rows) * 512 * sizeof(uint64_t);
+    // Sized as config/capacity.h counts them against the memory budget.
+    t.max_swap_rows = max_swap_rows(config);
+    t.max_collective_bytes = max_collective_bytes(config);
     t.timeout = config.transport.timeout;
     return t;
 }

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "config/capacity.h"
 #include "config/config_file.h"
 #include "config/gateway_config.h"
 #include "config/topology_config.h"
@@ -16,6 +17,7 @@ int run_config_check_command(const group_options& options) {
     auto load = [&]() -> status {
         DS_TRY(load_group_config(options.config_file, options.overrides, config));
         DS_TRY(validate_group_config(config));
+        DS_TRY(check_memory_budget(config, 1));  // one rank's buffers (a rank process)
         if (std::string e = load_gateway_config(options.config_file, options.overrides, gateway); !e.empty())
             return status::invalid(e);
         if (std::string e = validate_gateway_config(gateway); !e.empty()) return status::invalid(e);

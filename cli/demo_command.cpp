@@ -104,6 +104,17 @@ std::string make_models(const demo_options& options, std::unique_ptr<logits_sour
     return {};
 }
 
+status check_demo_options(const demo_options& options) {
+    auto in_range = [](const char* flag, int64_t value, int64_t lo, int64_t hi) {
+        if (value >= lo && value <= hi) return status::success();
+        return status::invalid(fmt::format("{} {}: expected an integer in [{}, {}]", flag, value, lo, hi));
+    };
+    DS_TRY(in_range("--steps", options.steps, 1, 1'000'000));
+    DS_TRY(in_range("--batch", options.batch, 1, kMaxBatchSize));
+    DS_TRY(in_range("--vocab", options.vocab, 1, kMaxVocabSize));
+    return in_range("--draft-tokens", options.draft_tokens, 0, 15);
+}
+
 // The demo's sizes over the configured group (config file, DISTSAMPLE_*, --set and flags).
 result<group_config> demo_group_config(const demo_options& options, int32_t vocab) {
     group_config config;
@@ -293,10 +304,7 @@ int report(const status& s) {
 }  // namespace
 
 int run_demo_command(const demo_options& options) {
-    if (options.batch < 1 || options.steps < 1 || options.draft_tokens < 0 || options.draft_tokens > 15) {
-        std::cerr << "error: --batch >= 1, --steps >= 1 and --draft-tokens in [0, 15] expected\n";
-        return 2;
-    }
+    if (status s = check_demo_options(options); !s.is_ok()) return report(s);
     std::unique_ptr<logits_source> target;
     std::unique_ptr<logits_source> draft;
     if (std::string e = make_models(options, target, draft); !e.empty()) return report(status::invalid(e));

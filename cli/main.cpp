@@ -1,7 +1,13 @@
 // `distsample`: the command-line tool. See `distsample --help`.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <iostream>
+#include <string>
+#include <vector>
+
 #include "cli/commands.h"
+#include "config/json_input.h"
 
 namespace {
 
@@ -130,6 +136,11 @@ void add_process_commands(CLI::App& app, command_line& line) {
     coordinator->add_option("--listen", line.coordinator.listen,
                             "HOST:PORT the rank processes join, port 0: any free port (config key "
                             "topology.coordinator, default 127.0.0.1:7710)");
+    coordinator
+        ->add_option("--wait-ranks-ms", line.coordinator.wait_ranks_ms,
+                     "Wait up to this long for every rank process to join and the group to form, then print "
+                     "{\"ready\": ...} (0: do not wait)")
+        ->check(CLI::Range(int64_t{0}, int64_t{3'600'000}));
     add_group_options(coordinator, line.coordinator.group);
     line.on(coordinator, [&line] { return ds::cli::run_coordinator_command(line.coordinator); });
 
@@ -162,6 +173,26 @@ void add_tool_commands(CLI::App& app, command_line& line) {
     line.on(report, [&line] { return ds::cli::run_faults_report_command(line.faults_report); });
 }
 
+// CLI11 answers a word that names no subcommand with "A subcommand is required": say which word,
+// and what the subcommands at that place are.
+std::string unknown_subcommand(const CLI::App& app, int argc, char** argv) {
+    const CLI::App* at = &app;
+    for (int i = 1; i < argc; ++i) {
+        const std::string word = argv[i];
+        const std::vector<const CLI::App*> subcommands = at->get_subcommands([](const CLI::App*) { return true; });
+        if (word.empty() || word[0] == '-' || subcommands.empty()) return {};
+        const auto next = std::find_if(subcommands.begin(), subcommands.end(),
+                                       [&](const CLI::App* s) { return s->get_name() == word; });
+        if (next == subcommands.end()) {
+            std::string names;
+            for (const CLI::App* s : subcommands) names += (names.empty() ? "" : ", ") + s->get_name();
+            return "unknown subcommand " + ds::quote_text(word) + ": expected one of " + names + " (see --help)";
+        }
+        at = *next;
+    }
+    return {};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -174,6 +205,10 @@ int main(int argc, char** argv) {
     add_serve_command(app, line);
     add_process_commands(app, line);
     add_tool_commands(app, line);
+    if (const std::string unknown = unknown_subcommand(app, argc, argv); !unknown.empty()) {
+        std::cerr << "error: " << unknown << '\n';
+        return 2;
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -5,7 +5,9 @@
 // {"error": "..."}. Request b is registered into slot b + 1 first, unless "register": false.
 // {"op": "faults"} answers with the fault report of the steps so far under the configured plan
 // (actors/fault_report.h, the JSON `distsample faults report` reads). Its first line is
-// {"listening": "HOST:PORT"}. It stops at the end of stdin.
+// {"listening": "HOST:PORT"}; with --wait-ranks-ms it then waits (bounded) until every rank process
+// has joined and the group has formed, and says so in a second line, {"ready": {"tp": TP}}. It
+// stops at the end of stdin.
 // Both take where they run and meet from the config's "topology" section (config/topology_config.h);
 // --listen, --coordinator and --rank override it.
 #include <fmt/format.h>
@@ -21,6 +23,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/coordinator_actor.h"
@@ -29,7 +32,9 @@
 #include "actors/remote_ranks.h"
 #include "cli/commands.h"
 #include "cli/step_json.h"
+#include "config/capacity.h"
 #include "config/config_file.h"
+#include "config/json_input.h"
 #include "sources/model_factory.h"
 #include "transport/tcp_bootstrap.h"
 
@@ -37,10 +42,13 @@ namespace ds::cli {
 
 namespace {
 
+// The configuration of a rank process (and of the coordinator, which checks it for them): one
+// rank's buffers must fit this host's memory budget.
 group_config load_config(const group_options& options) {
     group_config config;
     throw_unless_ok(load_group_config(options.config_file, options.overrides, config));
     throw_unless_ok(validate_group_config(config));
+    throw_unless_ok(check_memory_budget(config, 1));
     return config;
 }
 
@@ -128,6 +136,7 @@ struct coordinator_session {
     coordinator_actor_type coordinator;
     group_config config;
     logits_origin logits;
+    kernel_config request_limits;  // what check_requests holds a line's requests to
     fault_ledger ledger;
     uint64_t next_step_id = 1;  // every step submitted takes the group's next id; an answer says its own
 };
@@ -150,9 +159,17 @@ nlohmann::json serve_line(coordinator_session& session, const std::string& line)
     caf::actor_system& system = session.system;
     const coordinator_actor_type& coordinator = session.coordinator;
     const group_config& config = session.config;
-    nlohmann::json doc = nlohmann::json::parse(line, nullptr, false);
-    if (doc.is_discarded() || !doc.is_object()) throw input_error("expected one JSON object per line");
-    const std::string op = doc.value("op", "");
+    result<nlohmann::json> parsed = parse_json(line);
+    if (!parsed.is_ok())
+        throw input_error(fmt::format("expected one JSON object per line ({})", parsed.error().message));
+    nlohmann::json doc = std::move(parsed).value();
+    if (!doc.is_object()) throw input_error("expected one JSON object per line");
+    const auto op_field = doc.find("op");
+    if (op_field == doc.end() || !op_field->is_string()) {
+        throw input_error(fmt::format("op: expected one of sample, verify, health or faults, got {}",
+                                      op_field == doc.end() ? "none" : quote_json(*op_field)));
+    }
+    const std::string op = op_field->get<std::string>();
     op_ack ack;
     if (op == "health") {
         throw_unless_ok(ask(system, coordinator, config, health_msg{}, ack));
@@ -160,10 +177,13 @@ nlohmann::json serve_line(coordinator_session& session, const std::string& line)
     }
     if (op == "faults") return nlohmann::json::parse(session.ledger.json(true));
     if (op != "sample" && op != "verify")
-        throw input_error(fmt::format("op = '{}': expected sample, verify, health or faults", op));
+        throw input_error(fmt::format("op = {}: expected sample, verify, health or faults", quote_json(*op_field)));
     const step_kind kind = op == "verify" ? step_kind::verify : step_kind::sample;
     // "register": false reuses the slots an earlier line registered (keeping their penalty counts).
-    const bool register_requests = doc.value("register", true);
+    const auto register_field = doc.find("register");
+    if (register_field != doc.end() && !register_field->is_boolean())
+        throw input_error(fmt::format("register: expected true or false, got {}", quote_json(*register_field)));
+    const bool register_requests = register_field == doc.end() || register_field->get<bool>();
     doc.erase("op");
     doc.erase("register");
     const json_step step = parse_step(doc, kind, session.logits == logits_origin::in_step);
@@ -171,6 +191,12 @@ nlohmann::json serve_line(coordinator_session& session, const std::string& line)
         throw input_error(fmt::format("vocab_size = {}: the coordinator has vocab_size = {}", step.vocab_size,
                                       config.limits.vocab_size));
     }
+    // Checked here, so that an error names the request rather than the rank that refused it.
+    if (step.batch_size() > config.limits.max_batch || step.batch_size() >= config.limits.max_slots) {
+        throw input_error(fmt::format("requests: {} requests: expected at most max_batch = {} (and max_slots - 1 = {})",
+                                      step.batch_size(), config.limits.max_batch, config.limits.max_slots - 1));
+    }
+    throw_unless_ok(check_requests(step, session.request_limits));
     for (int32_t b = 0; register_requests && b < step.batch_size(); ++b) {
         const json_request& r = step.requests[static_cast<size_t>(b)];
         throw_unless_ok(ask(system, coordinator, config, register_msg{b + 1, r.params, r.history}, ack));
@@ -191,6 +217,43 @@ nlohmann::json serve_line(coordinator_session& session, const std::string& line)
     return result_to_json(result, kind, step.batch_size(), step.request.tokens_per_req);
 }
 
+// Stops the coordinator's actors on every way out (an error too), so that the actor system's
+// destructor does not wait for them forever.
+struct stop_on_exit {
+    const coordinator_actor_type& coordinator;
+    const remote_ranks& remote;
+
+    ~stop_on_exit() {
+        caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+        for (const rank_actor_type& proxy : remote.proxies) caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
+        caf::anon_send_exit(remote.membership, caf::exit_reason::user_shutdown);
+    }
+};
+
+// The ranks' limits on one request's parameters.
+kernel_config request_limits_of(const group_config& config) {
+    kernel_config limits;
+    limits.vocab_size = config.limits.vocab_size;
+    limits.max_logit_bias = config.limits.max_logit_bias;
+    limits.max_penalty_tokens = config.limits.max_penalty_tokens;
+    return limits;
+}
+
+// Asks the group's health until every rank answers (the group has formed) or `wait` has passed.
+void wait_for_ranks(coordinator_session& session, std::chrono::milliseconds wait) {
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    for (;;) {
+        op_ack ack;
+        const status s = ask(session.system, session.coordinator, session.config, health_msg{}, ack);
+        if (s.is_ok()) return;
+        if (std::chrono::steady_clock::now() >= deadline) {
+            throw std::runtime_error(
+                fmt::format("--wait-ranks-ms {}: the group did not form in time ({})", wait.count(), s.message));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+}
+
 }  // namespace
 
 int run_coordinator_command(const coordinator_options& options) {
@@ -207,9 +270,18 @@ int run_coordinator_command(const coordinator_options& options) {
         throw_unless_ok(publish_remote_ranks(system, config, host, port, remote, topology));
         const coordinator_actor_type coordinator =
             spawn_coordinator_actor(system, config, remote.proxies, *remote.transport, logits);
+        const stop_on_exit stop{coordinator, remote};
         std::cout << nlohmann::json{{"listening", fmt::format("{}:{}", host, remote.port)}}.dump() << std::endl;
-        coordinator_session session{system, coordinator, config, logits,
+        coordinator_session session{system,
+                                    coordinator,
+                                    config,
+                                    logits,
+                                    request_limits_of(config),
                                     fault_ledger(config.faults, config.distribution.policy)};
+        if (options.wait_ranks_ms > 0) {
+            wait_for_ranks(session, std::chrono::milliseconds(options.wait_ranks_ms));
+            std::cout << nlohmann::json{{"ready", {{"tp", config.distribution.tp}}}}.dump() << std::endl;
+        }
         for (std::string line; std::getline(std::cin, line);) {
             if (line.empty()) continue;
             nlohmann::json out;
@@ -220,9 +292,6 @@ int run_coordinator_command(const coordinator_options& options) {
             }
             std::cout << out.dump() << std::endl;
         }
-        caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
-        for (const rank_actor_type& proxy : remote.proxies) caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
-        caf::anon_send_exit(remote.membership, caf::exit_reason::user_shutdown);
         return 0;
     });
 }

@@ -44,18 +44,7 @@ int run_step_command(bool verify, const step_options& options) {
         const json_step step = parse_step(doc, kind);
         const group_config config = config_for(step, options);
         throw_unless_ok(validate_group_config(config));
-        const kernel_config fitting = step.fitting_config(config.tuning.threads_per_rank);
-        for (int32_t b = 0; b < step.batch_size(); ++b) {
-            const json_request& r = step.requests[static_cast<size_t>(b)];
-            status s = validate_sampling_params(r.params, fitting, fmt::format("requests[{}].", b));
-            if (!s.is_ok()) throw input_error(s.message);
-            for (size_t i = 0; i < r.history.size(); ++i) {
-                if (r.history[i] >= step.vocab_size) {
-                    throw input_error(fmt::format("requests[{}].history[{}] = {}: expected a token id in [0, {})", b, i,
-                                                  r.history[i], step.vocab_size));
-                }
-            }
-        }
+        throw_unless_ok(check_requests(step, step.fitting_config(config.tuning.threads_per_rank)));
         std::unique_ptr<group> ranks;
         throw_unless_ok(group::create(config, ranks));
         for (int32_t b = 0; b < step.batch_size(); ++b) {

@@ -2,8 +2,17 @@
 
 #include "config/config_keys.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+
+#include "config/gateway_config.h"
+#include "config/json_input.h"
+#include "config/topology_config.h"
+
+extern char** environ;
 
 namespace ds {
 
@@ -54,51 +63,43 @@ group_key choice_key(const char* key, Field field, const std::array<Enum, N>& al
             }};
 }
 
+// The field `member` of the part `part` of a group_config, as the key makers take it.
+template <class Part, class T>
+auto in_part(Part group_config::*part, T Part::*member) {
+    return [ part, member ](auto& c) -> auto& { return c.*part.*member; };
+}
+
 const std::vector<group_key>& keys() {
+    using c = group_config;
+    using limits = group_limits;
+    using tuning = tuning_config;
     static const std::vector<group_key> table = {
-        int_key<group_config>(
-            "tp", [](auto& c) -> auto& { return c.distribution.tp; }, 1, 1024),
-        int_key<group_config>(
-            "vocab_size", [](auto& c) -> auto& { return c.limits.vocab_size; }, 1, 1 << 24),
-        int_key<group_config>(
-            "max_batch", [](auto& c) -> auto& { return c.limits.max_batch; }, 1, 1 << 16),
-        int_key<group_config>(
-            "max_tokens_per_req", [](auto& c) -> auto& { return c.limits.max_tokens_per_req; }, 1, 64),
-        int_key<group_config>(
-            "max_slots", [](auto& c) -> auto& { return c.limits.max_slots; }, 2, 1 << 20),
-        int_key<group_config>(
-            "max_penalty_tokens", [](auto& c) -> auto& { return c.limits.max_penalty_tokens; }, 0, 1 << 20),
-        int_key<group_config>(
-            "max_logit_bias", [](auto& c) -> auto& { return c.limits.max_logit_bias; }, 0, 1 << 20),
-        int_key<group_config>(
-            "threads_per_rank", [](auto& c) -> auto& { return c.tuning.threads_per_rank; }, 0, 1024),
-        choice_key(
-            "backend", [](auto& c) -> auto& { return c.backend; }, kAllBackends, backend_name),
+        int_key<c>("tp", in_part(&c::distribution, &distribution_config::tp), 1, kMaxTp),
+        int_key<c>("vocab_size", in_part(&c::limits, &limits::vocab_size), 1, kMaxVocabSize),
+        int_key<c>("max_batch", in_part(&c::limits, &limits::max_batch), 1, kMaxBatchSize),
+        int_key<c>("max_tokens_per_req", in_part(&c::limits, &limits::max_tokens_per_req), 1, kMaxTokensPerRequest),
+        int_key<c>("max_slots", in_part(&c::limits, &limits::max_slots), 2, kMaxSlots),
+        int_key<c>("max_penalty_tokens", in_part(&c::limits, &limits::max_penalty_tokens), 0, kMaxPenaltyTokens),
+        int_key<c>("max_logit_bias", in_part(&c::limits, &limits::max_logit_bias), 0, kMaxLogitBias),
+        int_key<c>("memory_budget_mib", in_part(&c::limits, &limits::memory_budget_mib), 0, kMaxMemoryBudgetMib),
+        int_key<c>("threads_per_rank", in_part(&c::tuning, &tuning::threads_per_rank), 0, kMaxThreads),
+        choice_key("backend", &c::backend, kAllBackends, backend_name),
         // Whether this build has the backend is checked when the group starts (transport_factory.h).
-        choice_key(
-            "transport", [](auto& c) -> auto& { return c.transport.kind; }, kAllTransports, transport_name),
+        choice_key("transport", in_part(&c::transport, &transport_options::kind), kAllTransports, transport_name),
         // Whether `direct` can work is known once UCX is up (transport/ucx_memory_path.h).
         choice_key(
-            "ucx_device_memory", [](auto& c) -> auto& { return c.transport.ucx.device_memory; }, kAllUcxMemoryModes,
+            "ucx_device_memory", [](auto& g) -> auto& { return g.transport.ucx.device_memory; }, kAllUcxMemoryModes,
             ucx_memory_mode_name),
         bool_key(
-            "ucx_peer_error_handling", [](auto& c) -> auto& { return c.transport.ucx.peer_error_handling; }),
-        choice_key(
-            "mode", [](auto& c) -> auto& { return c.distribution.mode; }, kAllModes, mode_name),
-        choice_key(
-            "rank0_policy", [](auto& c) -> auto& { return c.distribution.policy; }, kAllPolicies, policy_name),
-        millis_key(
-            "step_timeout_ms", [](auto& c) -> auto& { return c.distribution.step_timeout; }),
-        millis_key(
-            "transport_timeout_ms", [](auto& c) -> auto& { return c.transport.timeout; }),
-        int_key<group_config>(
-            "scheduler_threads", [](auto& c) -> auto& { return c.tuning.scheduler_threads; }, 1, kMaxSchedulerThreads),
-        int_key<group_config>(
-            "scheduler_spin_us", [](auto& c) -> auto& { return c.tuning.scheduler_spin_us; }, 0, kMaxSpinMicroseconds),
-        int_key<group_config>(
-            "reply_spin_us", [](auto& c) -> auto& { return c.tuning.reply_spin_us; }, 0, kMaxSpinMicroseconds),
-        int_key<group_config>(
-            "rank_spin_us", [](auto& c) -> auto& { return c.tuning.rank_spin_us; }, 0, kMaxSpinMicroseconds),
+            "ucx_peer_error_handling", [](auto& g) -> auto& { return g.transport.ucx.peer_error_handling; }),
+        choice_key("mode", in_part(&c::distribution, &distribution_config::mode), kAllModes, mode_name),
+        choice_key("rank0_policy", in_part(&c::distribution, &distribution_config::policy), kAllPolicies, policy_name),
+        millis_key("step_timeout_ms", in_part(&c::distribution, &distribution_config::step_timeout)),
+        millis_key("transport_timeout_ms", in_part(&c::transport, &transport_options::timeout)),
+        int_key<c>("scheduler_threads", in_part(&c::tuning, &tuning::scheduler_threads), 1, kMaxSchedulerThreads),
+        int_key<c>("scheduler_spin_us", in_part(&c::tuning, &tuning::scheduler_spin_us), 0, kMaxSpinMicroseconds),
+        int_key<c>("reply_spin_us", in_part(&c::tuning, &tuning::reply_spin_us), 0, kMaxSpinMicroseconds),
+        int_key<c>("rank_spin_us", in_part(&c::tuning, &tuning::rank_spin_us), 0, kMaxSpinMicroseconds),
     };
     return table;
 }
@@ -147,15 +148,66 @@ const std::vector<group_key>& fault_keys() {
              return texts;
          },
          [](const std::string& k, const raw_value& v, group_config& c) { return read_fault_specs(k, v, c.faults); }},
-        bool_key(
-            "payload_checksums", [](auto& c) -> auto& { return c.transport.payload_checksums; }),
+        bool_key("payload_checksums", in_part(&group_config::transport, &transport_options::payload_checksums)),
     };
     return table;
 }
 
+// Edit distance, to suggest the name a misspelt one was meant to be.
+size_t distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        size_t diagonal = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            const size_t above = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diagonal = above;
+        }
+    }
+    return row[b.size()];
+}
+
+// Every DISTSAMPLE_* name distsample reads: the keys of every section, and the one variable that is
+// not a config key.
+std::vector<std::string> known_variables() {
+    std::vector<std::string> names = {"DISTSAMPLE_FAULT_REPORT"};
+    const json group = group_config_to_json(group_config{});
+    for (const auto& [key, value] : group.items()) {
+        if (!value.is_object()) {
+            names.push_back(env_name("", key));
+            continue;
+        }
+        for (const auto& item : value.items()) names.push_back(env_name(key, item.key()));
+    }
+    const json gateway = gateway_config_to_json(gateway_config{});
+    for (const auto& item : gateway.items()) names.push_back(env_name("gateway", item.key()));
+    const json topology = topology_config_to_json(topology_config{});
+    for (const auto& item : topology.items()) names.push_back(env_name("topology", item.key()));
+    return names;
+}
+
 }  // namespace
 
+status check_environment_names() {
+    static const std::vector<std::string> known = known_variables();
+    for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+        const std::string name(*entry, std::strcspn(*entry, "="));
+        if (name.rfind("DISTSAMPLE_", 0) != 0 || std::find(known.begin(), known.end(), name) != known.end()) continue;
+        const auto nearest = std::min_element(known.begin(), known.end(), [&](const auto& a, const auto& b) {
+            return distance(name, a) < distance(name, b);
+        });
+        return status::invalid(
+            fmt::format("environment variable {} is not a distsample setting; did you mean {}? "
+                        "(docs/configuration.md lists them)",
+                        quote_text(name), *nearest));
+    }
+    return status::success();
+}
+
 status load_group_config(const std::string& file, const std::vector<std::string>& overrides, group_config& config) {
+    DS_TRY(check_environment_names());
     DS_TRY(config_keys::load("", keys(), file, overrides, config));
     return config_keys::load("faults", fault_keys(), file, overrides, config);
 }

@@ -25,4 +25,8 @@ status load_group_config(const std::string& file, const std::vector<std::string>
 // Every key with its effective value.
 nlohmann::json group_config_to_json(const group_config& config);
 
+// Ok unless a DISTSAMPLE_* variable in the environment is none that distsample reads (a misspelt
+// one would be ignored); the error names the nearest valid name. load_group_config checks first.
+status check_environment_names();
+
 }  // namespace ds

@@ -7,17 +7,13 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "config/json_input.h"
+
 namespace ds::config_keys {
 
 namespace {
 
 using json = nlohmann::json;
-
-// Sections other than the top level; the top-level loader leaves them to their own tables.
-const std::vector<std::string>& sections() {
-    static const std::vector<std::string> names = {"gateway", "faults", "topology"};
-    return names;
-}
 
 bool is_section(const std::string& name) {
     for (const std::string& s : sections()) {
@@ -27,7 +23,20 @@ bool is_section(const std::string& name) {
 }
 
 std::string describe(const raw_value& v) {
-    return v.text ? fmt::format("'{}'", v.value.get<std::string>()) : v.value.dump();
+    return v.text ? quote_text(v.value.get_ref<const std::string&>()) : quote_json(v.value);
+}
+
+// "-12", "7": what strtoll would also take with a leading space or '+' is refused.
+bool is_decimal(const std::string& s) {
+    const size_t digits = s.rfind('-', 0) == 0 ? 1 : 0;
+    return s.size() > digits && s.find_first_not_of("0123456789", digits) == std::string::npos;
+}
+
+}  // namespace
+
+const std::vector<std::string>& sections() {
+    static const std::vector<std::string> names = {"faults", "gateway", "topology"};
+    return names;
 }
 
 std::string env_name(const std::string& section, const std::string& key) {
@@ -36,8 +45,6 @@ std::string env_name(const std::string& section, const std::string& key) {
         name += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     return name;
 }
-
-}  // namespace
 
 status bad(const std::string& key, const raw_value& v, const std::string& expected) {
     return status::invalid(
@@ -51,7 +58,7 @@ status read_int(const std::string& key, const raw_value& v, int64_t lo, int64_t 
         char* end = nullptr;
         errno = 0;
         const long long parsed = std::strtoll(s.c_str(), &end, 10);
-        if (s.empty() || *end != '\0' || errno != 0) return bad(key, v, expected);
+        if (!is_decimal(s) || *end != '\0' || errno != 0) return bad(key, v, expected);
         out = parsed;
     } else {
         if (!v.value.is_number_integer()) return bad(key, v, expected);
@@ -89,11 +96,16 @@ status load_section(const std::string& section, const std::vector<std::string>& 
         }
         return names.size();
     };
+    // Lists this section's keys; the top level also names the sections.
     auto unknown = [&](const std::string& key, const std::string& origin) {
         std::string known;
         for (const std::string& n : names) known += fmt::format("{}{}{}", known.empty() ? "" : ", ", prefix, n);
-        return status::invalid(
-            fmt::format("config key '{}{}' (from {}) is not known; expected one of: {}", prefix, key, origin, known));
+        if (section.empty()) {
+            known += "; or a key of a section:";
+            for (const std::string& s : sections()) known += fmt::format(" {}.<key>", s);
+        }
+        return status::invalid(fmt::format("config key {} (from {}) is not known; expected one of: {}",
+                                           quote_text(prefix + key), origin, known));
     };
     auto apply = [&](const std::string& key, const raw_value& v) -> status {
         const size_t i = find(key);
@@ -104,12 +116,9 @@ status load_section(const std::string& section, const std::vector<std::string>& 
     if (!file.empty()) {
         std::ifstream in(file);
         if (!in) return status::invalid(fmt::format("config file '{}': cannot be opened", file));
-        json doc;
-        try {
-            doc = json::parse(in);
-        } catch (const json::parse_error& e) {
-            return status::invalid(fmt::format("config file '{}': not valid JSON ({})", file, e.what()));
-        }
+        result<json> parsed = read_json(in);
+        if (!parsed.is_ok()) return status::invalid(fmt::format("config file '{}': {}", file, parsed.error().message));
+        const json doc = std::move(parsed).value();
         if (!doc.is_object()) return status::invalid(fmt::format("config file '{}': expected one JSON object", file));
         const json* keys = &doc;
         if (!section.empty()) {

@@ -25,7 +25,13 @@ struct raw_value {
     std::string origin;
 };
 
-// An invalid_argument status naming the key, the value, where it came from and `expected`.
+// The sections besides the top level: "faults", "gateway", "topology".
+const std::vector<std::string>& sections();
+// DISTSAMPLE_<SECTION>_<KEY>, or DISTSAMPLE_<KEY> at the top level.
+std::string env_name(const std::string& section, const std::string& key);
+
+// An invalid_argument status naming the key, the value (quoted short), where it came from and
+// `expected`.
 status bad(const std::string& key, const raw_value& v, const std::string& expected);
 status read_int(const std::string& key, const raw_value& v, int64_t lo, int64_t hi, int64_t& out);
 status read_choice(const std::string& key, const raw_value& v, const std::vector<std::string>& choices,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 
 namespace ds {
@@ -69,10 +70,12 @@ status validate_fault_plan(const fault_plan& plan, int32_t tp) {
 
 namespace {
 
+// Decimal digits only, and refused (not clamped) past 2^64 - 1.
 bool parse_u64(const std::string& s, uint64_t& out) {
     if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return false;
+    errno = 0;
     out = std::strtoull(s.c_str(), nullptr, 10);
-    return true;
+    return errno == 0;
 }
 
 // splitmix64: a well-mixed hash of (seed, index, step) for the per-step coin.
@@ -118,7 +121,8 @@ result<fault_spec> parse_fault_spec(const std::string& text) {
         } else if (key == "p") {
             char* end = nullptr;
             spec.probability = std::strtod(value.c_str(), &end);
-            ok = !value.empty() && *end == '\0';
+            // strtod alone would take " 0.5", "nan" and "0x1p-1".
+            ok = !value.empty() && *end == '\0' && value.find_first_not_of("0123456789.eE+-") == std::string::npos;
         } else if (key == "ms") {
             ok = parse_u64(value, number) && number <= 3600000;
             spec.delay_ms = static_cast<int32_t>(number);

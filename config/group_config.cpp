@@ -8,11 +8,16 @@ namespace ds {
 
 namespace {
 
+status check_range(const char* key, int64_t value, int64_t lo, int64_t hi) {
+    if (value >= lo && value <= hi) return status::success();
+    return status::invalid(fmt::format("{} = {}: expected an integer in [{}, {}]", key, value, lo, hi));
+}
+
 // What plan_step needs of the group: checked on every step, so only these few comparisons.
 status check_step_sizes(const group_config& config) {
     const int32_t tp = config.distribution.tp;
     const group_limits& limits = config.limits;
-    if (tp < 1 || tp > 1024) return status::invalid(fmt::format("tp = {}: expected an integer in [1, 1024]", tp));
+    DS_TRY(check_range("tp", tp, 1, kMaxTp));
     if (limits.vocab_size < 1) return status::invalid(fmt::format("vocab_size = {}: expected >= 1", limits.vocab_size));
     if (limits.vocab_size % tp != 0) {
         return status::invalid(fmt::format(
@@ -29,13 +34,19 @@ status check_step_sizes(const group_config& config) {
 
 status validate_group_config(const group_config& config) {
     DS_TRY(check_step_sizes(config));
+    const group_limits& limits = config.limits;
     const tuning_config& tuning = config.tuning;
-    if (config.limits.max_slots < 2) {
-        return status::invalid(
-            fmt::format("max_slots = {}: expected >= 2 (slot 0 is reserved)", config.limits.max_slots));
-    }
-    if (tuning.threads_per_rank < 0)
-        return status::invalid(fmt::format("threads_per_rank = {}: expected >= 0", tuning.threads_per_rank));
+    if (limits.max_slots < 2)
+        return status::invalid(fmt::format("max_slots = {}: expected >= 2 (slot 0 is reserved)", limits.max_slots));
+    // The upper ends, so that no size is refused later under a kernel_config name.
+    DS_TRY(check_range("vocab_size", limits.vocab_size, 1, kMaxVocabSize));
+    DS_TRY(check_range("max_batch", limits.max_batch, 1, kMaxBatchSize));
+    DS_TRY(check_range("max_tokens_per_req", limits.max_tokens_per_req, 1, kMaxTokensPerRequest));
+    DS_TRY(check_range("max_slots", limits.max_slots, 2, kMaxSlots));
+    DS_TRY(check_range("max_penalty_tokens", limits.max_penalty_tokens, 0, kMaxPenaltyTokens));
+    DS_TRY(check_range("max_logit_bias", limits.max_logit_bias, 0, kMaxLogitBias));
+    DS_TRY(check_range("memory_budget_mib", limits.memory_budget_mib, 0, kMaxMemoryBudgetMib));
+    DS_TRY(check_range("threads_per_rank", tuning.threads_per_rank, 0, kMaxThreads));
     if (tuning.scheduler_threads < 1 || tuning.scheduler_threads > kMaxSchedulerThreads) {
         return status::invalid(fmt::format("scheduler_threads = {}: expected an integer in [1, {}]",
                                            tuning.scheduler_threads, kMaxSchedulerThreads));

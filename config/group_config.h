@@ -14,6 +14,7 @@
 
 #include "config/choices.h"
 #include "config/fault_plan.h"
+#include "config/kernel_config.h"
 #include "core/status.h"
 
 namespace ds {
@@ -26,6 +27,8 @@ struct group_limits {
     int32_t max_slots = 256;         // per-rank parameter-pool rows, slot 0 included
     int32_t max_penalty_tokens = 4096;
     int32_t max_logit_bias = 1024;
+    // What the ranks' buffers may take (config/capacity.h); 0: this host's physical memory.
+    int64_t memory_budget_mib = 0;
 };
 
 // How a step is spread over the ranks and what the coordinator makes of their answers.
@@ -79,6 +82,9 @@ struct tuning_config {
 
     scheduler_config scheduler() const { return {scheduler_threads, scheduler_spin_us}; }
 };
+
+constexpr int32_t kMaxTp = 1024;
+constexpr int64_t kMaxMemoryBudgetMib = int64_t{1} << 30;
 
 // Everything a group of rank actors is built for; buffers are sized once from these.
 struct group_config {

@@ -8,6 +8,16 @@
 
 namespace ds {
 
+// The ranges of the sizes, one place for the config keys, kernel_config and the step inputs that
+// are sized by them (docs/configuration.md, "Limits").
+constexpr int32_t kMaxVocabSize = 1 << 24;
+constexpr int32_t kMaxBatchSize = 1 << 16;  // requests in one step
+constexpr int32_t kMaxTokensPerRequest = 64;
+constexpr int32_t kMaxSlots = 1 << 20;
+constexpr int32_t kMaxPenaltyTokens = 1 << 20;
+constexpr int32_t kMaxLogitBias = 1 << 20;
+constexpr int32_t kMaxThreads = 1024;
+
 struct kernel_config {
     int32_t vocab_size = 32000;         // V of the rows this backend sees (full vocab or a shard)
     int32_t max_slots = 256;            // parameter-pool rows, slot 0 included
