@@ -1,21 +1,30 @@
 """One ds_sample / ds_verify call: the caller's arguments checked and turned into a ds_call, the
 outputs and the workspace allocated, the library called."""
 
+import math
 import numbers
 
 from . import _native
 from ._arrays import describe, space_of
 
 _INT32_MAX = (1 << 31) - 1
+_FLT_MAX = 3.4028234663852886e38
 _LOGITS_DTYPES = {"float32": _native.DTYPE_F32, "bfloat16": _native.DTYPE_BF16, "float16": _native.DTYPE_F16}
 NO_LIST = (0, 0, 0, 0, 0)
 _workspace_bytes = {}  # (on_device, batch_size, N, vocab) -> bytes
 
 
+def _float32(value):
+    """A number as the float32 the library reads; beyond float32's range, an infinity (which every
+    range check refuses) rather than struct's OverflowError."""
+    value = float(value)
+    return value if not abs(value) > _FLT_MAX else math.copysign(math.inf, value)
+
+
 def real(name, value, space, n):
     """(scalar, pointer) of a float parameter: a number, or a float32 array of n values."""
     if type(value) is float or type(value) is int or isinstance(value, numbers.Real):
-        return float(value), 0
+        return _float32(value), 0
     return 0.0, _per_row(name, value, space, n, ("float32",), "a number")
 
 
@@ -58,18 +67,18 @@ def position(name, value, space, n):
 
 def threshold(name, value):
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return float(value)
+        return _float32(value)
     raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
 
 
 def _row_stride(shape, strides, vocab):
     """Elements between logits rows: every dimension but the last must step by whole rows."""
+    if 0 in shape:
+        return vocab
     if vocab > 1 and strides[-1] != 1:
         raise ValueError(f"logits: expected the last dimension contiguous (stride 1), got strides {tuple(strides)}")
     row_stride, inner = None, 1
     for size, stride in zip(reversed(shape[:-1]), reversed(strides[:-1])):
-        if size == 0:
-            return vocab
         if size != 1:
             if row_stride is None:
                 row_stride = stride
