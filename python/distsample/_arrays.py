@@ -39,6 +39,11 @@ def describe(x):
     return None
 
 
+def pointer(x):
+    """The data pointer of an array this package allocated."""
+    return x.data_ptr() if _is_tensor(x) else x.ctypes.data
+
+
 def is_contiguous(shape, strides):
     if 0 in shape:
         return True
@@ -67,12 +72,14 @@ class Space:
     def holds(self, location):
         raise NotImplementedError
 
-    def array(self, name, x, dtypes, shape):
+    def array(self, name, x, dtypes, shape, what=None):
         """The pointer of a contiguous array `x` of this space with one of `dtypes` and `shape`;
-        TypeError or ValueError naming `name` otherwise."""
+        TypeError or ValueError naming `name` otherwise (`what`: what was expected, when `x` is
+        not an array at all)."""
         d = describe(x)
         if d is None:
-            raise TypeError(f"{name}: expected a {self.word} {self.where_text()}, got {type(x).__name__}")
+            what = what or f"a {self.word} {self.where_text()}"
+            raise TypeError(f"{name}: expected {what}, got {type(x).__name__}")
         ptr, dtype, xshape, strides, location = d
         if not self.holds(location):
             raise ValueError(f"{name}: expected a {self.word} {self.where_text()} like logits, got {location}")
@@ -97,10 +104,10 @@ class Space:
     def workspace(self, nbytes):
         """(owner, pointer aligned to 256 bytes) of at least nbytes of scratch."""
         owner = self.empty((max(nbytes, 1),), "uint8")
-        ptr = describe(owner)[0]
+        ptr = pointer(owner)
         if ptr % 256:
             owner = self.empty((nbytes + 255,), "uint8")
-            ptr = (describe(owner)[0] + 255) & ~255
+            ptr = (pointer(owner) + 255) & ~255
         return owner, ptr
 
 

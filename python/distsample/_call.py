@@ -5,7 +5,7 @@ import math
 import numbers
 
 from . import _native
-from ._arrays import describe, space_of
+from ._arrays import describe, pointer, space_of
 
 _INT32_MAX = (1 << 31) - 1
 _FLT_MAX = 3.4028234663852886e38
@@ -30,7 +30,7 @@ def real(name, value, space, n):
 
 def _integer(name, value, space, n, dtypes, lo, hi, expected):
     """(scalar, pointer) of an integer parameter in [lo, hi], or an array of n values of `dtypes`."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    if type(value) is int or isinstance(value, numbers.Integral) and not isinstance(value, bool):
         value = int(value)
         if not lo <= value <= hi:
             raise ValueError(f"{name} = {value}: expected {expected}")
@@ -43,10 +43,7 @@ def _integer(name, value, space, n, dtypes, lo, hi, expected):
 def _per_row(name, value, space, n, dtypes, scalar):
     if space is None:
         raise TypeError(f"{name}: expected {scalar}, got {type(value).__name__}")
-    if describe(value) is None:
-        raise TypeError(f"{name}: expected {scalar} or a {space.word} of {n} {dtypes[0]} values (one per row), "
-                        f"got {type(value).__name__}")
-    return space.array(name, value, dtypes, (n,))
+    return space.array(name, value, dtypes, (n,), f"{scalar} or a {space.word} of {n} {dtypes[0]} values (one per row)")
 
 
 def seed(value, space, n):
@@ -143,7 +140,7 @@ class Call:
     def upload(self, name, values, dtype):
         array = self.space.upload(name, values, dtype)
         self.keep.append(array)
-        return describe(array)[0]
+        return pointer(array)
 
     def token_list(self, name, value, values_dtype):
         """A ds_token_list of per-request lists: None, a list of dicts {token: value} (one per request)
@@ -225,24 +222,26 @@ class Call:
         for (name, shape, dtype), array in zip(specs, given):
             if array is None:
                 array = self.space.empty(shape, dtype)
-            pointers.append(self.space.array(f"out ({name})", array, (dtype,), shape))
+                pointers.append(pointer(array))
+            else:
+                pointers.append(self.space.array(f"out ({name})", array, (dtype,), shape))
             arrays.append(array)
         return arrays, pointers, _native.LOGPROBS[logprobs]
 
-    def run(self, reals, k, s, positions, bias, seen, slots, num_slots, bitmask, thresholds, hint, out, logprobs,
-            row_errors):
-        """Allocates the outputs (or takes them from `out`), packs the call and runs it. Returns the
-        arrays of the result and the predict, accept_length and row_error pointers."""
-        verify = self.candidates != 0
-        names = ("predict", "accept_index", "accept_length") if verify else ("tokens",)
+    def pack(self, reals, k, s, positions, bias, seen, slots, num_slots, bitmask, thresholds, hint, out, logprobs,
+             row_errors):
+        """The ds_call, with its outputs allocated (or taken from `out`). Returns the call, the arrays
+        of the result and the output pointers (predict, accept_index, accept_length, logprobs,
+        row_error; 0 for none)."""
+        names = ("predict", "accept_index", "accept_length") if self.candidates else ("tokens",)
         arrays, ptrs, mode = self.outputs(out, logprobs, row_errors, names)
-        if verify:
+        if self.candidates:
             outputs = ptrs[:3]
         else:  # accept_index and accept_length, which sample() does not return
             bs = self.batch_size
             scratch = self.space.empty((2, bs), "int32")
             self.keep.append(scratch)
-            base = describe(scratch)[0]
+            base = pointer(scratch)
             outputs = [ptrs[0], base, base + 4 * bs]
         outputs += [ptrs[len(names)] if mode else 0, ptrs[-1] if row_errors else 0]
         call = _native.Call()
@@ -250,6 +249,15 @@ class Call:
             call, 0, self.logits, self.dtype, self.space.on_device, self.vocab, self.row_stride, self.batch_size,
             self.n, *reals[0], *reals[1], *reals[2], *reals[3], *reals[4], *reals[5], *k, *s, *positions, *bias,
             *seen, slots, num_slots, self.candidates, bitmask, thresholds[0], thresholds[1], mode, hint, *outputs)
+        return call, arrays, outputs
+
+    @property
+    def function(self):
+        """ds_verify or ds_sample."""
+        return _native.LIB.ds_verify if self.candidates else _native.LIB.ds_sample
+
+    def workspace_bytes(self, call):
+        """ds_workspace_bytes, remembered per shape (0 for a call that fails its checks)."""
         key = (self.space.on_device, self.batch_size, self.n, self.vocab)
         nbytes = _workspace_bytes.get(key)
         if nbytes is None:
@@ -258,13 +266,38 @@ class Call:
                 if len(_workspace_bytes) > 4096:
                     _workspace_bytes.clear()
                 _workspace_bytes[key] = nbytes
+        return nbytes
+
+    def launch(self, call):
+        """Runs the packed call with a workspace of its own (on CUDA: enqueues it on the stream)."""
+        nbytes = self.workspace_bytes(call)
         workspace, ptr = self.space.workspace(nbytes) if nbytes else (None, 0)
-        fn = _native.LIB.ds_verify if verify else _native.LIB.ds_sample
-        code = fn(call, ptr, nbytes, self.stream)
+        code = self.function(call, ptr, nbytes, self.stream)
         del workspace  # stream-ordered: the allocator hands it out again only after this call's work
         if code:
             _native.raise_for(code)
-        return arrays, outputs[0], outputs[2], outputs[4]
+
+    def with_params(self, temperature, top_k_, top_p, min_p, seed_, position_, presence_penalty, frequency_penalty,
+                    repetition_penalty, logit_bias, seen, bitmask, thresholds, logprobs, row_errors, out):
+        """The packed call of sample() and verify() (every parameter a scalar or one value per
+        request) and the arrays of its result."""
+        space, bs = self.space, self.batch_size
+        reals = (real("temperature", temperature, space, bs), real("top_p", top_p, space, bs),
+                 real("min_p", min_p, space, bs), real("presence_penalty", presence_penalty, space, bs),
+                 real("frequency_penalty", frequency_penalty, space, bs),
+                 real("repetition_penalty", repetition_penalty, space, bs))
+        k = top_k(top_k_, space, bs)
+        s = seed(seed_, space, bs)
+        positions = position("position", position_, space, bs)
+        bias = self.token_list("logit_bias", logit_bias, "float32")
+        seen_list = self.token_list("seen", seen, "int32")
+        mask = self.bitmask(bitmask)
+        greedy = reals[0] == (0.0, 0) or k == (1, 0)
+        hint = greedy and reals[3] == (0.0, 0) and reals[4] == (0.0, 0) and reals[5] == (1.0, 0) and bias == NO_LIST
+        thresholds = (threshold("threshold_single", thresholds[0]), threshold("threshold_acc", thresholds[1]))
+        call, arrays, _ = self.pack(reals, k, s, positions, bias, seen_list, 0, 0, mask, thresholds, int(hint), out,
+                                    logprobs, row_errors)
+        return call, arrays
 
 
 def result(arrays):
@@ -282,26 +315,10 @@ def check_scalars(vocab, reals, k, s):
         _native.raise_for(code)
 
 
-def call_with_params(logits, candidates, temperature, top_k_, top_p, min_p, seed_, position_, presence_penalty,
-                     frequency_penalty, repetition_penalty, logit_bias, seen, bitmask, thresholds, logprobs,
-                     row_errors, out, stream):
-    """sample() and verify(): every parameter a scalar or one value per request."""
-    c = Call(logits, candidates, stream)
+def call_with_params(logits, candidates, *params):
+    """sample() and verify(): Call.with_params's arguments after the logits and candidates, then the stream."""
+    c = Call(logits, candidates, params[-1])
     with c.context:
-        space, bs = c.space, c.batch_size
-        reals = (real("temperature", temperature, space, bs), real("top_p", top_p, space, bs),
-                 real("min_p", min_p, space, bs), real("presence_penalty", presence_penalty, space, bs),
-                 real("frequency_penalty", frequency_penalty, space, bs),
-                 real("repetition_penalty", repetition_penalty, space, bs))
-        k = top_k(top_k_, space, bs)
-        s = seed(seed_, space, bs)
-        positions = position("position", position_, space, bs)
-        bias = c.token_list("logit_bias", logit_bias, "float32")
-        seen_list = c.token_list("seen", seen, "int32")
-        mask = c.bitmask(bitmask)
-        greedy = reals[0] == (0.0, 0) or k == (1, 0)
-        hint = greedy and reals[3] == (0.0, 0) and reals[4] == (0.0, 0) and reals[5] == (1.0, 0) and bias == NO_LIST
-        thresholds = (threshold("threshold_single", thresholds[0]), threshold("threshold_acc", thresholds[1]))
-        arrays = c.run(reals, k, s, positions, bias, seen_list, 0, 0, mask, thresholds, int(hint), out, logprobs,
-                       row_errors)[0]
+        call, arrays = c.with_params(*params[:-1])
+        c.launch(call)
     return result(arrays)

@@ -5,7 +5,7 @@ import numbers
 from collections import Counter
 
 from . import _arrays, _call, _native
-from ._arrays import describe, space_for
+from ._arrays import describe, pointer, space_for
 
 _REALS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
 # Slot 0 and released slots: greedy, no penalties, no bias, nothing seen.
@@ -47,11 +47,11 @@ class Sampler:
         self._seen_sizes = space.zeros((slots,), "int32")
         for name, value in _NEUTRAL.items():
             self._params[name][:] = value
-        self._ptr = {name: describe(array)[0] for name, array in self._params.items()}
-        self._bias = (describe(self._bias_tokens)[0], describe(self._bias_values)[0], 0,
-                      describe(self._bias_sizes)[0], self.max_logit_bias)
-        self._seen = (describe(self._seen_tokens)[0], describe(self._seen_counts)[0], 0,
-                      describe(self._seen_sizes)[0], self.max_penalty_tokens)
+        self._ptr = {name: pointer(array) for name, array in self._params.items()}
+        self._bias = (pointer(self._bias_tokens), pointer(self._bias_values), 0, pointer(self._bias_sizes),
+                      self.max_logit_bias)
+        self._seen = (pointer(self._seen_tokens), pointer(self._seen_counts), 0, pointer(self._seen_sizes),
+                      self.max_penalty_tokens)
 
     def _slot(self, slot):
         if not isinstance(slot, numbers.Integral) or isinstance(slot, bool) or not 1 <= slot < self.max_slots:
@@ -171,9 +171,11 @@ class Sampler:
             ptr = self._ptr
             reals = tuple((0.0, ptr[name]) for name in _REALS)
             thresholds = (_call.threshold("threshold_single", thresholds[0]), _call.threshold("threshold_acc", thresholds[1]))
-            arrays, predict, accept_length, row_error = c.run(
+            call, arrays, outputs = c.pack(
                 reals, (0, ptr["top_k"]), (0, ptr["seed"]), pos, self._bias, self._seen, slots_ptr, self.max_slots,
                 c.bitmask(bitmask), thresholds, 0, out, logprobs, row_errors)
+            c.launch(call)
+            predict, _, accept_length, _, row_error = outputs
             commit = _native.Commit()
             _native.COMMIT_PACKER.pack_into(
                 commit, 0, bs, c.n, slots_ptr, predict, accept_length, self._seen[0], self._seen[1], self._seen[3],
