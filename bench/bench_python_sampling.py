@@ -100,8 +100,7 @@ def measure(kind, bs, dtype, case, params, iters, gen):
     c = _call.Call(logits, None, None)
     call, arrays = c.with_params(kw.get("temperature", 1.0), kw.get("top_k", -1), kw.get("top_p", 1.0), 0.0, seeds,
                                   positions, 0.0, 0.0, 1.0, None, None, None, (1.0, 1.0), None, False, None)
-    nbytes = c.workspace_bytes(call)
-    workspace, ptr = c.space.workspace(nbytes)
+    (workspace, ptr), nbytes = c.workspace, c.workspace_size
     fn, stream = c.function, c.stream
 
     def kernel():

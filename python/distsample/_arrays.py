@@ -103,12 +103,13 @@ class Space:
 
     def workspace(self, nbytes):
         """(owner, pointer aligned to 256 bytes) of at least nbytes of scratch."""
-        owner = self.empty((max(nbytes, 1),), "uint8")
-        ptr = pointer(owner)
-        if ptr % 256:
-            owner = self.empty((nbytes + 255,), "uint8")
-            ptr = (pointer(owner) + 255) & ~255
-        return owner, ptr
+        if self.on_device:  # CUDA allocations are 256-byte aligned; checked all the same
+            owner = self.empty((max(nbytes, 1),), "uint8")
+            ptr = pointer(owner)
+            if ptr % 256 == 0:
+                return owner, ptr
+        owner = self.empty((nbytes + 255,), "uint8")
+        return owner, (pointer(owner) + 255) & ~255
 
 
 class NumpySpace(Space):
@@ -155,6 +156,8 @@ class TorchSpace(Space):
         self.device = device
         self.on_device = device.type == "cuda"
         self._dtypes = {}
+        self._dtypes_of = {}  # dtype names -> torch dtypes, for the fast path of array()
+        self._tensor = torch.Tensor
         if self.on_device:
             self._index = device.index if device.index is not None else torch.cuda.current_device()
             self.device = torch.device("cuda", self._index)
@@ -192,6 +195,15 @@ class TorchSpace(Space):
             )
         host = torch.tensor(values, dtype=self._dtype(dtype), pin_memory=True)
         return host.to(self.device, non_blocking=True)
+
+    def array(self, name, x, dtypes, shape, what=None):
+        if type(x) is self._tensor and x.device == self.device and x.shape == shape and x.is_contiguous():
+            dtype = self._dtypes_of.get(dtypes)
+            if dtype is None:
+                dtype = self._dtypes_of[dtypes] = tuple(getattr(self._torch, d, None) for d in dtypes)
+            if x.dtype in dtype:
+                return x.data_ptr()
+        return Space.array(self, name, x, dtypes, shape, what)
 
     def host_values(self, name, x):
         if self.on_device:

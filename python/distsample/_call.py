@@ -199,9 +199,12 @@ class Call:
         result: `names`, then logprobs when asked for, then row_errors when asked for."""
         if not (logprobs is None or isinstance(logprobs, str)) or logprobs not in _native.LOGPROBS:
             raise ValueError(f"logprobs = {logprobs!r}: expected None, 'raw' or 'processed'")
-        if not isinstance(row_errors, bool):
+        if row_errors is not False and row_errors is not True:
             raise TypeError(f"row_errors: expected True or False, got {type(row_errors).__name__}")
-        bs, n = self.batch_size, self.n
+        bs, n, space = self.batch_size, self.n, self.space
+        if out is None and logprobs is None and not row_errors and not self.candidates:
+            tokens = space.empty((bs,), "int32")
+            return [tokens], [pointer(tokens)], 0
         per_token = (bs,) if self.candidates == 0 else (bs, n)
         specs = [(name, per_token if name != "accept_length" else (bs,), "int32") for name in names]
         if logprobs is not None:
@@ -209,46 +212,47 @@ class Call:
         if row_errors:
             specs.append(("row_errors", (bs,), "uint8"))
         if out is None:
-            given = [None] * len(specs)
-        elif len(specs) == 1 and not isinstance(out, (tuple, list)):
-            given = [out]
-        elif isinstance(out, (tuple, list)) and len(out) == len(specs):
-            given = list(out)
-        else:
+            arrays = [space.empty(shape, dtype) for _, shape, dtype in specs]
+            return arrays, [pointer(a) for a in arrays], _native.LOGPROBS[logprobs]
+        if len(specs) == 1 and not isinstance(out, (tuple, list)):
+            out = [out]
+        if not isinstance(out, (tuple, list)) or len(out) != len(specs):
             expected = ", ".join(name for name, _, _ in specs)
-            raise ValueError(f"out: expected {len(specs)} {self.space.word}s or None entries ({expected}), got "
+            raise ValueError(f"out: expected {len(specs)} {space.word}s or None entries ({expected}), got "
                              f"{len(out) if isinstance(out, (tuple, list)) else type(out).__name__}")
         arrays, pointers = [], []
-        for (name, shape, dtype), array in zip(specs, given):
+        for (name, shape, dtype), array in zip(specs, out):
             if array is None:
-                array = self.space.empty(shape, dtype)
+                array = space.empty(shape, dtype)
                 pointers.append(pointer(array))
             else:
-                pointers.append(self.space.array(f"out ({name})", array, (dtype,), shape))
+                pointers.append(space.array(f"out ({name})", array, (dtype,), shape))
             arrays.append(array)
         return arrays, pointers, _native.LOGPROBS[logprobs]
 
     def pack(self, reals, k, s, positions, bias, seen, slots, num_slots, bitmask, thresholds, hint, out, logprobs,
              row_errors):
-        """The ds_call, with its outputs allocated (or taken from `out`). Returns the call, the arrays
-        of the result and the output pointers (predict, accept_index, accept_length, logprobs,
-        row_error; 0 for none)."""
+        """The ds_call, with its outputs (allocated, or taken from `out`) and its workspace. Returns the
+        call, the arrays of the result and the output pointers (predict, accept_index,
+        accept_length, logprobs, row_error; 0 for none)."""
+        bs = self.batch_size
         names = ("predict", "accept_index", "accept_length") if self.candidates else ("tokens",)
         arrays, ptrs, mode = self.outputs(out, logprobs, row_errors, names)
+        nbytes = workspace_bytes(self.space.on_device, bs, self.n, self.vocab)
         if self.candidates:
+            self.workspace = self.space.workspace(nbytes)
             outputs = ptrs[:3]
-        else:  # accept_index and accept_length, which sample() does not return
-            bs = self.batch_size
-            scratch = self.space.empty((2, bs), "int32")
-            self.keep.append(scratch)
-            base = pointer(scratch)
-            outputs = [ptrs[0], base, base + 4 * bs]
+        else:  # accept_index and accept_length, which sample() does not return, after the workspace
+            at = (nbytes + 255) & ~255
+            self.workspace = self.space.workspace(at + 8 * bs)
+            outputs = [ptrs[0], self.workspace[1] + at, self.workspace[1] + at + 4 * bs]
+        self.workspace_size = nbytes
         outputs += [ptrs[len(names)] if mode else 0, ptrs[-1] if row_errors else 0]
         call = _native.Call()
         _native.CALL_PACKER.pack_into(
-            call, 0, self.logits, self.dtype, self.space.on_device, self.vocab, self.row_stride, self.batch_size,
-            self.n, *reals[0], *reals[1], *reals[2], *reals[3], *reals[4], *reals[5], *k, *s, *positions, *bias,
-            *seen, slots, num_slots, self.candidates, bitmask, thresholds[0], thresholds[1], mode, hint, *outputs)
+            call, 0, self.logits, self.dtype, self.space.on_device, self.vocab, self.row_stride, bs, self.n,
+            *reals[0], *reals[1], *reals[2], *reals[3], *reals[4], *reals[5], *k, *s, *positions, *bias, *seen, slots,
+            num_slots, self.candidates, bitmask, thresholds[0], thresholds[1], mode, hint, *outputs)
         return call, arrays, outputs
 
     @property
@@ -256,24 +260,11 @@ class Call:
         """ds_verify or ds_sample."""
         return _native.LIB.ds_verify if self.candidates else _native.LIB.ds_sample
 
-    def workspace_bytes(self, call):
-        """ds_workspace_bytes, remembered per shape (0 for a call that fails its checks)."""
-        key = (self.space.on_device, self.batch_size, self.n, self.vocab)
-        nbytes = _workspace_bytes.get(key)
-        if nbytes is None:
-            nbytes = _native.LIB.ds_workspace_bytes(call)
-            if nbytes:
-                if len(_workspace_bytes) > 4096:
-                    _workspace_bytes.clear()
-                _workspace_bytes[key] = nbytes
-        return nbytes
-
     def launch(self, call):
-        """Runs the packed call with a workspace of its own (on CUDA: enqueues it on the stream)."""
-        nbytes = self.workspace_bytes(call)
-        workspace, ptr = self.space.workspace(nbytes) if nbytes else (None, 0)
-        code = self.function(call, ptr, nbytes, self.stream)
-        del workspace  # stream-ordered: the allocator hands it out again only after this call's work
+        """Runs the packed call (on CUDA: enqueues it on the stream). The workspace is released after:
+        the allocator is stream-ordered, so it hands the memory out again only behind this work."""
+        code = self.function(call, self.workspace[1], self.workspace_size, self.stream)
+        self.workspace = None
         if code:
             _native.raise_for(code)
 
@@ -304,13 +295,38 @@ def result(arrays):
     return arrays[0] if len(arrays) == 1 else tuple(arrays)
 
 
+_DEFAULT_REALS = ((1.0, 0), (1.0, 0), (0.0, 0), (0.0, 0), (0.0, 0), (1.0, 0))
+_SOMEWHERE = 256  # a non-null address for the pointers of a call that is only checked, never run
+
+
+def _checked_call(vocab, on_device, batch_size, n, reals=_DEFAULT_REALS, k=(-1, 0), s=(0, 0)):
+    """A ds_call of this shape and these scalars whose arrays are never read: for
+    ds_workspace_bytes, and for the checks of an empty call."""
+    call = _native.Call()
+    p = _SOMEWHERE if batch_size else 0
+    _native.CALL_PACKER.pack_into(
+        call, 0, p, _native.DTYPE_F32, on_device, vocab, vocab, batch_size, n, *reals[0], *reals[1], *reals[2],
+        *reals[3], *reals[4], *reals[5], *k, *s, 0, 0, *NO_LIST, *NO_LIST, 0, 0, p if n > 1 else 0, 0, 1.0, 1.0, 0,
+        0, p, p, p, 0, 0)
+    return call
+
+
+def workspace_bytes(on_device, batch_size, n, vocab):
+    """ds_workspace_bytes of a call of this shape, remembered (0 for a shape the library refuses)."""
+    key = (on_device, batch_size, n, vocab)
+    nbytes = _workspace_bytes.get(key)
+    if nbytes is None:
+        nbytes = _native.LIB.ds_workspace_bytes(_checked_call(vocab, on_device, batch_size, n))
+        if nbytes:
+            if len(_workspace_bytes) > 4096:
+                _workspace_bytes.clear()
+            _workspace_bytes[key] = nbytes
+    return nbytes
+
+
 def check_scalars(vocab, reals, k, s):
     """Checks parameter scalars as a call would (an empty call on the host), for a Sampler's register."""
-    call = _native.Call()
-    _native.CALL_PACKER.pack_into(
-        call, 0, 0, _native.DTYPE_F32, 0, vocab, vocab, 0, 1, *reals[0], *reals[1], *reals[2], *reals[3], *reals[4],
-        *reals[5], *k, *s, 0, 0, *NO_LIST, *NO_LIST, 0, 0, 0, 0, 1.0, 1.0, 0, 0, 0, 0, 0, 0, 0)
-    code = _native.LIB.ds_sample(call, None, 0, None)
+    code = _native.LIB.ds_sample(_checked_call(vocab, 0, 0, 1, reals, k, s), None, 0, None)
     if code:
         _native.raise_for(code)
 

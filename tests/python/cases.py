@@ -163,5 +163,5 @@ def log_softmax64(logits):
     x = np.where(np.isnan(logits), -np.inf, logits.astype(np.float64))
     top = x.max(axis=1, keepdims=True)
     top = np.where(np.isfinite(top), top, 0.0)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         return x - top - np.log(np.exp(x - top).sum(axis=1, keepdims=True))

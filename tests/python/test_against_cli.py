@@ -58,7 +58,7 @@ def assert_logprobs(actual, expected, tol):
 @pytest.mark.parametrize("verify", [False, True], ids=["sample", "verify"])
 def test_equals_cli(cli, verify):
     rng = np.random.default_rng(2024 + verify)
-    emitted = greedy_rows = sampled_rows = flagged = 0
+    emitted = greedy_rows = sampled_rows = flagged = accepted = 0
     for i in range(BATCHES):
         case = Case(rng, verify)
         logits, as_f32 = logits_variant(case, i)
@@ -76,19 +76,22 @@ def test_equals_cli(cli, verify):
             np.testing.assert_array_equal(raw[0], predict)
             rows = accept_index.reshape(-1)
             tokens = predict.reshape(-1)
+            accepted += int((accept_length - 1).sum())
         else:
             tokens, logprobs = out[:2]
             assert tokens.tolist() == expected["tokens"], f"batch {i}"
             np.testing.assert_array_equal(raw[0], tokens)
             rows = np.where(tokens >= 0, np.arange(case.batch_size), -1)
         assert_logprobs(logprobs.reshape(-1), expected["logprobs"], 1e-6)
-        reference = log_softmax64(as_f32)
+        raw_logprobs = raw[-1].reshape(-1)
         kept = tokens >= 0
-        np.testing.assert_allclose(raw[1].reshape(-1)[kept], reference[rows[kept], tokens[kept]], rtol=0, atol=1e-5)
-        assert np.isnan(raw[1].reshape(-1)[~kept]).all()
+        np.testing.assert_allclose(raw_logprobs[kept], log_softmax64(as_f32)[rows[kept], tokens[kept]], rtol=0,
+                                   atol=1e-5)
+        assert np.isnan(raw_logprobs[~kept]).all()
         emitted += int(kept.sum())
         flagged += int(errors.astype(bool).sum())
         temperature = case.params["temperature"]
         greedy_rows += int(np.sum(np.asarray(temperature) == 0) * (1 if np.ndim(temperature) else case.batch_size))
         sampled_rows += int(np.sum(np.asarray(temperature) > 0) * (1 if np.ndim(temperature) else case.batch_size))
     assert emitted > BATCHES and flagged > 0 and greedy_rows > 50 and sampled_rows > 50
+    assert accepted > 50 or not verify
