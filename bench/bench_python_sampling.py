@@ -107,11 +107,8 @@ def measure(kind, bs, dtype, case, params, iters, gen):
         if fn(call, ptr, nbytes, stream):
             raise RuntimeError(distsample._native.LIB.ds_last_error().decode())
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        eager()
-    torch.cuda.current_stream().wait_stream(side)
+    eager()  # the library's one-time set-up happens outside the capture
+    torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = eager()

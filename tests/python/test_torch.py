@@ -16,10 +16,11 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def tensors(value, device):
-    """numpy arrays (also inside lists and tuples) as torch tensors on `device`; uint64 seeds as int64."""
+    """numpy arrays (also inside tuples) as torch tensors on `device`; uint64 seeds as int64 and
+    uint32 bitmasks as int32 (torch's unsigned types are not supported by every operation)."""
     if isinstance(value, np.ndarray):
-        if value.dtype == np.uint64:
-            value = value.view(np.int64)
+        if value.dtype in (np.uint64, np.uint32):
+            value = value.view(np.int64 if value.dtype == np.uint64 else np.int32)
         return torch.from_numpy(np.ascontiguousarray(value)).to(device)
     if isinstance(value, tuple):
         return tuple(tensors(v, device) for v in value)
