@@ -64,7 +64,6 @@ class Space:
     Sampler's device (space_for)."""
 
     on_device = False
-    word = "array"
 
     def where_text(self):
         raise NotImplementedError
@@ -91,7 +90,7 @@ class Space:
             raise ValueError(f"{name}: expected a contiguous {self.word} (strides {tuple(strides)} for shape {shape})")
         return ptr
 
-    def host_values(self, name, x):
+    def host_values(self, x):
         """The values of a host array (for checks that keep pointers in bounds), or None on a device."""
         return None
 
@@ -115,7 +114,7 @@ class Space:
 class NumpySpace(Space):
     """Host memory; allocates numpy arrays. Takes numpy arrays and torch CPU tensors."""
 
-    word = "array"
+    word = "numpy array"
 
     def __init__(self):
         import numpy
@@ -137,7 +136,7 @@ class NumpySpace(Space):
     def upload(self, name, values, dtype):
         return self._np.array(values, dtype=dtype)
 
-    def host_values(self, name, x):
+    def host_values(self, x):
         return self._np.asarray(x) if _is_ndarray(x) else x.numpy()
 
     def to_host(self, x):
@@ -205,7 +204,7 @@ class TorchSpace(Space):
                 return x.data_ptr()
         return Space.array(self, name, x, dtypes, shape, what)
 
-    def host_values(self, name, x):
+    def host_values(self, x):
         if self.on_device:
             return None
         return x.numpy() if _is_tensor(x) else x

@@ -112,7 +112,7 @@ class Call:
         if not space.holds(location):
             raise ValueError(f"logits: expected a {space.word} {space.where_text()}, got {location}")
         self.dtype = _LOGITS_DTYPES.get(dtype)
-        if self.dtype is None or (dtype == "bfloat16" and space.word == "array"):
+        if self.dtype is None or (dtype == "bfloat16" and space.word == "numpy array"):
             expected = ("float32, bfloat16 or float16" if space.word == "tensor"
                         else "float32 or float16 (bfloat16 only as a torch tensor)")
             raise TypeError(f"logits: expected {expected}, got {dtype}")
@@ -135,7 +135,6 @@ class Call:
         self.vocab = shape[-1]
         self.logits = ptr
         self.row_stride = _row_stride(shape, strides, self.vocab)
-        self.logits_ndim = len(shape)
 
     def upload(self, name, values, dtype):
         array = self.space.upload(name, values, dtype)
@@ -159,7 +158,7 @@ class Call:
             o = space.array(f"{name} offsets", offsets, ("int32",), (n + 1,))
             t = space.array(f"{name} tokens", tokens, ("int32",), (count,))
             v = space.array(f"{name} values", values, (values_dtype,), (count,))
-            host = space.host_values(name, offsets)
+            host = space.host_values(offsets)
             if host is not None and n > 0 and (int(host.min()) < 0 or int(host.max()) > count):
                 raise ValueError(f"{name} offsets: expected values in [0, {count}] (the number of tokens)")
             return (t, v, o, 0, 0) if count > 0 else NO_LIST

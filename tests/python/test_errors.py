@@ -29,7 +29,7 @@ def test_logits(logits):
     raises(TypeError, r"logits: expected float32 or float16 \(bfloat16 only as a torch tensor\), got int64",
            distsample.sample, np.zeros((2, V), np.int64))
     raises(TypeError, r"logits: expected .*, got float64", distsample.sample, logits.astype(np.float64))
-    raises(ValueError, r"logits: expected a 2-D \[batch_size, vocab\] array, got shape \(40,\)", distsample.sample,
+    raises(ValueError, r"logits: expected a 2-D \[batch_size, vocab\] numpy array, got shape \(40,\)", distsample.sample,
            logits[0])
     raises(ValueError, r"logits: expected the last dimension contiguous", distsample.sample, logits[:, ::2])
     overlapping = np.lib.stride_tricks.as_strided(logits, shape=(3, V), strides=(8, 4))
@@ -77,9 +77,9 @@ def test_per_row_arrays(logits, name, dtype):
            **{name: np.ones(4, dtype)})
     raises(ValueError, rf"^{name}: expected shape \(3,\), got \(3, 1\)", distsample.sample, logits,
            **{name: np.ones((3, 1), dtype)})
-    raises(ValueError, rf"^{name}: expected a contiguous array", distsample.sample, logits,
+    raises(ValueError, rf"^{name}: expected a contiguous numpy array", distsample.sample, logits,
            **{name: np.ones(6, dtype)[::2]})
-    raises(TypeError, rf"^{name}: expected .* or a array of 3 .* values \(one per row\), got str", distsample.sample,
+    raises(TypeError, rf"^{name}: expected .* or a numpy array of 3 .* values \(one per row\), got str", distsample.sample,
            logits, **{name: "x"})
     distsample.sample(logits, **{name: good})
 
@@ -137,16 +137,16 @@ def test_bitmask_and_candidates(logits):
            bitmask=np.zeros((3, words), np.int64))
     raises(ValueError, r"bitmask: expected shape \(3, 2\), got \(3, 1\)", distsample.sample, logits,
            bitmask=np.zeros((3, 1), np.int32))
-    raises(ValueError, r"bitmask: expected a contiguous array", distsample.sample, logits,
+    raises(ValueError, r"bitmask: expected a contiguous numpy array", distsample.sample, logits,
            bitmask=np.zeros((3, 2 * words), np.int32)[:, ::2])
-    raises(TypeError, r"bitmask: expected a array in host memory, got list", distsample.sample, logits, bitmask=[1])
+    raises(TypeError, r"bitmask: expected a numpy array in host memory, got list", distsample.sample, logits, bitmask=[1])
     raises(TypeError, r"candidates: expected int32, got int64", distsample.verify, logits, np.zeros((3, 1), np.int64))
-    raises(ValueError, r"candidates: expected a 2-D \[batch_size, N\] int32 array, got shape \(3,\)",
+    raises(ValueError, r"candidates: expected a 2-D \[batch_size, N\] int32 numpy array, got shape \(3,\)",
            distsample.verify, logits, np.zeros(3, np.int32))
     raises(ValueError, r"candidates: expected a 2-D .*, got list", distsample.verify, logits, [[1]])
     raises(ValueError, r"logits: expected \[batch_size \* N, vocab\] or \[batch_size, N, vocab\] with batch_size, "
            r"N = 2, 2 \(candidates\), got shape \(3, 40\)", distsample.verify, logits, np.zeros((2, 2), np.int32))
-    raises(ValueError, r"candidates: expected a contiguous array", distsample.verify, logits,
+    raises(ValueError, r"candidates: expected a contiguous numpy array", distsample.verify, logits,
            np.zeros((3, 2), np.int32)[:, :1])
     raises(ValueError, r"tokens_per_req = 65: expected an integer in \[1, 64\]", distsample.verify,
            np.zeros((65, V), np.float32), np.zeros((1, 65), np.int32))
@@ -174,9 +174,9 @@ def test_out(logits):
     raises(TypeError, r"out \(tokens\): expected int32, got int64", distsample.sample, logits, out=np.empty(3, np.int64))
     raises(ValueError, r"out \(tokens\): expected shape \(3,\), got \(4,\)", distsample.sample, logits,
            out=np.empty(4, np.int32))
-    raises(ValueError, r"out \(tokens\): expected a contiguous array", distsample.sample, logits,
+    raises(ValueError, r"out \(tokens\): expected a contiguous numpy array", distsample.sample, logits,
            out=np.empty(6, np.int32)[::2])
-    raises(ValueError, r"out: expected 2 arrays or None entries \(tokens, logprobs\), got 1", distsample.sample, logits,
+    raises(ValueError, r"out: expected 2 numpy arrays or None entries \(tokens, logprobs\), got 1", distsample.sample, logits,
            logprobs="raw", out=(tokens,))
     raises(ValueError, r"out \(row_errors\): expected shape", distsample.sample, logits, row_errors=True,
            out=(None, np.empty(2, np.uint8)))
