@@ -45,4 +45,18 @@ class BinaryDistribution(Distribution):
         return True
 
 
-setup(cmdclass={"build_py": BuildWithLibrary}, distclass=BinaryDistribution)
+commands = {"build_py": BuildWithLibrary}
+try:
+    from wheel.bdist_wheel import bdist_wheel
+
+    class AnyPythonWheel(bdist_wheel):
+        """The library is loaded with ctypes, not imported: one wheel serves every Python 3."""
+
+        def get_tag(self):
+            return "py3", "none", super().get_tag()[2]
+
+    commands["bdist_wheel"] = AnyPythonWheel
+except ImportError:  # no wheel package: plain installs still work
+    pass
+
+setup(cmdclass=commands, distclass=BinaryDistribution)
