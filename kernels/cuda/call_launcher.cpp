@@ -117,4 +117,9 @@ status run_call_on(const sampling_call& call, workspace_ref workspace, void* str
     return run_call(call, workspace, static_cast<cudaStream_t>(stream));
 }
 
+status copy_to_host_async(void* host, const void* device, std::size_t bytes, void* stream) {
+    CUDA_TRY(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)));
+    return status::success();
+}
+
 }  // namespace ds::cuda

@@ -275,3 +275,22 @@ TEST(SamplingApi, SlotIndexedStateAndCommitsMatchTheBackend) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(SamplingApi, CopyOutputsCopiesEveryGivenOutput) {
+    std::vector<int32_t> predict{1, 2}, accept_index{0, 1}, accept_length{1, 1};
+    std::vector<uint8_t> row_error{0, 2};
+    std::vector<int32_t> predict_to(2, -9), index_to(2, -9), length_to(2, -9);
+    std::vector<uint8_t> error_to(2, 9);
+    const sampling_outputs from{predict.data(), accept_index.data(), accept_length.data(), nullptr, row_error.data()};
+    const sampling_outputs to{predict_to.data(), index_to.data(), length_to.data(), nullptr, error_to.data()};
+    ASSERT_TRUE(copy_outputs(from, to, 2, 1, false).is_ok());
+    EXPECT_EQ(predict_to, predict);
+    EXPECT_EQ(index_to, accept_index);
+    EXPECT_EQ(length_to, accept_length);
+    EXPECT_EQ(error_to, row_error);
+    EXPECT_NE(copy_outputs(from, to, -1, 1, false).message.find("batch_size = -1"), std::string::npos);
+}
+
+}  // namespace
