@@ -37,7 +37,7 @@ void expect_only(const json& obj, const std::string& where, std::initializer_lis
         if (found) continue;
         std::string names;
         for (const char* k : known) names += fmt::format("{}{}", names.empty() ? "" : ", ", k);
-        fail(where + item.key(), fmt::format("a field of {} (one of: {})", what, names));
+        fail(where + shorten(item.key()), fmt::format("a field of {} (one of: {})", what, names));
     }
 }
 

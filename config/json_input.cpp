@@ -22,11 +22,6 @@ using wide_json =
 // The subtype of the binary values that stand for overflowed numbers (no JSON text makes a binary).
 constexpr std::uint8_t kOverflowSubtype = 0x7e;
 
-std::string cut(std::string_view text) {
-    if (text.size() <= kMaxQuoteChars) return std::string(text);
-    return fmt::format("{}... ({} characters)", text.substr(0, kMaxQuoteChars), text.size());
-}
-
 // Builds a json DOM from SAX events, refusing what the header says, iteratively.
 class bounded_dom_builder {
    public:
@@ -58,7 +53,7 @@ class bounded_dom_builder {
     bool parse_error(std::size_t position, const std::string& token, const nlohmann::detail::exception& e) {
         const std::string what = e.what();
         if (what.find("number overflow") != std::string::npos)
-            return fail(fmt::format("{} is beyond the range of any number", cut(token)));
+            return fail(fmt::format("{} is beyond the range of any number", shorten(token)));
         const std::size_t detail = what.find("syntax error");
         return fail(fmt::format("not valid JSON at byte {} ({})", position,
                                 detail == std::string::npos ? what : what.substr(detail)));
@@ -166,7 +161,7 @@ std::string quote_json(const json& value) {
         case json::value_t::number_float: return format_number(value.get<double>());
         case json::value_t::binary: {
             const json::binary_t& bytes = value.get_binary();
-            return cut(std::string(bytes.begin(), bytes.end()));
+            return shorten(std::string(bytes.begin(), bytes.end()));
         }
         default: return value.dump();
     }
@@ -175,6 +170,11 @@ std::string quote_json(const json& value) {
 std::string quote_text(std::string_view text) {
     if (text.size() <= kMaxQuoteChars) return fmt::format("'{}'", text);
     return fmt::format("'{}'... ({} characters)", text.substr(0, kMaxQuoteChars), text.size());
+}
+
+std::string shorten(std::string_view text) {
+    if (text.size() <= kMaxQuoteChars) return std::string(text);
+    return fmt::format("{}... ({} characters)", text.substr(0, kMaxQuoteChars), text.size());
 }
 
 std::string format_number(double value) { return fmt::format("{}", value); }

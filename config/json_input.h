@@ -40,6 +40,9 @@ bool is_overflowed_number(const nlohmann::json& value);
 std::string quote_json(const nlohmann::json& value);
 // The same for text from the environment or the command line, in single quotes.
 std::string quote_text(std::string_view text);
+// `text` itself when short, else its first kMaxQuoteChars characters and its length: for names
+// that appear unquoted in a message (a key, a field path).
+std::string shorten(std::string_view text);
 
 // Enough digits to tell the value from its neighbours (the shortest text that reads back the
 // same): 1e-50, not 0.

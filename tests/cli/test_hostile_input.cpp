@@ -144,6 +144,10 @@ TEST(HostileInput, FieldsAStepDoesNotTakeAreRefused) {
     misspelt["requests"][0]["temprature"] = 0.5;
     expect_refused(run_cli("kernel sample", misspelt.dump(), kBound),
                    "requests[0].temprature: expected a field of a request (one of: seed,", "misspelt");
+    json long_key = small_step();
+    long_key["requests"][0][std::string(100000, 'k')] = 1;
+    expect_refused(run_cli("kernel sample", long_key.dump(), kBound), "... (100000 characters): expected a field of",
+                   "long key");
     json extra = small_verify_step();
     extra["thresholds"] = 0.5;
     expect_refused(run_cli("kernel verify", extra.dump(), kBound), "thresholds: expected a field of a step",
