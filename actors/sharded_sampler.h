@@ -1,4 +1,4 @@
-// Exact sharded sampling (DESIGN.md §2, §4.2): the logits never move. Rank r only reads its vocab
+// Exact sharded sampling (docs/architecture.md, Modes): the logits never move. Rank r only reads its vocab
 // shard; the ranks agree on each row's distribution through integer collectives, all rows of a
 // step at once:
 //   1. all_reduce(max) of an order-preserving (logit, -index) key: the global max m and argmax;
@@ -21,7 +21,7 @@
 //      every emitted token sends its shifted logit (one all_reduce max);
 //   6. logprobs from those and the per-rank partial normalisers gathered in 2.
 // Every rank ends with the same outputs, equal to the CPU backend on the full rows; logprobs
-// agree to float rounding of the summation order (the one float output, DESIGN.md §2).
+// agree to float rounding of the summation order (the one float output: docs/semantics.md, Logprobs).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Deterministic math shared by the CPU and CUDA backends (DESIGN.md §2).
+// Deterministic math shared by the CPU and CUDA backends (docs/semantics.md).
 //
 // Everything here is compiled by g++ for the host and by nvcc for the device. Both sides are
 // built without floating-point contraction and without fast math, and every multiply-add that
@@ -59,7 +59,7 @@ enum class draw_purpose : uint32_t {
     coin = 1,   // accept-or-reject coin for a draft in target-only verification
 };
 
-// Key layout of every draw (documented in README, "Randomness"):
+// Key layout of every draw (docs/semantics.md, Random streams):
 //   key     = { seed[31:0], seed[63:32] }
 //   counter = { position[31:0], position[63:32], draft_index, purpose }
 // `position` is the request's sequence length before the step; `draft_index` is the index of the
@@ -175,7 +175,7 @@ DS_HD float det_log(float x) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Integer probability mass (DESIGN.md §2.2).
+// Integer probability mass (docs/semantics.md, Integer mass).
 // ---------------------------------------------------------------------------------------------
 constexpr int kMassBits = 40;
 constexpr uint64_t kMassOne = uint64_t{1} << kMassBits;

@@ -56,7 +56,7 @@ constexpr float kGreedyTemperature = 1e-6f;
 
 inline bool is_greedy(const sampling_params& p) { return p.temperature < kGreedyTemperature || p.top_k == 1; }
 
-// Acceptance knobs of target-only chain verification (DESIGN.md §3). 1.0 / 1.0 is exact
+// Acceptance knobs of target-only chain verification (docs/semantics.md, Verification). 1.0 / 1.0 is exact
 // rejection sampling; lower values accept more drafts and are lossy.
 struct verify_thresholds {
     float single = 1.0f;  // [0, 1]: accept a draft whose target probability is at least this
@@ -81,7 +81,7 @@ struct step_input {
 };
 
 // Outputs of a step, in caller-owned memory. The packed buffer holds predict [bs*N] followed by
-// accept_length [bs], so one copy returns both (DESIGN.md §3).
+// accept_length [bs], so one copy returns both (docs/semantics.md, Outputs).
 struct step_output {
     int32_t* packed = nullptr;        // [bs*N + bs]
     int32_t* accept_index = nullptr;  // [bs*N] flat row ids of accepted positions, -1 after

@@ -1,4 +1,4 @@
-// The CPU sampling backend: the reference implementation of DESIGN.md §2-§3. Requests are spread
+// The CPU sampling backend: the reference implementation of docs/semantics.md. Requests are spread
 // over a fixed thread pool (one request's verify chain stays on one thread); each thread owns a
 // row_sampler, so a step allocates nothing.
 #pragma once

@@ -1,4 +1,4 @@
-// One logits row through the exact sampling pipeline of DESIGN.md §2, on the CPU:
+// One logits row through the exact sampling pipeline of docs/semantics.md, on the CPU:
 //   processed logits (penalties, bias, bitmask) -> argmax -> integer masses Q -> filter cut
 //   (top-k, top-p, min-p on (Q desc, index asc)) -> inverse CDF in token-index order.
 // A row_sampler owns the scratch of one worker thread, sized once for the vocabulary.
@@ -29,7 +29,7 @@ struct filter_cut {
 
 // ---------------------------------------------------------------------------------------------
 // Shard-level primitives: the same steps over one rank's slice [vocab_offset, vocab_offset + count)
-// of a row, on caller-owned arrays, for exact sharded sampling (DESIGN.md §2.4). Token indices
+// of a row, on caller-owned arrays, for exact sharded sampling (docs/architecture.md, Modes). Token indices
 // are local to the slice unless a name says "global"; penalties, bias and bitmask use global ids.
 // ---------------------------------------------------------------------------------------------
 
@@ -41,7 +41,7 @@ void prepare_shard_logits(const logits_view& shard, int64_t row, const sampling_
 // The lowest index of the largest value, NaN and -inf ignored; -1 when none.
 int32_t argmax_of(const float* logits, int32_t count);
 
-// Q = floor(det_exp((l - max_logit) / T) * 2^40), and 2^40 for l == max_logit (DESIGN.md §2.2).
+// Q = floor(det_exp((l - max_logit) / T) * 2^40), and 2^40 for l == max_logit (docs/semantics.md, Integer mass).
 void masses_of(const float* logits, int32_t count, float max_logit, float temperature, uint64_t* mass);
 
 // The cut of a whole row seen from the slice at vocab_offset: the boundary token made local

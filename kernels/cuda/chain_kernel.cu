@@ -12,7 +12,7 @@
 //     token order), and the last block selects the exact cut on that list (a sort, or radix
 //     selection with integer histograms when it is long) and draws.
 // Each row draws the token it would emit if the request's chain stopped there, so the last block
-// of a request to finish walks the chain from the rows' results alone (DESIGN.md §3).
+// of a request to finish walks the chain from the rows' results alone (docs/semantics.md, Verification).
 //
 // Blocks take their (row, chunk) from a ticket counter in the order they start. The blocks of a
 // row hold consecutive tickets, so when every resident block waits at a barrier, all rows but the

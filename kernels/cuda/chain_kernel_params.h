@@ -1,5 +1,5 @@
-// Parameters of the one CUDA kernel that runs a sampling or verification step (DESIGN.md §6:
-// one params struct per kernel, with documented shapes). Plain C++: no CUDA types.
+// Parameters of the one CUDA kernel that runs a sampling or verification step (one params
+// struct per kernel, with documented shapes). Plain C++: no CUDA types.
 #pragma once
 
 #include <cstddef>

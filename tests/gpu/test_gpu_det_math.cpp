@@ -1,4 +1,4 @@
-// The shared math gives the same bits on the GPU as on the host (DESIGN.md §2.1). Skips where
+// The shared math gives the same bits on the GPU as on the host (docs/semantics.md, Deterministic exp). Skips where
 // there is no GPU.
 #include <gtest/gtest.h>
 

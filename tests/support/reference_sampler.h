@@ -1,4 +1,4 @@
-// Test oracles, written from the definitions in DESIGN.md §2 as plainly as possible (full sort,
+// Test oracles, written from the definitions in docs/semantics.md as plainly as possible (full sort,
 // no partial selection), so the optimised backends can be checked against them.
 #pragma once
 
