@@ -125,7 +125,7 @@ struct chain_workspace {
         carve(out.sync, row_count);
         carve(out.request_blocks_done, static_cast<size_t>(batch));
         carve(out.mass_histograms, row_count * kMassHistogramBins);
-        out.counter_bytes = at;
+        out.counter_bytes = (at + 15) / 16 * 16;  // whole 16-byte words (the next member starts later)
         carve(out.requests, static_cast<size_t>(batch));
         const int32_t partials_per_row = chunks_per_row(vocab) > max_stream_segments(vocab)
                                              ? chunks_per_row(vocab)
