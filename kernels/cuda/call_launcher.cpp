@@ -52,14 +52,10 @@ status plan_call(const sampling_call& call, workspace_ref workspace, int streami
     params.outputs = call.outputs;
     chain_workspace::layout(workspace.data, int64_t{bs} * n, bs, call.logits.vocab, params.workspace);
     const int64_t rows = int64_t{bs} * n;
-    // Two waves of the blocks the GPU holds at once: the read probe of bench_cuda_sampling reads
-    // fastest with a grid of twice the resident blocks (bench/RESULTS.md).
-    constexpr int64_t kStreamWaves = 2;
     params.stream_segments =
-        can_stream(call)
-            ? static_cast<int32_t>(std::clamp<int64_t>(kStreamWaves * streaming_blocks / std::max<int64_t>(rows, 1), 1,
-                                                       max_stream_segments(call.logits.vocab)))
-            : 0;
+        can_stream(call) ? static_cast<int32_t>(std::clamp<int64_t>(streaming_blocks / std::max<int64_t>(rows, 1), 1,
+                                                                    max_stream_segments(call.logits.vocab)))
+                         : 0;
     if (const char* problem = params.check()) return {status_code::internal, problem};
     return status::success();
 }

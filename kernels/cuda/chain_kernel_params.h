@@ -35,7 +35,7 @@ DS_HD int32_t chunks_per_row(int32_t vocab) { return (vocab + kChunkTokens - 1) 
 // keep the whole step resident on the GPU at once; threads stream their tokens through
 // registers with several loads in flight, with no shared-memory copy and no barrier. Segments
 // are whole multiples of kStreamSegmentQuantum tokens and at least kMinStreamSegmentTokens.
-constexpr int32_t kStreamSegmentQuantum = 2048;  // one 16-byte vector (8 bf16 tokens) per thread of a block
+constexpr int32_t kStreamSegmentQuantum = 1024;  // one 4-token vector per thread of a block
 constexpr int32_t kMinStreamSegmentTokens = 4096;
 
 DS_HD int32_t max_stream_segments(int32_t vocab) {
