@@ -5,7 +5,7 @@ import numbers
 from collections import Counter
 
 from . import _arrays, _call, _native
-from ._arrays import describe, pointer, space_for
+from ._arrays import describe, space_for
 
 _REALS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
 # Slot 0 and released slots: greedy, no penalties, no bias, nothing seen.
@@ -47,6 +47,7 @@ class Sampler:
         self._seen_sizes = space.zeros((slots,), "int32")
         for name, value in _NEUTRAL.items():
             self._params[name][:] = value
+        pointer = space.pointer
         self._ptr = {name: pointer(array) for name, array in self._params.items()}
         self._bias = (pointer(self._bias_tokens), pointer(self._bias_values), 0, pointer(self._bias_sizes),
                       self.max_logit_bias)
@@ -176,9 +177,8 @@ class Sampler:
                 c.bitmask(bitmask), thresholds, 0, out, logprobs, row_errors)
             c.launch(call)
             predict, _, accept_length, _, row_error = outputs
-            commit = _native.Commit()
-            _native.COMMIT_PACKER.pack_into(
-                commit, 0, bs, c.n, slots_ptr, predict, accept_length, self._seen[0], self._seen[1], self._seen[3],
+            commit = _native.COMMIT_PACKER.pack(
+                bs, c.n, slots_ptr, predict, accept_length, self._seen[0], self._seen[1], self._seen[3],
                 self.max_penalty_tokens, self.max_slots, self.vocab_size, row_error, self._space.on_device)
             code = _native.LIB.ds_commit_tokens(commit, c.stream)
             if code:
