@@ -100,6 +100,18 @@ class Space:
         return owner, (self.pointer(owner) + 255) & ~255
 
 
+class _Scalars(Space):
+    """Where parameters must be numbers (a Sampler's register): arrays are refused."""
+
+    array_type = None
+
+    def array(self, name, x, dtypes, shape, scalar=None):
+        raise TypeError(f"{name}: expected {scalar}, got {type(x).__name__}")
+
+
+SCALARS = _Scalars()
+
+
 class NumpySpace(Space):
     """Host memory; allocates numpy arrays. Takes numpy arrays and torch CPU tensors."""
 
@@ -109,6 +121,7 @@ class NumpySpace(Space):
         import numpy
 
         self._np = numpy
+        self.array_type = numpy.ndarray
 
     def where_text(self):
         return "in host memory"
@@ -147,7 +160,7 @@ class TorchSpace(Space):
         self.on_device = device.type == "cuda"
         self._dtypes = {name: getattr(torch, name) for name in ("float32", "int32", "int64", "uint8")}  # what it makes
         self._dtypes_of = {}  # dtype names -> torch dtypes, for the fast path of array()
-        self._tensor = torch.Tensor
+        self.array_type = torch.Tensor
         self.pointer = torch.Tensor.data_ptr
         if self.on_device:
             torch.cuda.init()
@@ -186,7 +199,7 @@ class TorchSpace(Space):
         return host.to(self.device, non_blocking=True)
 
     def array(self, name, x, dtypes, shape, scalar=None):
-        if type(x) is self._tensor and x.device == self.device and x.shape == shape and x.is_contiguous():
+        if type(x) is self.array_type and x.device == self.device and x.shape == shape and x.is_contiguous():
             dtype = self._dtypes_of.get(dtypes)
             if dtype is None:
                 dtype = self._dtypes_of[dtypes] = tuple(getattr(self._torch, d, None) for d in dtypes)

@@ -11,6 +11,7 @@ _INT32_MAX = (1 << 31) - 1
 _FLT_MAX = 3.4028234663852886e38
 _LOGITS_DTYPES = {"float32": _native.DTYPE_F32, "bfloat16": _native.DTYPE_BF16, "float16": _native.DTYPE_F16}
 NO_LIST = (0, 0, 0, 0, 0)
+EXACT = (1.0, 1.0)  # threshold_single and threshold_acc of exact rejection sampling, and of sample()
 _workspace_bytes = {}  # (on_device, batch_size, N, vocab) -> bytes
 
 
@@ -21,36 +22,36 @@ def _float32(value):
     return value if not abs(value) > _FLT_MAX else math.copysign(math.inf, value)
 
 
+# The parameter converters run for every parameter of every call: they take the common cases first,
+# a Python number of the exact type and an array of the space's own type, which skips isinstance
+# against the numbers ABCs (that costs more than the rest of a check).
+
+
 def real(name, value, space, n):
-    """(scalar, pointer) of a float parameter: a number, or a float32 array of n values."""
-    if type(value) is float and -_FLT_MAX <= value <= _FLT_MAX:  # the common case first: this runs 6 times a call
+    """(scalar, pointer) of a float parameter: a number, or a float32 array of n values in `space`
+    (SCALARS: a number only)."""
+    if (type(value) is float or type(value) is int) and -_FLT_MAX <= value <= _FLT_MAX:
         return value, 0
-    if isinstance(value, numbers.Real):
+    if type(value) is not space.array_type and isinstance(value, numbers.Real):
         return _float32(value), 0
-    return 0.0, _per_row(name, value, space, n, ("float32",), "a number")
+    return 0.0, space.array(name, value, ("float32",), (n,), "a number")
 
 
 def _integer(name, value, space, n, dtypes, lo, hi, expected):
     """(scalar, pointer) of an integer parameter in [lo, hi], or an array of n values of `dtypes`."""
-    if isinstance(value, numbers.Real):  # an Integral is a Real: an array takes one ABC check, not two
+    if type(value) is not space.array_type and isinstance(value, numbers.Real):  # an Integral is a Real
         if not isinstance(value, numbers.Integral) or isinstance(value, bool):
             raise TypeError(f"{name} = {value!r}: expected an integer")
         value = int(value)
         if not lo <= value <= hi:
             raise ValueError(f"{name} = {value}: expected {expected}")
         return value, 0
-    return 0, _per_row(name, value, space, n, dtypes, "an integer")
-
-
-def _per_row(name, value, space, n, dtypes, scalar):
-    if space is None:
-        raise TypeError(f"{name}: expected {scalar}, got {type(value).__name__}")
-    return space.array(name, value, dtypes, (n,), scalar)
+    return 0, space.array(name, value, dtypes, (n,), "an integer")
 
 
 def seed(value, space, n):
     """The 64 bits of a seed as an int64, or an int64 (or uint64) array of n seeds."""
-    if type(value) is int and 0 <= value < 1 << 63:  # the common case, in one call
+    if type(value) is int and 0 <= value < 1 << 63:
         return value, 0
     scalar, ptr = _integer("seed", value, space, n, ("int64", "uint64"), -(1 << 63), (1 << 64) - 1,
                            "an integer in [0, 2**64) (or a negative int64)")
@@ -70,12 +71,19 @@ def position(name, value, space, n):
     return _integer(name, value, space, n, ("int64",), 0, (1 << 63) - 1, "an integer in [0, 2**63)")
 
 
-def threshold(name, value):
+def _threshold(name, value):
     if type(value) is float and -_FLT_MAX <= value <= _FLT_MAX:
         return value
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return _float32(value)
     raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+
+
+def thresholds(values):
+    """(threshold_single, threshold_acc) as float32 numbers; EXACT, which sample() passes, as it is."""
+    if values is EXACT:
+        return values
+    return _threshold("threshold_single", values[0]), _threshold("threshold_acc", values[1])
 
 
 def _row_stride(shape, strides, vocab):
@@ -153,10 +161,8 @@ class Call:
         return self.space.pointer(array)
 
     def token_list(self, name, value, values_dtype):
-        """A ds_token_list of per-request lists: None, a list of dicts {token: value} (one per request)
-        or a CSR tuple (offsets, tokens, values)."""
-        if value is None:
-            return NO_LIST
+        """A ds_token_list of per-request lists: a list of dicts {token: value} (one per request) or a
+        CSR tuple (offsets, tokens, values)."""
         space, n = self.space, self.batch_size
         if isinstance(value, tuple):
             if len(value) != 3:
@@ -278,7 +284,7 @@ class Call:
             _native.raise_for(code)
 
     def with_params(self, temperature, top_k_, top_p, min_p, seed_, position_, presence_penalty, frequency_penalty,
-                    repetition_penalty, logit_bias, seen, bitmask, thresholds, logprobs, row_errors, out):
+                    repetition_penalty, logit_bias, seen, bitmask, thresholds_, logprobs, row_errors, out):
         """The packed call of sample() and verify() (every parameter a scalar or one value per
         request) and the arrays of its result."""
         space, bs = self.space, self.batch_size
@@ -289,14 +295,13 @@ class Call:
         k = top_k(top_k_, space, bs)
         s = seed(seed_, space, bs)
         positions = position("position", position_, space, bs)
-        bias = self.token_list("logit_bias", logit_bias, "float32")
-        seen_list = self.token_list("seen", seen, "int32")
+        bias = NO_LIST if logit_bias is None else self.token_list("logit_bias", logit_bias, "float32")
+        seen_list = NO_LIST if seen is None else self.token_list("seen", seen, "int32")
         mask = self.bitmask(bitmask)
         greedy = reals[0] == (0.0, 0) or k == (1, 0)
         hint = greedy and reals[3] == (0.0, 0) and reals[4] == (0.0, 0) and reals[5] == (1.0, 0) and bias == NO_LIST
-        thresholds = (threshold("threshold_single", thresholds[0]), threshold("threshold_acc", thresholds[1]))
-        call, arrays, _ = self.pack(reals, k, s, positions, bias, seen_list, 0, 0, mask, thresholds, int(hint), out,
-                                    logprobs, row_errors)
+        call, arrays, _ = self.pack(reals, k, s, positions, bias, seen_list, 0, 0, mask, thresholds(thresholds_),
+                                    int(hint), out, logprobs, row_errors)
         return call, arrays
 
 
