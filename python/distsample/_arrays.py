@@ -52,6 +52,7 @@ class Space:
     Sampler's device (space_for)."""
 
     on_device = False
+    array_type = None  # the type of this space's arrays
 
     def where_text(self):
         raise NotImplementedError
@@ -102,8 +103,6 @@ class Space:
 
 class _Scalars(Space):
     """Where parameters must be numbers (a Sampler's register): arrays are refused."""
-
-    array_type = None
 
     def array(self, name, x, dtypes, shape, scalar=None):
         raise TypeError(f"{name}: expected {scalar}, got {type(x).__name__}")
