@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU runs, the same way every session (DESIGN.md §7):
+# GPU runs (docs/deployment.md, Running on a GPU machine):
 #   tools/gpu-run.sh bundle [TARGET...]
 #                             here: build for sm_90 into build-gpu/ and bundle the binaries (the
 #                             tests and what verify runs, or only the named targets) and the
@@ -161,7 +161,8 @@ python_tests() {
 l = 2 * torch.randn(4, 128256, device='cuda'); print(distsample.__file__, distsample.sample(l, top_k=50, seed=1).tolist())" \
     || failed=1
   echo "== pytest tests/python (CUDA tensors)"
-  DISTSAMPLE_LIBRARY=$PWD/$BUNDLE/lib/libdistsample.so PYTHONPATH=/tmp/site timeout 200 python3 -m pytest -q -p no:cacheprovider tests/python >"$out/pytest.log" 2>&1 || failed=1
+  PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 DISTSAMPLE_LIBRARY=$PWD/$BUNDLE/lib/libdistsample.so PYTHONPATH=/tmp/site \
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/python >"$out/pytest.log" 2>&1 || failed=1
   tail -n 15 "$out/pytest.log"
   echo "== bench/bench_python_sampling.py"
   PYTHONPATH=/tmp/site timeout 150 python3 bench/bench_python_sampling.py --json "$out/python_bench.json" \

@@ -95,13 +95,9 @@ struct device_call {
         const status s = c.verify() ? verify(call, ws) : sample(call, ws);
         EXPECT_TRUE(s.is_ok()) << s.message;
         call_outputs out(c);
-        const auto bs = static_cast<size_t>(c.batch_size);
-        const auto rows = static_cast<size_t>(c.rows());
-        out.predict = fetch(call.outputs.predict, rows);
-        out.accept_index = fetch(call.outputs.accept_index, rows);
-        out.accept_length = fetch(call.outputs.accept_length, bs);
-        out.logprobs = fetch(call.outputs.logprobs, rows);
-        out.row_error = fetch(call.outputs.row_error, bs);
+        // The outputs to (pageable) host memory on the default stream, then a blocking copy's sync.
+        EXPECT_TRUE(copy_outputs(call.outputs, out.view(), c.batch_size, c.tokens_per_req, true).is_ok());
+        fetch(call.outputs.row_error, 1);  // waits for the copies before them on the default stream
         return out;
     }
 };

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -90,6 +91,31 @@ TEST(SamplingApi, VerifyRowsSeeTheDraftsBeforeThemForPenalties) {
     ASSERT_TRUE(run_call(call).is_ok());
     EXPECT_EQ(predict, (std::vector<int32_t>{0, 1, -1}));
     EXPECT_EQ(accept_length[0], 2);
+}
+
+// A draft without mass — masked, or with a -inf or NaN logit — is never accepted, even with the
+// lossy threshold_single = 0 that accepts every draft with mass.
+TEST(SamplingApi, ThresholdSingleZeroNeverAcceptsAForbiddenDraft) {
+    const float inf = std::numeric_limits<float>::infinity();
+    // Three requests, N = 2; row 0 of each judges its draft: masked (token 1), -inf (token 2), NaN (token 3).
+    const std::vector<float> logits{0, 5, 0, 0, 0, 0, 0, 0,  //
+                                    0, 0, -inf, 0, 0, 0, 0, 0, 0, 0, 0, std::nanf(""), 0, 0, 0, 0};
+    const std::vector<int32_t> candidates{0, 1, 0, 2, 0, 3};
+    const std::vector<uint32_t> bitmask{0xFDu, 0xFFu, 0xFFu, 0xFFu, 0xFFu, 0xFFu};  // row 0 forbids token 1
+    std::vector<int32_t> predict(6), accept_index(6), accept_length(3);
+    sampling_call call;
+    call.logits = {logits.data(), logits_dtype::f32, 6, 4, 4, false};
+    call.batch_size = 3;
+    call.tokens_per_req = 2;
+    call.candidates = candidates.data();
+    call.bitmask = bitmask.data();
+    call.thresholds = {0.0f, 1.0f};
+    call.outputs = {predict.data(), accept_index.data(), accept_length.data(), nullptr, nullptr};
+    ASSERT_TRUE(run_call(call).is_ok());
+    for (int32_t b = 0; b < 3; ++b) {
+        EXPECT_EQ(accept_length[static_cast<size_t>(b)], 1) << b;
+        EXPECT_NE(predict[static_cast<size_t>(b) * 2], candidates[static_cast<size_t>(b) * 2 + 1]) << b;
+    }
 }
 
 TEST(SamplingApi, OutOfRangeRowsAreFlaggedNotSampled) {
@@ -246,6 +272,25 @@ TEST(SamplingApi, SlotIndexedStateAndCommitsMatchTheBackend) {
     for (int32_t slot = 1; slot < kSlots; ++slot) {
         EXPECT_EQ(seen_sizes[static_cast<size_t>(slot)], backend.pool().seen_tokens(slot).size) << slot;
     }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(SamplingApi, CopyOutputsCopiesEveryGivenOutput) {
+    std::vector<int32_t> predict{1, 2}, accept_index{0, 1}, accept_length{1, 1};
+    std::vector<uint8_t> row_error{0, 2};
+    std::vector<int32_t> predict_to(2, -9), index_to(2, -9), length_to(2, -9);
+    std::vector<uint8_t> error_to(2, 9);
+    const sampling_outputs from{predict.data(), accept_index.data(), accept_length.data(), nullptr, row_error.data()};
+    const sampling_outputs to{predict_to.data(), index_to.data(), length_to.data(), nullptr, error_to.data()};
+    ASSERT_TRUE(copy_outputs(from, to, 2, 1, false).is_ok());
+    EXPECT_EQ(predict_to, predict);
+    EXPECT_EQ(index_to, accept_index);
+    EXPECT_EQ(length_to, accept_length);
+    EXPECT_EQ(error_to, row_error);
+    EXPECT_NE(copy_outputs(from, to, -1, 1, false).message.find("batch_size = -1"), std::string::npos);
 }
 
 }  // namespace

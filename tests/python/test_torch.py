@@ -27,13 +27,19 @@ def tensors(value, device):
     return value
 
 
-def run(case, logits, device, csr, **extra):
+def prepare(case, logits, device, csr, **extra):
+    """The call of `case` on `device`: (function, positional arguments, keyword arguments)."""
     kw = {name: tensors(v, device) for name, v in case.kwargs(csr=csr).items()}
     kw.update(extra)
     logits = logits.to(device)
     if case.verify:
-        return distsample.verify(logits, tensors(case.candidates, device), **kw)
-    return distsample.sample(logits, **kw)
+        return distsample.verify, (logits, tensors(case.candidates, device)), kw
+    return distsample.sample, (logits,), kw
+
+
+def run(case, logits, device, csr, **extra):
+    function, args, kw = prepare(case, logits, device, csr, **extra)
+    return function(*args, **kw)
 
 
 def assert_same(actual, expected, where):
@@ -109,7 +115,7 @@ def test_graph_capture_and_replay_equal_eager_calls():
     temperature = torch.linspace(0.0, 1.5, bs, device=dev)
     sample_kw = dict(temperature=temperature, top_k=50, top_p=0.9, seed=seeds, position=positions,
                      logprobs="processed", row_errors=True)
-    verify_kw = dict(temperature=0.7, seed=seeds, position=positions, logprobs="raw")
+    verify_kw = dict(temperature=0.7, seed=seeds, position=positions, logprobs="raw")  # peaked rows: drafts pass
 
     def step():
         return (distsample.sample(logits, **sample_kw), distsample.verify(draft_logits, candidates, **verify_kw))
@@ -125,7 +131,7 @@ def test_graph_capture_and_replay_equal_eager_calls():
     gen = torch.Generator(device=dev).manual_seed(3)
     for it in range(6):
         logits.copy_(torch.randn(bs, vocab, device=dev, generator=gen) * (it + 1))
-        draft_logits.copy_(torch.randn(bs * n, vocab, device=dev, generator=gen))
+        draft_logits.copy_(torch.randn(bs * n, vocab, device=dev, generator=gen) * 8)
         top = draft_logits.float().argmax(dim=1).view(bs, n).to(torch.int32)
         candidates.copy_(torch.cat([candidates[:, :1], top[:, :-1]], dim=1))
         seeds.copy_(torch.randint(0, 1 << 62, (bs,), device=dev, generator=gen))
@@ -144,12 +150,14 @@ def test_no_call_synchronises():
     case = Case(rng, verify=True, vocab=3000)
     logits = torch.from_numpy(case.logits).to(dev)
     sampler = distsample.Sampler(3000, 8, dev, max_penalty_tokens=32, max_logit_bias=8)
+    # The test's own arrays go to the device first: only distsample's calls run under the check.
+    calls = [prepare(case, logits, dev, csr=False, logprobs="processed", row_errors=True),
+             prepare(case, logits, dev, csr=True, logprobs="raw")]
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         outs = [
-            run(case, logits, dev, csr=False, logprobs="processed", row_errors=True),
-            run(case, logits, dev, csr=True, logprobs="raw"),
+            *(function(*args, **kw) for function, args, kw in calls),
             distsample.sample(logits, temperature=torch.full((logits.shape[0],), 0.5, device=dev), seed=7,
                               logit_bias=[{1: 2.0}] * logits.shape[0], seen=[{3: 1}] * logits.shape[0]),
             distsample.sample(logits, temperature=0.0),
