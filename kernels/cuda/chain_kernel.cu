@@ -1099,9 +1099,9 @@ cudaError_t prepare_chain_kernel() {
                                 static_cast<int>(sizeof(kernel_shared)));
 }
 
-size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t vocab) {
+size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t vocab, bool cut_lists) {
     chain_workspace unused;
-    return chain_workspace::layout(nullptr, max_rows, max_batch, vocab, unused);
+    return chain_workspace::layout(nullptr, max_rows, max_batch, vocab, cut_lists, unused);
 }
 
 unsigned chain_kernel_blocks(const chain_kernel_params& params) {

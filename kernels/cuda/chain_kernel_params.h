@@ -111,8 +111,10 @@ struct chain_workspace {
     cut_candidate* candidates = nullptr;      // [rows, vocab]
 
     // Bytes for `rows` rows of `vocab` tokens and `batch` requests; with base != null, also points
-    // every member into [base, base + bytes).
-    static size_t layout(void* base, int64_t rows, int32_t batch, int32_t vocab, chain_workspace& out) {
+    // every member into [base, base + bytes). Without `cut_lists` (no request can have a top-k or
+    // top-p cut) the candidate lists, 8 bytes per token of every row, are left out.
+    static size_t layout(void* base, int64_t rows, int32_t batch, int32_t vocab, bool cut_lists,
+                         chain_workspace& out) {
         size_t at = 0;
         auto carve = [&](auto*& member, size_t count) {
             using element = std::remove_reference_t<decltype(*member)>;
@@ -131,7 +133,7 @@ struct chain_workspace {
             chunks_per_row(vocab) > max_stream_segments(vocab) ? chunks_per_row(vocab) : max_stream_segments(vocab);
         carve(out.partials, row_count * static_cast<size_t>(partials_per_row));
         carve(out.results, row_count);
-        carve(out.candidates, row_count * static_cast<size_t>(vocab));
+        carve(out.candidates, cut_lists ? row_count * static_cast<size_t>(vocab) : 0);
         return at;
     }
 };

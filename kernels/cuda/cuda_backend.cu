@@ -339,7 +339,7 @@ status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_ba
     DS_TRY(state->staging_host.allocate(state->max_staging_bytes()));
     DS_TRY(state->host_logits_copy.allocate(rows * vocab * sizeof(float)));
     DS_TRY(state->workspace.allocate(
-        call_workspace_bytes(config.max_batch, config.max_tokens_per_req, config.vocab_size)));
+        call_workspace_bytes(config.max_batch, config.max_tokens_per_req, config.vocab_size, true)));
     DS_TRY(state->outputs_device.allocate(max_out.total));
     DS_TRY(state->outputs_host.allocate(max_out.total));
     out.reset(new cuda_backend(std::move(state)));

@@ -12,7 +12,7 @@ _FLT_MAX = 3.4028234663852886e38
 _LOGITS_DTYPES = {"float32": _native.DTYPE_F32, "bfloat16": _native.DTYPE_BF16, "float16": _native.DTYPE_F16}
 NO_LIST = (0, 0, 0, 0, 0)
 EXACT = (1.0, 1.0)  # threshold_single and threshold_acc of exact rejection sampling, and of sample()
-_workspace_bytes = {}  # (on_device, batch_size, N, vocab) -> bytes
+_workspace_bytes = {}  # (on_device, batch_size, N, vocab, cut) -> bytes
 
 
 def _float32(value):
@@ -254,7 +254,9 @@ class Call:
         bs = self.batch_size
         names = ("predict", "accept_index", "accept_length") if self.candidates else ("tokens",)
         arrays, ptrs, mode = self.outputs(out, logprobs, row_errors, names)
-        nbytes = workspace_bytes(self.space.on_device, bs, self.n, self.vocab)
+        # Per-row top-k or top-p, or a cut in the scalars: the workspace holds the cut's candidate lists.
+        cut = k != (-1, 0) or reals[1] != (1.0, 0)
+        nbytes = workspace_bytes(self.space.on_device, bs, self.n, self.vocab, cut)
         if self.candidates:
             self.workspace = self.space.workspace(nbytes)
             outputs = ptrs[:3]
@@ -323,12 +325,14 @@ def _checked_call(vocab, on_device, batch_size, n, reals=_DEFAULT_REALS, k=(-1, 
         0, p, p, p, 0, 0)
 
 
-def workspace_bytes(on_device, batch_size, n, vocab):
-    """ds_workspace_bytes of a call of this shape, remembered (0 for a shape the library refuses)."""
-    key = (on_device, batch_size, n, vocab)
+def workspace_bytes(on_device, batch_size, n, vocab, cut):
+    """ds_workspace_bytes of a call of this shape (with `cut`: whose requests may have a top-k or
+    top-p cut), remembered (0 for a shape the library refuses)."""
+    key = (on_device, batch_size, n, vocab, cut)
     nbytes = _workspace_bytes.get(key)
     if nbytes is None:
-        nbytes = _native.LIB.ds_workspace_bytes(_checked_call(vocab, on_device, batch_size, n))
+        k = (-1, _SOMEWHERE) if cut else (-1, 0)  # a per-row top-k: any cut is possible
+        nbytes = _native.LIB.ds_workspace_bytes(_checked_call(vocab, on_device, batch_size, n, k=k))
         if nbytes:
             if len(_workspace_bytes) > 4096:
                 _workspace_bytes.clear()
