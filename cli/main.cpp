@@ -52,7 +52,7 @@ void add_group_options(CLI::App* cmd, group_options& group) {
             for (const std::string& f : faults) group.overrides.push_back("faults.inject=" + f);
         },
         "Inject a fault: kind:rank=R[:steps=A-B][:p=P][:ms=D] (repeatable; config key faults.inject; "
-        "docs/configuration.md, faults)");
+        "docs/faults.md)");
     flag("--fault-seed", "faults.seed", "Seed of the faults' per-step coins (config key faults.seed)");
 }
 
@@ -163,7 +163,7 @@ void add_tool_commands(CLI::App& app, command_line& line) {
     check->add_option("--set", line.check.overrides, "Override a configuration key: KEY=VALUE (repeatable)");
     line.on(check, [&line] { return ds::cli::run_config_check_command(line.check); });
 
-    CLI::App* faults = app.add_subcommand("faults", "Fault injection (docs/configuration.md, faults)");
+    CLI::App* faults = app.add_subcommand("faults", "Fault injection (docs/faults.md)");
     faults->require_subcommand(1);
     CLI::App* report =
         faults->add_subcommand("report", "Print a run's fault report: a table per fault kind, or --json");

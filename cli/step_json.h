@@ -1,5 +1,6 @@
-// The JSON form of one sampling or verification step, as read by `distsample kernel`, `step` and
-// the coordinator's lines. Input and output layouts: docs/configuration.md, "Step input".
+// The JSON form of one sampling or verification step, as read by `distsample kernel`,
+// `distsample step` and `distsample coordinator`. Input and output layouts are documented in
+// docs/protocol.md ("JSON steps").
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -12,15 +12,16 @@
 
 namespace ds {
 
-// How the ranks sample a step (docs/configuration.md, "mode").
+// How the ranks sample a step (docs/architecture.md, Modes).
 enum class dist_mode {
     gathered,  // all-gather the full logits, every rank samples every row (reference)
     swap,      // all-to-all vocab swap, each rank verifies its requests, packed all-gather
     sharded,   // logits never move: ranks exchange maxima, masses and cut points
 };
 
-// What the coordinator does with the ranks' outputs. Every policy compares each rank's output
-// digest with rank 0's and records a desync event on a difference.
+// What the coordinator does with the ranks' outputs (docs/architecture.md, Rank-0 policy and
+// desync events). Every policy compares each rank's output digest with rank 0's and records a
+// desync event on a difference.
 enum class rank0_policy {
     always,       // answer with rank 0's outputs and make every rank commit them
     never,        // trust no rank: a difference fails the step with a `mismatch` error

@@ -1,6 +1,6 @@
-// A fault plan (docs/configuration.md, "faults"): which faults to inject into which rank at which
-// steps. Whether a fault fires on a step is a pure function of (plan seed, fault index, step id),
-// so a run with the same plan and the same steps replays the same faults, whatever the timing.
+// A fault plan (docs/faults.md): which faults to inject into which rank at which steps. Whether a
+// fault fires on a step is a pure function of (plan seed, fault index, step id), so a run with the
+// same plan and the same steps replays the same faults, whatever the timing.
 //
 // The command line and the library take one fault as text:
 //   kind:rank=R[:steps=A-B][:p=P][:ms=D]   (connection faults take no rank)

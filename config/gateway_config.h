@@ -1,4 +1,4 @@
-// The gateway's settings (DESIGN.md §5), in the "gateway" section of the same configuration as
+// The gateway's settings (docs/configuration.md), in the "gateway" section of the same configuration as
 // the group (config/config_keys.h): the file's "gateway" object, DISTSAMPLE_GATEWAY_<KEY>
 // variables, then "gateway.<key>=value" overrides, then the flags of `distsample serve`.
 #pragma once

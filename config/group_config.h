@@ -3,10 +3,10 @@
 // (distribution), the sampling backend, the transport with one options type per backend that has
 // any, latency tuning, and the faults to inject. docs/configuration.md lists every key.
 //
-// How a step of bs requests is laid out over TP ranks: batch-DP ("swap") pads the batch to
-// pad_bs = ceil(bs / TP) * TP; the phantom rows name slot 0 (neutral) and rank r samples requests
-// [r * reqs_per_rank, (r + 1) * reqs_per_rank). Rank r always holds the vocab shard
-// [r * V/TP, (r + 1) * V/TP).
+// How a step of bs requests is laid out over TP ranks (docs/architecture.md, The coordinator and
+// Modes). Batch-DP ("swap") pads the batch to pad_bs = ceil(bs / TP) * TP; the phantom rows name
+// slot 0 (neutral) and rank r samples requests [r * reqs_per_rank, (r + 1) * reqs_per_rank). Rank r
+// always holds the vocab shard [r * V/TP, (r + 1) * V/TP).
 #pragma once
 
 #include <chrono>

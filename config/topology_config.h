@@ -1,7 +1,7 @@
-// Where the processes of a multi-process group run and how they meet, in the "topology"
-// section of the same configuration as the group (config/config_keys.h): the file's "topology"
-// object, DISTSAMPLE_TOPOLOGY_<KEY> variables, then "topology.<key>=value" overrides, then the
-// flags of `distsample coordinator` and `distsample rank` (--listen, --coordinator, --rank).
+// Where the processes of a multi-process group run and how they meet (docs/deployment.md), in the
+// "topology" section of the same configuration as the group (config/config_keys.h): the file's
+// "topology" object, DISTSAMPLE_TOPOLOGY_<KEY> variables, then "topology.<key>=value" overrides,
+// then the flags of `distsample coordinator` and `distsample rank` (--listen, --coordinator, --rank).
 // List keys (hosts, devices) take a JSON array in the file and comma-separated text elsewhere.
 // The transport backend itself is the group's key `transport`; ucx_tls and ucx_net_devices pick
 // what UCX uses under it.

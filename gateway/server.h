@@ -1,4 +1,4 @@
-// The scheduler gateway (DESIGN.md §5): a Boost.Asio server on TCP and a Unix socket in front of
+// The scheduler gateway (docs/protocol.md, docs/gateway.md): a Boost.Asio server on TCP and a Unix socket in front of
 // a ds::group, plus a small HTTP listener for /metrics and /healthz.
 //
 // Threads: `io_threads` Asio threads read and write frames and never wait for a step; one
