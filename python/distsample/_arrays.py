@@ -133,6 +133,9 @@ class NumpySpace(Space):
     def empty(self, shape, dtype):
         return self._np.empty(shape, dtype=dtype)
 
+    def int32_view(self, owner, offset, count):
+        return owner[offset:offset + 4 * count].view(self._np.int32)
+
     def zeros(self, shape, dtype):
         return self._np.zeros(shape, dtype=dtype)
 
@@ -185,6 +188,10 @@ class TorchSpace(Space):
 
     def zeros(self, shape, dtype):
         return self._torch.zeros(shape, dtype=self._dtypes[dtype], device=self.device)
+
+    def int32_view(self, owner, offset, count):
+        """`count` int32 values at byte `offset` (a multiple of 4) of a uint8 tensor."""
+        return owner[offset:offset + 4 * count].view(self._torch.int32)
 
     def upload(self, name, values, dtype):
         torch = self._torch
