@@ -210,18 +210,15 @@ class Call:
             (self.batch_size * self.n, words)
         return self.space.array("bitmask", value, ("int32", "uint32"), shape)
 
-    def outputs(self, out, logprobs, row_errors, names, tokens_later=False):
+    def outputs(self, out, logprobs, row_errors, names):
         """The output arrays (from `out`, or allocated) and their pointers, in the order of the
-        result: `names`, then logprobs when asked for, then row_errors when asked for. With
-        `tokens_later`, sample()'s lone tokens are left to be cut from the workspace (None, 0)."""
+        result: `names`, then logprobs when asked for, then row_errors when asked for."""
         if not (logprobs is None or isinstance(logprobs, str)) or logprobs not in _native.LOGPROBS:
             raise ValueError(f"logprobs = {logprobs!r}: expected None, 'raw' or 'processed'")
         if row_errors is not False and row_errors is not True:
             raise TypeError(f"row_errors: expected True or False, got {type(row_errors).__name__}")
         bs, n, space = self.batch_size, self.n, self.space
         if out is None and logprobs is None and not row_errors and not self.candidates:
-            if tokens_later:
-                return [None], [0], 0
             tokens = space.empty((bs,), "int32")
             return [tokens], [space.pointer(tokens)], 0
         per_token = (bs,) if self.candidates == 0 else (bs, n)
@@ -256,23 +253,17 @@ class Call:
         accept_length, logprobs, row_error; 0 for none)."""
         bs = self.batch_size
         names = ("predict", "accept_index", "accept_length") if self.candidates else ("tokens",)
-        # Per-row top-k or top-p, or a cut in the scalars: the workspace holds the cut's candidate
-        # lists (large); without them it is small, and sample()'s tokens share its allocation.
+        arrays, ptrs, mode = self.outputs(out, logprobs, row_errors, names)
+        # Per-row top-k or top-p, or a cut in the scalars: the workspace holds the cut's candidate lists.
         cut = k != (-1, 0) or reals[1] != (1.0, 0)
-        arrays, ptrs, mode = self.outputs(out, logprobs, row_errors, names, tokens_later=not cut)
         nbytes = workspace_bytes(self.space.on_device, bs, self.n, self.vocab, cut)
         if self.candidates:
-            self.workspace = self.space.workspace(nbytes)
+            self.workspace = self.space.workspace(nbytes, self.stream)
             outputs = ptrs[:3]
         else:  # accept_index and accept_length, which sample() does not return, after the workspace
             at = (nbytes + 255) & ~255
-            self.workspace = self.space.workspace(at + (12 if arrays[0] is None else 8) * bs)
-            owner, base = self.workspace
-            if arrays[0] is None:
-                offset = base - self.space.pointer(owner) + at + 8 * bs
-                arrays[0] = self.space.int32_view(owner, offset, bs)
-                ptrs[0] = base + at + 8 * bs
-            outputs = [ptrs[0], base + at, base + at + 4 * bs]
+            self.workspace = self.space.workspace(at + 8 * bs, self.stream)
+            outputs = [ptrs[0], self.workspace[1] + at, self.workspace[1] + at + 4 * bs]
         self.workspace_size = nbytes
         outputs += [ptrs[len(names)] if mode else 0, ptrs[-1] if row_errors else 0]
         call = _native.CALL_PACKER.pack(
