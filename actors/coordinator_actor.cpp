@@ -139,8 +139,8 @@ std::string check_request(const group_config& config, const step_request& r, ste
     in.thresholds = r.thresholds;
     in.coins = r.coins.empty() ? nullptr : r.coins.data();
     in.final_coins = r.final_coins.empty() ? nullptr : r.final_coins.data();
-    status s = validate_step(in, r.kind, limits);
-    return s.is_ok() ? std::string{} : s.message;
+    if (status s = validate_step(in, r.kind, limits); !s.is_ok()) return s.message;
+    return check_distinct_slots(r.slots).message;
 }
 
 void complete_step(coordinator* self);
