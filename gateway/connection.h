@@ -2,7 +2,9 @@
 // to the server's request handlers, and writes the replies in request order whatever order they
 // complete in. Reading pauses while too many requests wait for their replies (backpressure); after
 // an error reply the connection lingers, draining what the client still sends, so that the client
-// reads the error instead of a reset.
+// reads the error instead of a reset. Its limits (docs/gateway.md, "Limits"): admission
+// (gateway.max_connections), the bytes it may buffer, and the deadlines of authentication, of a
+// frame, of a reply's write and of idleness.
 #pragma once
 
 #include <boost/asio.hpp>
@@ -13,6 +15,7 @@
 #include <string>
 
 #include "config/gateway_config.h"
+#include "gateway/admission.h"
 #include "gateway/metrics.h"
 #include "gateway/protocol.h"
 
@@ -25,6 +28,8 @@ using clock_type = std::chrono::steady_clock;
 class connection_base : public std::enable_shared_from_this<connection_base> {
    public:
     virtual ~connection_base() = default;
+    // Unique among this process's connections, never 0.
+    virtual uint64_t id() const = 0;
     // Queues the reply of request number `seq`; `close_after`: close once it has been written.
     virtual void deliver(uint64_t seq, std::string frame, bool close_after) = 0;
     // deliver() after `delay` (slow_connection): the connection's later replies wait behind it.
@@ -39,6 +44,8 @@ class request_sink {
    public:
     virtual void handle(const std::shared_ptr<connection_base>& conn, uint64_t seq,
                         std::shared_ptr<wire::Request> request, clock_type::time_point arrived) = 0;
+    // The connection `connection_id` is closed: nothing more comes from it.
+    virtual void closed(uint64_t connection_id) = 0;
 
    protected:
     ~request_sink() = default;
@@ -49,10 +56,12 @@ struct connection_services {
     asio::io_context& io;
     const gateway_config& config;
     gateway_metrics& metrics;
+    connection_budget& budget;
     request_sink& sink;
 };
 
-// Serves an accepted socket until the client or the server closes it.
+// Serves an accepted socket until the client or the server closes it; refuses it (LIMIT_EXCEEDED)
+// when gateway.max_connections are open.
 void start_connection(asio::ip::tcp::socket socket, const connection_services& services);
 void start_connection(asio::local::stream_protocol::socket socket, const connection_services& services);
 

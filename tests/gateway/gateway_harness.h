@@ -6,6 +6,7 @@
 #include <boost/asio.hpp>
 
 #include <unistd.h>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -39,8 +40,10 @@ struct running_gateway {
     std::unique_ptr<server> gateway;
     gateway_config config;
 
+    // `adjust` changes the gateway's settings further before it starts.
     explicit running_gateway(const std::string& secret = "", int32_t max_frame_bytes = 1 << 20,
-                             const group_config& group_settings = small_group_config()) {
+                             const group_config& group_settings = small_group_config(),
+                             const std::function<void(gateway_config&)>& adjust = {}) {
         EXPECT_TRUE(group::create(group_settings, ranks).is_ok());
         synthetic_lm_config m;
         m.vocab_size = kVocab;
@@ -50,6 +53,7 @@ struct running_gateway {
         config.secret = secret;
         config.max_frame_bytes = max_frame_bytes;
         config.unix_socket = ::testing::TempDir() + "/ds_gateway_" + std::to_string(::getpid()) + ".sock";
+        if (adjust) adjust(config);
         gateway = std::make_unique<server>(config, *ranks, model.get());
         const status s = gateway->start();
         EXPECT_TRUE(s.is_ok()) << s.message;
