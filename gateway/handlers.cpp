@@ -48,7 +48,13 @@ void request_handlers::handle(const connection_ptr& conn, uint64_t seq, request_
     }
 }
 
-bool request_handlers::registration_slot(const wire::Register& m, int32_t& slot, wire::Error& error) const {
+void request_handlers::closed(uint64_t connection_id) {
+    // After the connection's registrations still queued, which would otherwise own slots again.
+    dispatcher_.push([this, connection_id] { slots_.disown(connection_id); });
+}
+
+bool request_handlers::registration_slot(const wire::Register& m, uint64_t owner, int32_t& slot,
+                                         wire::Error& error) const {
     slot = m.slot();
     if (slot == 0) {
         slot = slots_.free_slot();
@@ -60,6 +66,12 @@ bool request_handlers::registration_slot(const wire::Register& m, int32_t& slot,
     } else if (slot < 1 || slot >= slots_.max_slots()) {
         error = make_error(wire::Error::BAD_FIELD, "slot",
                            fmt::format("slot = {}: expected 0 (any) or 1 to {}", slot, slots_.max_slots() - 1));
+        return false;
+    } else if (const uint64_t holder = slots_.owner(slot); holder != 0 && holder != owner) {
+        error = make_error(wire::Error::BAD_FIELD, "slot",
+                           fmt::format("slot = {}: another connection holds it (registered there, not released): "
+                                       "expected a slot of this connection, or 0 for a free one",
+                                       slot));
         return false;
     }
     for (int i = 0; i < m.history_size(); ++i) {
@@ -78,11 +90,11 @@ void request_handlers::on_register(const connection_ptr& conn, uint64_t seq, con
     const uint64_t id = request.request_id();
     int32_t slot = 0;
     wire::Error error;
-    if (!registration_slot(m, slot, error)) return conn->deliver(seq, error_frame(id, error), false);
+    if (!registration_slot(m, conn->id(), slot, error)) return conn->deliver(seq, error_frame(id, error), false);
     const std::vector<int32_t> history(m.history().begin(), m.history().end());
     if (status s = ranks_.register_request(slot, params_of(m.params()), history); !s.is_ok())
         return conn->deliver(seq, error_frame(id, error_of(s)), false);
-    slots_.set(slot, history);
+    slots_.set(slot, history, conn->id());
     conn->deliver(seq,
                   reply_frame(id,
                               [&](wire::Reply& r) {
@@ -119,6 +131,15 @@ void request_handlers::on_health(const connection_ptr& conn, uint64_t seq, uint6
 
 void request_handlers::on_faults(const connection_ptr& conn, uint64_t seq, const wire::Request& request) {
     const uint64_t id = request.request_id();
+    // Faults stall and falsify the group: only a client holding the secret may inject them.
+    if (config_.secret.empty()) {
+        return conn->deliver(
+            seq,
+            error_frame(id, make_error(wire::Error::FORBIDDEN, request.has_inject() ? "inject" : "clear",
+                                       "fault injection needs a server with a shared secret "
+                                       "(gateway.secret): this one has none")),
+            false);
+    }
     fault_plan plan;
     wire::Error error;
     if (!requested_fault_plan(request, plan, error)) return conn->deliver(seq, error_frame(id, error), false);

@@ -29,6 +29,7 @@ class request_handlers final : public request_sink {
 
     void handle(const std::shared_ptr<connection_base>& conn, uint64_t seq, std::shared_ptr<wire::Request> request,
                 clock_type::time_point arrived) override;
+    void closed(uint64_t connection_id) override;
 
    private:
     using connection_ptr = std::shared_ptr<connection_base>;
@@ -38,8 +39,9 @@ class request_handlers final : public request_sink {
     void on_release(const connection_ptr& conn, uint64_t seq, const wire::Request& request);
     void on_health(const connection_ptr& conn, uint64_t seq, uint64_t request_id);
     void on_faults(const connection_ptr& conn, uint64_t seq, const wire::Request& request);
-    // The slot a Register asks for (0: the lowest free one), checked with its history.
-    bool registration_slot(const wire::Register& m, int32_t& slot, wire::Error& error) const;
+    // The slot a Register of connection `owner` asks for (0: the lowest free one), checked with
+    // its history: a slot another open connection registered is refused, not taken over.
+    bool registration_slot(const wire::Register& m, uint64_t owner, int32_t& slot, wire::Error& error) const;
 
     // step_handler.cpp: on the io thread, then on the dispatcher (submit_step) and the completion
     // thread (answer_step).

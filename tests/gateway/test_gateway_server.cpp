@@ -180,11 +180,13 @@ TEST(GatewayServer, AStalledRankIsATimeoutAndTheNextStepWorks) {
 
 std::string http_get(uint16_t port, const std::string& target);
 
+constexpr const char* kFaultSecret = "faults";
+
 TEST(GatewayServer, InjectAndClearAFaultPlan) {
     group_config settings = testing::small_group_config();
     settings.step_timeout = std::chrono::milliseconds(300);  // the hang below
-    running_gateway gw("", 1 << 20, settings);
-    auto c = gw.connect();
+    running_gateway gw(kFaultSecret, 1 << 20, settings);     // fault injection needs a secret
+    auto c = gw.connect(kFaultSecret);
     wire::Step step;
     ASSERT_NO_FATAL_FAILURE(register_one_request(*c, 4, step));
     wire::Request inject;
@@ -246,9 +248,9 @@ TEST(GatewayServer, InjectAndClearAFaultPlan) {
 }
 
 TEST(GatewayServer, ConnectionFaultsSlowOrCutOneStepsReplyAndTheClientReconnects) {
-    running_gateway gw;
-    auto c = gw.connect();
-    auto bystander = gw.connect();
+    running_gateway gw(kFaultSecret);
+    auto c = gw.connect(kFaultSecret);
+    auto bystander = gw.connect(kFaultSecret);
     wire::Step step;
     ASSERT_NO_FATAL_FAILURE(register_one_request(*c, 5, step));
     wire::Request inject;
@@ -265,7 +267,7 @@ TEST(GatewayServer, ConnectionFaultsSlowOrCutOneStepsReplyAndTheClientReconnects
     EXPECT_NE(cut.message.find("closed the connection before replying"), std::string::npos) << cut.message;
     ASSERT_TRUE(bystander->step(step, false, reply).is_ok()) << "another connection is unaffected";
     EXPECT_EQ(reply.step_id(), 3u);
-    c = gw.connect();  // the client reconnects and goes on
+    c = gw.connect(kFaultSecret);  // the client reconnects and goes on
     ASSERT_TRUE(c->step(step, false, reply).is_ok());
     EXPECT_EQ(reply.step_id(), 4u);
     // The cut step was answered by the ranks and counted once; its reply dropped and counted.
@@ -401,7 +403,8 @@ TEST(GatewayServer, SixteenConnectionsPipelineAThousandStepsEach) {
 // With small frames allowed, a client pipelining many frames makes the server pause reading
 // (at 4 frames' worth of unanswered bytes) and resume: everything is still answered, in order.
 TEST(GatewayServer, ReadingPausesAndResumesUnderPipelining) {
-    running_gateway gw("", /*max_frame_bytes=*/1024);
+    running_gateway gw("", /*max_frame_bytes=*/1024, testing::small_group_config(),
+                       [](gateway_config& c) { c.max_connection_bytes = 4 * 1024; });
     auto c = gw.connect();
     int32_t slot = 0;
     ASSERT_TRUE(c->register_request(testing::test_params(8), {}, slot).is_ok());
