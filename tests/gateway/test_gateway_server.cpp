@@ -25,49 +25,12 @@ void register_one_request(client::gateway_client& c, uint64_t seed, wire::Step& 
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
+using testing::header;
+using testing::http_get;
 using testing::kVocab;
+using testing::raw_connection;
 using testing::running_gateway;
-
-// A connection that sends raw bytes, as a broken client would.
-struct raw_connection {
-    asio::io_context io;
-    tcp::socket socket{io};
-    frame_reader reader{1 << 20};
-
-    explicit raw_connection(uint16_t port) { socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port)); }
-
-    void send(const std::string& bytes) { asio::write(socket, asio::buffer(bytes)); }
-
-    // The next reply frame; false at end of stream.
-    bool receive(wire::Reply& reply) {
-        const uint8_t* payload = nullptr;
-        size_t size = 0;
-        wire::Error error;
-        while (reader.next(payload, size, error) != frame_reader::result::frame) {
-            std::array<uint8_t, 4096> chunk{};
-            boost::system::error_code ec;
-            const size_t n = socket.read_some(asio::buffer(chunk), ec);
-            if (ec) return false;
-            reader.append(chunk.data(), n);
-        }
-        return reply.ParseFromArray(payload, static_cast<int>(size));
-    }
-};
-
-std::string header(uint32_t length) {
-    return std::string{static_cast<char>(length >> 24), static_cast<char>(length >> 16), static_cast<char>(length >> 8),
-                       static_cast<char>(length)};
-}
-
-std::string stats_frame(uint32_t version) {
-    wire::Request r;
-    r.set_version(version);
-    r.set_request_id(5);
-    r.mutable_stats();
-    std::string out;
-    append_frame(r, out);
-    return out;
-}
+using testing::stats_frame;
 
 TEST(GatewayServer, StepsEqualTheGroupsOutputs) {
     running_gateway gw;
@@ -177,8 +140,6 @@ TEST(GatewayServer, AStalledRankIsATimeoutAndTheNextStepWorks) {
     EXPECT_TRUE(next.is_ok()) << next.message;
     EXPECT_EQ(gw.gateway->metrics().rank_failures.load(), 1u);
 }
-
-std::string http_get(uint16_t port, const std::string& target);
 
 constexpr const char* kFaultSecret = "faults";
 
@@ -425,17 +386,6 @@ TEST(GatewayServer, ReadingPausesAndResumesUnderPipelining) {
         EXPECT_EQ(reply.request_id(), id);
         EXPECT_TRUE(reply.has_step()) << reply.DebugString();
     }
-}
-
-std::string http_get(uint16_t port, const std::string& target) {
-    asio::io_context io;
-    tcp::socket socket(io);
-    socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-    asio::write(socket, asio::buffer("GET " + target + " HTTP/1.1\r\nHost: x\r\n\r\n"));
-    std::string response;
-    boost::system::error_code ec;
-    asio::read(socket, asio::dynamic_buffer(response), ec);
-    return response;
 }
 
 TEST(GatewayServer, MetricsAndHealthz) {
