@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -295,23 +296,36 @@ caf::expected<caf::actor> connect(caf::actor_system& system, const std::string& 
     }
 }
 
-// The coordinator's actor is gone (`reason`): it shut down, or the connection to it was lost. A
-// coordinator that still answers at its address has dropped this process (its heartbeats stopped,
-// e.g. while the process was stopped), and evicted it from the group.
+// Whether a coordinator still runs at host:port: it answers a connection within `wait`, and its
+// actor is not gone within `wait` either (one that is shutting down still answers for a moment).
+bool coordinator_still_runs(caf::actor_system& system, const std::string& host, uint16_t port,
+                            std::chrono::milliseconds wait) {
+    caf::scoped_actor self{system};
+    caf::strong_actor_ptr found;
+    self->request(system.middleman().actor_handle(), wait, caf::connect_atom::value, host, port)
+        .receive([&](const caf::node_id&, caf::strong_actor_ptr& handle,
+                     const std::set<std::string>&) { found = std::move(handle); },
+                 [](caf::error&) {});
+    if (!found) return false;
+    self->monitor(found);
+    bool gone = false;
+    self->receive([&](caf::down_msg&) { gone = true; }, caf::after(wait) >> [] {});
+    return !gone;
+}
+
+// The coordinator's actor is gone: it shut down, or it dropped this process (its heartbeats
+// stopped, e.g. while the process was stopped) and runs on without it: evicted.
 status why_the_coordinator_left(caf::actor_system& system, int32_t rank, const std::string& host, uint16_t port,
-                                const caf::error& reason) {
-    if (reason == caf::exit_reason::user_shutdown) {
-        rank_log().info("rank {}: the coordinator shut down", rank);
-        return status::success();
-    }
-    if (system.middleman().remote_actor(host, port)) {
+                                const caf::error& reason, const topology_config& topology) {
+    if (reason != caf::exit_reason::user_shutdown &&
+        coordinator_still_runs(system, host, port, topology.connection_timeout)) {
         return {status_code::aborted,
                 fmt::format("rank {}: evicted by the coordinator at {}:{}, which dropped this process ({}; e.g. it "
                             "was stopped past topology.connection_timeout_ms): exiting to be restarted",
                             rank, host, port, caf::to_string(reason))};
     }
-    return {status_code::aborted, fmt::format("rank {}: lost the coordinator at {}:{} ({}), and nothing answers there",
-                                              rank, host, port, caf::to_string(reason))};
+    rank_log().info("rank {}: the coordinator at {}:{} has shut down ({})", rank, host, port, caf::to_string(reason));
+    return status::success();
 }
 
 }  // namespace
@@ -339,7 +353,7 @@ status run_rank_process(caf::actor_system& system, const group_config& config, i
         self->monitor(*coordinator);
         caf::error reason;
         self->receive([&](caf::down_msg& d) { reason = d.reason; });
-        result = why_the_coordinator_left(system, rank, host, port, reason);
+        result = why_the_coordinator_left(system, rank, host, port, reason, topology);
     }
     self->send_exit(worker, caf::exit_reason::user_shutdown);
     self->wait_for(worker);  // its endpoint is closed
