@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kernels/det_math.h"
+#include "kernels/exact_rules.h"
 
 namespace ds {
 
@@ -317,7 +318,7 @@ status sharded_sampler::settle_planned_cuts(transport& endpoint, std::vector<cpu
                 length = std::min<size_t>(length, plan.goal);
                 uint64_t top_k_mass = 0;
                 for (size_t i = 0; i < length; ++i) top_k_mass += merged[i].first;
-                goal_mass = plan.top_p < 1.0f ? dm::top_p_mass_target(plan.top_p, top_k_mass) : top_k_mass;
+                goal_mass = plan.top_p < 1.0f ? exact::top_p_mass_target(plan.top_p, top_k_mass) : top_k_mass;
             }
             announced[2 * p] = kBrokenBound;
             uint64_t prefix = 0;
@@ -361,7 +362,11 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         const int32_t slot = step.slots[row / static_cast<size_t>(n)];
         const uint32_t* mask = step.bitmask.empty() ? nullptr : step.bitmask.data() + row * static_cast<size_t>(words);
         float* l = logits_.data() + row * static_cast<size_t>(shard_vocab_);
-        cpu::prepare_shard_logits(shard, static_cast<int64_t>(row), pool.params(slot), pool.seen_tokens(slot), mask,
+        const size_t j = row % static_cast<size_t>(n);
+        const cpu::drafts_before drafts{step.candidates.empty() ? nullptr : step.candidates.data() + row - j + 1,
+                                        static_cast<int32_t>(j)};
+        cpu::prepare_shard_logits(shard, static_cast<int64_t>(row),
+                                  pool.request(slot, step.positions[row / static_cast<size_t>(n)]), drafts, mask,
                                   vocab_offset_, l);
         const int32_t best = cpu::argmax_of(l, shard_vocab_);
         if (best >= 0) keys[row] = argmax_key(l[best], vocab_offset_ + best);
@@ -380,8 +385,8 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         stochastic[row] = is_greedy(params_of(row)) ? 0 : 1;
     }
 
-    // 2. Masses with the global max. Every rank's block: the log_softmax normaliser's partial sum
-    // of each row (double bits), its nonzero count and mass of each stochastic row, and its
+    // 2. Masses with the global max. Every rank's block: its unit-temperature mass of each row (the
+    // log-softmax normaliser's partial sum), its nonzero count and mass of each stochastic row, and its
     // summary of each row with a top-k or top-p cut.
     std::vector<size_t>& stochastic_rows = scratch_.stochastic_rows;
     std::vector<size_t>& cut_rows = scratch_.cut_rows;
@@ -401,14 +406,13 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     all_shared.resize(stride * static_cast<size_t>(world_));
     for (size_t row = 0; row < rows; ++row) {
         if (top[row] >= 0)
-            shared[row] =
-                double_bits(cpu::exp_sum(row_logits(static_cast<int64_t>(row)), shard_vocab_, max_logit[row]));
+            shared[row] = cpu::unit_mass_sum(row_logits(static_cast<int64_t>(row)), shard_vocab_, max_logit[row]);
     }
     for (size_t k = 0; k < stochastic_rows.size(); ++k) {
         const size_t row = stochastic_rows[k];
         uint64_t* mass = masses_.data() + row * static_cast<size_t>(shard_vocab_);
-        cpu::masses_of(row_logits(static_cast<int64_t>(row)), shard_vocab_, max_logit[row], params_of(row).temperature,
-                       mass);
+        cpu::masses_of(row_logits(static_cast<int64_t>(row)), shard_vocab_, max_logit[row],
+                       exact::mass_scale(params_of(row).temperature), mass);
         for (int32_t i = 0; i < shard_vocab_; ++i) {
             shared[totals_at + 2 * k] += mass[i] > 0 ? 1 : 0;
             shared[totals_at + 2 * k + 1] += mass[i];
@@ -419,14 +423,14 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     if (status s = endpoint.all_gather(shared.data(), stride * sizeof(uint64_t), all_shared.data()); !s.is_ok())
         return s;
     std::vector<uint64_t>& totals = scratch_.totals;  // [count, mass] per row
-    std::vector<double>& normaliser = scratch_.normaliser;
+    std::vector<uint64_t>& normaliser = scratch_.normaliser;
     std::vector<uint64_t>& rank_counts = scratch_.rank_counts;  // [rank, row]
     totals.assign(2 * rows, 0);
-    normaliser.assign(rows, 0.0);
+    normaliser.assign(rows, 0);
     rank_counts.assign(static_cast<size_t>(world_) * rows, 0);
     for (int32_t r = 0; r < world_; ++r) {
         const uint64_t* rank_block = all_shared.data() + static_cast<size_t>(r) * stride;
-        for (size_t row = 0; row < rows; ++row) normaliser[row] += from_double_bits(rank_block[row]);
+        for (size_t row = 0; row < rows; ++row) normaliser[row] += rank_block[row];
         for (size_t k = 0; k < stochastic_rows.size(); ++k) {
             const size_t row = stochastic_rows[k];
             rank_counts[static_cast<size_t>(r) * rows + row] = rank_block[totals_at + 2 * k];
@@ -457,7 +461,7 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
         const sampling_params& p = params_of(row);
         const bool by_count = p.top_k >= 0 && static_cast<uint64_t>(p.top_k) < totals[2 * row];
         const uint64_t goal =
-            by_count ? static_cast<uint64_t>(p.top_k) : dm::top_p_mass_target(p.top_p, totals[2 * row + 1]);
+            by_count ? static_cast<uint64_t>(p.top_k) : exact::top_p_mass_target(p.top_p, totals[2 * row + 1]);
         if (!by_count && goal >= totals[2 * row + 1]) continue;  // keeps every token with mass: no boundary
         for (int32_t r = 0; r < world_; ++r) {
             summaries[static_cast<size_t>(r)] =
@@ -484,13 +488,13 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     if (status s = select_cut(endpoint, goals, false, cuts, top_k_mass); !s.is_ok()) return s;
     for (size_t row = 0; row < rows; ++row) {
         const sampling_params& p = params_of(row);
-        goals[row] = by_radix[row] && p.top_p < 1.0f ? dm::top_p_mass_target(p.top_p, top_k_mass[row]) : 0;
+        goals[row] = by_radix[row] && p.top_p < 1.0f ? exact::top_p_mass_target(p.top_p, top_k_mass[row]) : 0;
     }
     std::vector<uint64_t>& top_p_mass = scratch_.top_p_mass;  // only the cut matters from here on
     top_p_mass.assign(rows, 0);
     if (status s = select_cut(endpoint, goals, true, cuts, top_p_mass); !s.is_ok()) return s;
     for (size_t row = 0; row < rows; ++row)
-        cuts[row].min_mass = std::max<uint64_t>(1, dm::min_p_mass_threshold(params_of(row).min_p));
+        cuts[row].min_mass = exact::min_p_mass_threshold(params_of(row).min_p);
 
     // 4. Every rank's kept mass and the draft's kept mass (from its owner), per stochastic row.
     std::vector<uint64_t>& mine = scratch_.kept;
@@ -556,28 +560,25 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
             } else {
                 uint64_t kept = 0;
                 for (int32_t r = 0; r < world_; ++r) kept += kept_on(r, row);
-                uint64_t excluded_mass = 0;
+                uint64_t draft_mass = 0;
                 if (has_draft) {
-                    const uint64_t draft_mass = draft_mass_of(row);
-                    const double prob = static_cast<double>(draft_mass) / static_cast<double>(kept);
+                    draft_mass = draft_mass_of(row);
                     const double coin =
                         !step.coins.empty()
                             ? step.coins[static_cast<size_t>(b) * static_cast<size_t>(n - 1) + static_cast<size_t>(j)]
                             : dm::bits_to_unit_double(dm::random_bits64(p.seed, position, static_cast<uint32_t>(j + 1),
                                                                         dm::draw_purpose::coin));
-                    draft_accepted =
-                        prob >= step.thresholds.single || (draft_mass > 0 && coin <= prob / step.thresholds.acc);
-                    excluded_mass = draft_mass;
+                    draft_accepted = exact::accepts_draft(draft_mass, kept, coin, step.thresholds.single,
+                                                          step.thresholds.acc);
                 }
                 if (!draft_accepted) {
                     const uint64_t bits =
                         !step.final_coins.empty()
                             ? dm::unit_double_to_bits(step.final_coins[static_cast<size_t>(b)])
                             : dm::random_bits64(p.seed, position, static_cast<uint32_t>(j), dm::draw_purpose::token);
-                    const bool residual = kept > excluded_mass;
+                    const exact::residual rest = exact::residual_after(kept, draft_mass);
                     draws[static_cast<size_t>(b)] =
-                        draw{row, dm::mul_high64(bits, residual ? kept - excluded_mass : kept),
-                             residual && has_draft ? draft : -1};
+                        draw{row, exact::draw_target(bits, rest.mass), rest.excludes_draft ? draft : -1};
                     drawing[static_cast<size_t>(b)] = 1;
                 }
             }
@@ -597,7 +598,7 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     uint64_t* shifted = found.data() + bs;
     auto shifted_logit = [&](size_t row, int32_t local_token) {
         const float l = row_logits(static_cast<int64_t>(row))[local_token];
-        return double_bits(l == max_logit[row] ? 0.0 : static_cast<double>(l) - max_logit[row]);
+        return double_bits(exact::shifted_logit(l, max_logit[row]));
     };
     for (int32_t b = 0; b < bs; ++b) {
         if (!drawing[static_cast<size_t>(b)]) continue;
@@ -628,11 +629,18 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
             predict[draws[static_cast<size_t>(b)].row] = static_cast<int32_t>(found[static_cast<size_t>(b)]) - 1;
     }
 
-    // 6. Logprobs of the emitted tokens: the owner's shifted logit less the log of the summed
-    // partial normalisers (summed in rank order in step 2).
+    // 6. Logprobs of the emitted tokens (processed): the owner's shifted logit against the row's
+    // kept mass at its temperature, or for greedy rows against the whole row at temperature 1.
     for (size_t row = 0; row < rows; ++row) {
         if (out.accept_index[row] < 0 || top[row] < 0 || predict[row] < 0) continue;
-        out.logprobs[row] = static_cast<float>(from_double_bits(shifted[row]) - std::log(normaliser[row]));
+        uint64_t kept = 0;
+        if (stochastic[row]) {
+            for (int32_t r = 0; r < world_; ++r) kept += kept_on(r, row);
+        }
+        const float temperature = stochastic[row] ? params_of(row).temperature : 1.0f;
+        out.logprobs[row] = static_cast<float>(
+            exact::log_probability(from_double_bits(shifted[row]), temperature,
+                                   exact::mass_weight(stochastic[row] ? kept : normaliser[row])));
     }
     for (int32_t b = 0; b < bs; ++b)
         out.row_error[static_cast<size_t>(b)] = predict[static_cast<size_t>(b) * n + lengths[b] - 1] < 0 ? 1 : 0;

@@ -3,7 +3,7 @@
 // step at once:
 //   1. all_reduce(max) of an order-preserving (logit, -index) key: the global max m and argmax;
 //   2. masses Q with the global m on every shard; all_gather of each rank's log_softmax partial
-//      normaliser per row, nonzero count and mass per stochastic row and, for rows with a top-k
+//      normaliser per row (unit-temperature mass), nonzero count and mass per stochastic row and, for rows with a top-k
 //      or top-p cut, a summary of its largest masses (the Q of its 1st, 4th, 16th, 64th, 256th
 //      and 1024th largest and the mass above each, rounded down, in one word per depth);
 //   3. the top-k-then-top-p boundary of each cut row, from bounded candidates: the summaries give
@@ -19,7 +19,7 @@
 //      accept decisions and knows every rank's slice of the inverse CDF;
 //   5. the rank whose slice holds r = mul_high64(bits, M) finds the token, and the owner of
 //      every emitted token sends its shifted logit (one all_reduce max);
-//   6. logprobs from those and the per-rank partial normalisers gathered in 2.
+//   6. processed logprobs from those, the kept masses and the normalisers gathered in 2.
 // Every rank ends with the same outputs, equal to the CPU backend on the full rows; logprobs
 // agree to float rounding of the summation order (the one float output, DESIGN.md §2).
 #pragma once
@@ -93,7 +93,7 @@ class sharded_sampler {
         std::vector<uint8_t> stochastic, drawing, by_radix;
         std::vector<cpu::filter_cut> cuts, local_cuts;
         std::vector<draw> draws;
-        std::vector<double> normaliser;  // per row: the log_softmax normaliser summed over ranks
+        std::vector<uint64_t> normaliser;  // per row: the unit-temperature mass summed over ranks
         std::vector<size_t> stochastic_rows, kept_at;
         std::vector<uint64_t> rank_counts;
         // select_cut

@@ -1,8 +1,9 @@
-// Deterministic math shared by the CPU and CUDA backends (DESIGN.md §2).
+// Deterministic building blocks shared by the CPU and CUDA samplers: the Philox random streams,
+// fixed-point draws, bit casts and half-precision conversions (docs/semantics.md). The sampling
+// rules built on them live in kernels/exact_rules.h.
 //
-// Everything here is compiled by g++ for the host and by nvcc for the device. Both sides are
-// built without floating-point contraction and without fast math, and every multiply-add that
-// matters is an explicit fmaf, so host and device produce the same bits for the same inputs.
+// Everything here is compiled by g++ for the host and by nvcc for the device, both without
+// floating-point contraction and without fast math, so host and device produce the same bits.
 #pragma once
 
 #include <cmath>
@@ -59,7 +60,7 @@ enum class draw_purpose : uint32_t {
     coin = 1,   // accept-or-reject coin for a draft in target-only verification
 };
 
-// Key layout of every draw (documented in README, "Randomness"):
+// Key layout of every draw (docs/semantics.md, "Randomness"):
 //   key     = { seed[31:0], seed[63:32] }
 //   counter = { position[31:0], position[63:32], draft_index, purpose }
 // `position` is the request's sequence length before the step; `draft_index` is the index of the
@@ -83,6 +84,15 @@ DS_HD uint64_t mul_high64(uint64_t a, uint64_t b) {
 #endif
 }
 
+// Leading zero bits of v > 0.
+DS_HD int leading_zeros64(uint64_t v) {
+#if defined(__CUDA_ARCH__)
+    return __clzll(static_cast<long long>(v));
+#else
+    return __builtin_clzll(v);
+#endif
+}
+
 // A uniform in [0, 1) given as a double (53 random bits), for threshold comparisons.
 DS_HD double bits_to_unit_double(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
 
@@ -94,7 +104,7 @@ DS_HD uint64_t unit_double_to_bits(double u) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Deterministic exp and log. Only + - * / and fmaf, each correctly rounded on both sides.
+// Bit casts.
 // ---------------------------------------------------------------------------------------------
 DS_HD float bits_as_float(uint32_t bits) {
     float f;
@@ -105,98 +115,6 @@ DS_HD uint32_t float_as_bits(float f) {
     uint32_t bits;
     memcpy(&bits, &f, sizeof bits);
     return bits;
-}
-
-// Smallest argument for which det_exp returns a non-zero value. Below it the result would be a
-// subnormal, which the sampler never needs (anything below 2^-40 has zero mass).
-constexpr float kExpMinArg = -87.0f;
-
-// e^x for x <= 0 (the only range the sampler uses: x = (logit - max) / T). Returns a value in
-// [0, 1]. x = -inf and x < kExpMinArg give 0; NaN gives NaN. Accuracy: within 1 ulp of e^x.
-DS_HD float det_exp(float x) {
-    // Branch-free: the polynomial runs on x clamped into [kExpMinArg, 0] and selects pick the
-    // special cases, so a GPU thread interleaves several tokens' polynomials instead of branching
-    // per token. Equal to the branching form on all 2^32 inputs (checked exhaustively, 2026-12-02).
-    // x = n*ln2 + r with |r| <= ln2/2; ln2 split in two so n*ln2_hi is exact for |n| <= 2^7.
-    constexpr float kLog2e = 1.44269504088896341f;
-    constexpr float kLn2Hi = 0.693145751953125f;              // 0x3f317200, 8 trailing zero bits
-    constexpr float kLn2Lo = 1.42860682030941723212e-6f;      // ln2 - kLn2Hi
-    const float clamped = fminf(fmaxf(x, kExpMinArg), 0.0f);  // NaN becomes kExpMinArg here
-    const float n = rintf(clamped * kLog2e);
-    float r = fmaf(-n, kLn2Hi, clamped);
-    r = fmaf(-n, kLn2Lo, r);
-    // Taylor polynomial of degree 7 in Horner form (truncation error < 4e-9 relative).
-    float p = 1.98412698e-4f;        // 1/5040
-    p = fmaf(p, r, 1.38888889e-3f);  // 1/720
-    p = fmaf(p, r, 8.33333333e-3f);  // 1/120
-    p = fmaf(p, r, 4.16666667e-2f);  // 1/24
-    p = fmaf(p, r, 1.66666667e-1f);  // 1/6
-    p = fmaf(p, r, 0.5f);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
-    // 2^n is a normal float for n in [-126, 0]; the product is correctly rounded.
-    const int exponent = static_cast<int>(n) + 127;
-    const float value = p * bits_as_float(static_cast<uint32_t>(exponent) << 23);
-    if (x != x) return x;
-    return x < kExpMinArg ? 0.0f : (x >= 0.0f ? 1.0f : value);
-}
-
-// Natural log for finite x > 0 (x <= 0 gives -inf, NaN gives NaN, +inf gives +inf).
-// Accuracy: within 2 ulp of ln(x) for normal x.
-DS_HD float det_log(float x) {
-    if (x != x) return x;
-    if (!(x > 0.0f)) return -HUGE_VALF;
-    if (x == HUGE_VALF) return x;
-    uint32_t bits = float_as_bits(x);
-    int exponent = 0;
-    if (bits < 0x00800000u) {  // subnormal: scale by 2^24 first
-        bits = float_as_bits(x * 16777216.0f);
-        exponent = -24;
-    }
-    exponent += static_cast<int>(bits >> 23) - 127;
-    float m = bits_as_float((bits & 0x007FFFFFu) | 0x3F800000u);  // m in [1, 2)
-    if (m > 1.41421356f) {
-        m = m * 0.5f;
-        exponent += 1;
-    }
-    // ln(m) = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.1716.
-    const float s = (m - 1.0f) / (m + 1.0f);
-    const float s2 = s * s;
-    float p = 0.1111111111f;         // 1/9
-    p = fmaf(p, s2, 0.1428571429f);  // 1/7
-    p = fmaf(p, s2, 0.2f);
-    p = fmaf(p, s2, 0.3333333333f);
-    p = p * s2;  // s^2 (1/3 + s^2/5 + ...)
-    const float log_m = fmaf(2.0f * s, p, 2.0f * s);
-    constexpr float kLn2Hi = 0.693145751953125f;
-    constexpr float kLn2Lo = 1.42860682030941723212e-6f;
-    const float e = static_cast<float>(exponent);
-    return fmaf(e, kLn2Hi, fmaf(e, kLn2Lo, log_m));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Integer probability mass (DESIGN.md §2.2).
-// ---------------------------------------------------------------------------------------------
-constexpr int kMassBits = 40;
-constexpr uint64_t kMassOne = uint64_t{1} << kMassBits;
-
-// Q = floor(w * 2^40) for a weight w in [0, 1]; exact because w has 24 significant bits.
-DS_HD uint64_t weight_to_mass(float w) {
-    // w * 2^40 is exact in float (a power-of-two scale of a value in [0, 1]): one conversion, the
-    // same integer as through double.
-    return static_cast<uint64_t>(w * 0x1.0p40f);
-}
-
-// ceil(fraction * 2^40) for min_p in [0, 1].
-DS_HD uint64_t min_p_mass_threshold(float min_p) {
-    return static_cast<uint64_t>(ceil(static_cast<double>(min_p) * 0x1.0p40));
-}
-
-// ceil(top_p * kept_mass), computed in double identically on both sides.
-DS_HD uint64_t top_p_mass_target(float top_p, uint64_t kept_mass) {
-    const double target = ceil(static_cast<double>(kept_mass) * static_cast<double>(top_p));
-    const double limit = static_cast<double>(kept_mass);
-    return target >= limit ? kept_mass : static_cast<uint64_t>(target);
 }
 
 // ---------------------------------------------------------------------------------------------

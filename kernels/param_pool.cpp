@@ -74,6 +74,34 @@ token_count_span param_pool::seen_tokens(int32_t slot) const {
     return token_count_span{counts_.data() + offset, count_sizes_[static_cast<size_t>(slot)]};
 }
 
+request_view param_pool::request(int32_t slot, int64_t position) const {
+    return request_of(params(slot), seen_tokens(slot), position);
+}
+
+request_view request_of(const sampling_params& p, token_count_span seen, int64_t position) {
+    request_view r;
+    r.temperature = p.temperature;
+    r.top_k = p.top_k;
+    r.top_p = p.top_p;
+    r.min_p = p.min_p;
+    r.seed = p.seed;
+    r.position = static_cast<uint64_t>(position);
+    r.penalties = {p.presence_penalty, p.frequency_penalty, p.repetition_penalty};
+    // {token, value} pairs: each field is every second int32 or float.
+    static_assert(sizeof(logit_bias_entry) == 2 * sizeof(int32_t) && sizeof(token_count) == 2 * sizeof(int32_t));
+    if (!p.logit_bias.empty()) {
+        r.bias_tokens = {&p.logit_bias.front().token, 2};
+        r.bias_values = {&p.logit_bias.front().bias, 2};
+        r.bias_count = static_cast<int32_t>(p.logit_bias.size());
+    }
+    if (p.has_penalties() && seen.size > 0) {
+        r.seen_tokens = {&seen.data->token, 2};
+        r.seen_counts = {&seen.data->count, 2};
+        r.seen_count = seen.size;
+    }
+    return r;
+}
+
 status record_step_tokens(param_pool& pool, const step_input& step, const step_output& out) {
     const int32_t n = step.tokens_per_req;
     const int32_t* lengths = accept_length_of(out, step.batch_size, n);

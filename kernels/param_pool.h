@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/kernel_config.h"
+#include "kernels/request_view.h"
 #include "kernels/sampling_types.h"
 
 namespace ds {
@@ -41,6 +42,9 @@ class param_pool {
 
     const sampling_params& params(int32_t slot) const { return params_[static_cast<size_t>(slot)]; }
     token_count_span seen_tokens(int32_t slot) const;
+    // The slot's request as the samplers read it, at `position`; views into the pool (valid until
+    // the slot changes).
+    request_view request(int32_t slot, int64_t position) const;
     const kernel_config& config() const { return config_; }
 
    private:
@@ -51,6 +55,10 @@ class param_pool {
     std::vector<token_count> counts_;  // max_slots rows of max_penalty_tokens entries
     std::vector<int32_t> count_sizes_;
 };
+
+// A request's parameters and seen tokens as the samplers read them, at `position`; views into
+// `params` and `seen`.
+request_view request_of(const sampling_params& params, token_count_span seen = {}, int64_t position = 0);
 
 // Adds every request's emitted tokens (predict[b*N, b*N + accept_length), up to the first -1)
 // to its slot's penalty counts; phantom rows (slot 0) are skipped.

@@ -8,25 +8,12 @@
 #include <utility>
 #include <vector>
 
+#include <distsample/sampling.h>
+
 #include "core/status.h"
+#include "kernels/exact_rules.h"
 
 namespace ds {
-
-enum class logits_dtype : int { f32 = 0, bf16 = 1, f16 = 2 };
-const char* dtype_name(logits_dtype dtype);
-std::size_t dtype_size(logits_dtype dtype);
-
-// Rows of logits over the full vocabulary (or over one rank's vocab shard). Row r starts at
-// data + r * row_stride elements; row_stride >= vocab. `on_device` marks GPU memory (a model
-// runtime's output), which only the CUDA backend reads; host rows work with every backend.
-struct logits_view {
-    const void* data = nullptr;
-    logits_dtype dtype = logits_dtype::f32;
-    int64_t rows = 0;
-    int32_t vocab = 0;
-    int64_t row_stride = 0;
-    bool on_device = false;
-};
 
 struct logit_bias_entry {
     int32_t token = 0;
@@ -51,17 +38,7 @@ struct sampling_params {
     }
 };
 
-// Temperatures below this select greedy decoding (as does top_k == 1).
-constexpr float kGreedyTemperature = 1e-6f;
-
-inline bool is_greedy(const sampling_params& p) { return p.temperature < kGreedyTemperature || p.top_k == 1; }
-
-// Acceptance knobs of target-only chain verification (DESIGN.md §3). 1.0 / 1.0 is exact
-// rejection sampling; lower values accept more drafts and are lossy.
-struct verify_thresholds {
-    float single = 1.0f;  // [0, 1]: accept a draft whose target probability is at least this
-    float acc = 1.0f;     // (0, 1]: accept when coin <= p / acc
-};
+inline bool is_greedy(const sampling_params& p) { return exact::is_greedy(p.temperature, p.top_k); }
 
 // One step over bs requests with n_per_req logits rows each (1 for sample; N for verify).
 // Row b * n_per_req + j of `logits` is the distribution after candidate j of request b.

@@ -26,7 +26,54 @@ status check_int(std::string_view prefix, std::string_view field, int64_t value,
         fmt::format("{} = {}: expected an integer in [{}, {}]", field_name(prefix, field), value, lo, hi));
 }
 
+// A per-call scalar (an array is checked per row on the device instead).
+template <class T, class Check>
+status check_scalar(std::string_view field, const param<T>& p, const Check& check) {
+    if (p.values != nullptr) return status::success();
+    return check(p.scalar) ? status::success()
+                           : status::invalid(fmt::format("{} = {}: expected {}", field, p.scalar, range_of(field)));
+}
+
 }  // namespace
+
+const char* range_of(std::string_view field) {
+    if (field == "temperature") return "a finite number >= 0";
+    if (field == "top_k") return "-1 (no limit) or an integer >= 1";
+    if (field == "top_p") return "a number in (0, 1]";
+    if (field == "min_p") return "a number in [0, 1]";
+    if (field == "presence_penalty" || field == "frequency_penalty") return "a number in [-2, 2]";
+    if (field == "repetition_penalty") return "a number in (0, 10]";
+    if (field == "position" || field == "positions") return "an integer >= 0";
+    return "a value in range";
+}
+
+status validate_call_params(const sampling_call& call) {
+    const request_sources& p = call.params;
+    DS_TRY(check_scalar("temperature", p.temperature, ranges::temperature));
+    DS_TRY(check_scalar("top_k", p.top_k, ranges::top_k));
+    DS_TRY(check_scalar("top_p", p.top_p, ranges::top_p));
+    DS_TRY(check_scalar("min_p", p.min_p, ranges::min_p));
+    DS_TRY(check_scalar("presence_penalty", p.presence_penalty, ranges::additive_penalty));
+    DS_TRY(check_scalar("frequency_penalty", p.frequency_penalty, ranges::additive_penalty));
+    DS_TRY(check_scalar("repetition_penalty", p.repetition_penalty, ranges::repetition_penalty));
+    DS_TRY(check_scalar("positions", call.positions, [](int64_t v) { return v >= 0; }));
+    auto check_list = [](std::string_view field, const auto& list) {
+        if (list.tokens == nullptr) return status::success();
+        if (list.values == nullptr) return status::invalid(fmt::format("{}.values: expected one per token", field));
+        if (list.offsets == nullptr && (list.sizes == nullptr || list.stride <= 0)) {
+            return status::invalid(
+                fmt::format("{}: expected offsets (CSR) or sizes with a positive stride (per-slot capacity)", field));
+        }
+        return status::success();
+    };
+    DS_TRY(check_list("logit_bias", p.logit_bias));
+    DS_TRY(check_list("seen", p.seen));
+    if (call.slots != nullptr && call.num_slots <= 0) {
+        return status::invalid(fmt::format("num_slots = {}: expected the length (> 0) of the slot-indexed arrays",
+                                           call.num_slots));
+    }
+    return status::success();
+}
 
 status validate_sampling_params(const sampling_params& p, const kernel_config& config, std::string_view prefix) {
     if (!std::isfinite(p.temperature) || p.temperature < 0.0f) {

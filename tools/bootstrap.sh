@@ -10,7 +10,8 @@ readonly PACKAGES=(
   build-essential cmake ccache git
   libcaf-dev libucx-dev libboost-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
-  protobuf-compiler libprotobuf-dev python3-protobuf clang libclang-rt-14-dev iproute2
+  protobuf-compiler libprotobuf-dev python3-protobuf python3-numpy python3-pytest python3-venv python3-pip
+  python3-setuptools clang libclang-rt-14-dev iproute2
 )
 
 log() { printf '\n== %s\n' "$*"; }

@@ -35,39 +35,40 @@ void load_row_as_float(const logits_view& logits, int64_t row, float* out) {
     }
 }
 
-}  // namespace
-
-row_sampler::row_sampler(int32_t vocab)
-    : vocab_(vocab),
-      logits_(static_cast<size_t>(vocab)),
-      mass_(static_cast<size_t>(vocab)),
-      order_(static_cast<size_t>(vocab)) {}
-
-namespace {
+// Whether `token` is among the request's seen tokens.
+bool was_seen(const request_view& r, int32_t token) {
+    for (int32_t k = 0; k < r.seen_count; ++k) {
+        if (r.seen_tokens[k] == token) return true;
+    }
+    return false;
+}
 
 // Penalties, bias and bitmask for the tokens in [vocab_offset, vocab_offset + count) of a row
-// whose slice is `out`: repetition first (scales the model's logit), then frequency and presence
-// (subtract), then bias (add), then the mask (-inf).
-void apply_processing(float* out, int32_t count, int32_t vocab_offset, const sampling_params& params,
-                      token_count_span seen, const uint32_t* bitmask_row) {
+// whose slice is `out`: each penalised token once, with its count before the step plus its
+// occurrences among the drafts before the row; then bias (add); then the mask (-inf).
+void apply_processing(float* out, int32_t count, int32_t vocab_offset, const request_view& r, drafts_before drafts,
+                      const uint32_t* bitmask_row) {
     auto local = [&](int32_t token) -> float* {
         const int32_t i = token - vocab_offset;
         return i >= 0 && i < count ? out + i : nullptr;
     };
-    if (params.has_penalties()) {
-        for (int32_t i = 0; i < seen.size; ++i) {
-            float* l = local(seen.data[i].token);
+    if (r.penalties.active()) {
+        for (int32_t k = 0; k < r.seen_count; ++k) {
+            const int32_t token = r.seen_tokens[k];
+            float* l = local(token);
             if (l == nullptr) continue;
-            if (params.repetition_penalty != 1.0f) {
-                *l = *l > 0.0f ? *l / params.repetition_penalty : *l * params.repetition_penalty;
-            }
-            const float frequency = params.frequency_penalty * static_cast<float>(seen.data[i].count);
-            *l = *l - frequency;
-            *l = *l - params.presence_penalty;
+            const int32_t times = r.seen_counts[k] + exact::occurrences(drafts.tokens, drafts.count, token);
+            *l = exact::penalised_logit(*l, times, r.penalties);
+        }
+        for (int32_t i = 0; i < drafts.count; ++i) {
+            const int32_t token = drafts.tokens[i];
+            float* l = local(token);
+            if (l == nullptr || !exact::first_occurrence(drafts.tokens, i) || was_seen(r, token)) continue;
+            *l = exact::penalised_logit(*l, exact::occurrences(drafts.tokens, drafts.count, token), r.penalties);
         }
     }
-    for (const logit_bias_entry& entry : params.logit_bias) {
-        if (float* l = local(entry.token)) *l = *l + entry.bias;
+    for (int32_t k = 0; k < r.bias_count; ++k) {
+        if (float* l = local(r.bias_tokens[k])) *l = *l + r.bias_values[k];
     }
     if (bitmask_row != nullptr) {
         for (int32_t i = 0; i < count; ++i) {
@@ -77,28 +78,41 @@ void apply_processing(float* out, int32_t count, int32_t vocab_offset, const sam
     }
 }
 
-uint64_t mass_of(float l, float max_logit, float temperature) {
-    if (l == max_logit) return dm::kMassOne;
-    if (l > kNegInf) return dm::weight_to_mass(dm::det_exp((l - max_logit) / temperature));
-    return 0;
-}
-
 }  // namespace
 
-const float* row_sampler::prepare_logits(const logits_view& logits, int64_t row, const sampling_params& params,
-                                         token_count_span seen, const uint32_t* bitmask_row) {
-    const bool penalised = params.has_penalties() && seen.size > 0;
-    if (logits.dtype == logits_dtype::f32 && !penalised && params.logit_bias.empty() && bitmask_row == nullptr) {
-        return static_cast<const float*>(logits.data) + row * logits.row_stride;
-    }
-    prepare_shard_logits(logits, row, params, seen, bitmask_row, 0, logits_.data());
-    return logits_.data();
+std::size_t row_sampler::scratch_bytes(int32_t vocab) {
+    const auto v = static_cast<std::size_t>(vocab);
+    return v * (sizeof(uint64_t) + sizeof(float) + sizeof(int32_t));
 }
 
-void prepare_shard_logits(const logits_view& shard, int64_t row, const sampling_params& params, token_count_span seen,
+row_sampler::row_sampler(int32_t vocab) : row_sampler(vocab, nullptr) {}
+
+row_sampler::row_sampler(int32_t vocab, void* scratch) : vocab_(vocab) {
+    if (scratch == nullptr) {
+        owned_.resize(scratch_bytes(vocab));  // operator new's alignment suits the masses
+        scratch = owned_.data();
+    }
+    auto* bytes = static_cast<unsigned char*>(scratch);
+    const auto v = static_cast<std::size_t>(vocab);
+    mass_ = reinterpret_cast<uint64_t*>(bytes);
+    logits_ = reinterpret_cast<float*>(bytes + v * sizeof(uint64_t));
+    order_ = reinterpret_cast<int32_t*>(bytes + v * (sizeof(uint64_t) + sizeof(float)));
+}
+
+const float* row_sampler::prepare_logits(const logits_view& logits, int64_t row, const request_view& request,
+                                         drafts_before drafts, const uint32_t* bitmask_row) {
+    const bool penalised = request.penalties.active() && (request.seen_count > 0 || drafts.count > 0);
+    if (logits.dtype == logits_dtype::f32 && !penalised && request.bias_count == 0 && bitmask_row == nullptr) {
+        return static_cast<const float*>(logits.data) + row * logits.row_stride;
+    }
+    prepare_shard_logits(logits, row, request, drafts, bitmask_row, 0, logits_);
+    return logits_;
+}
+
+void prepare_shard_logits(const logits_view& shard, int64_t row, const request_view& request, drafts_before drafts,
                           const uint32_t* bitmask_row, int32_t vocab_offset, float* out) {
     load_row_as_float(shard, row, out);
-    apply_processing(out, shard.vocab, vocab_offset, params, seen, bitmask_row);
+    apply_processing(out, shard.vocab, vocab_offset, request, drafts, bitmask_row);
 }
 
 int32_t argmax_of(const float* logits, int32_t count) {
@@ -114,8 +128,14 @@ int32_t argmax_of(const float* logits, int32_t count) {
     return best;
 }
 
-void masses_of(const float* logits, int32_t count, float max_logit, float temperature, uint64_t* mass) {
-    for (int32_t i = 0; i < count; ++i) mass[i] = mass_of(logits[i], max_logit, temperature);
+void masses_of(const float* logits, int32_t count, float max_logit, float scale, uint64_t* mass) {
+    for (int32_t i = 0; i < count; ++i) mass[i] = exact::token_mass(logits[i], max_logit, scale);
+}
+
+uint64_t unit_mass_sum(const float* logits, int32_t count, float max_logit) {
+    uint64_t sum = 0;
+    for (int32_t i = 0; i < count; ++i) sum += exact::token_mass(logits[i], max_logit, exact::kUnitScale);
+    return sum;
 }
 
 filter_cut localize_cut(const filter_cut& global, int32_t vocab_offset, int32_t count) {
@@ -167,34 +187,39 @@ int32_t token_at_mass(const uint64_t* mass, int32_t count, const filter_cut& cut
     return -1;
 }
 
-double exp_sum(const float* logits, int32_t count, float max_logit) {
-    // Weights from det_exp (relative error < 1e-7) summed in double: well within 1e-5.
-    double sum = 0.0;
-    for (int32_t i = 0; i < count; ++i) {
-        const float l = logits[i];
-        if (l == max_logit) {
-            sum += 1.0;
-        } else if (l > kNegInf) {
-            sum += dm::det_exp(l - max_logit);
+double raw_logprob(const logits_view& logits, int64_t row, int32_t token) {
+    if (token < 0) return std::numeric_limits<double>::quiet_NaN();
+    auto value = [&](int32_t i) {
+        const int64_t at = row * logits.row_stride + i;
+        switch (logits.dtype) {
+            case logits_dtype::f32: return static_cast<const float*>(logits.data)[at];
+            case logits_dtype::bf16: return dm::bf16_bits_to_float(static_cast<const uint16_t*>(logits.data)[at]);
+            case logits_dtype::f16: return dm::fp16_bits_to_float(static_cast<const uint16_t*>(logits.data)[at]);
         }
-    }
-    return sum;
+        return 0.0f;
+    };
+    float max_logit = kNegInf;
+    for (int32_t i = 0; i < logits.vocab; ++i) max_logit = std::max(max_logit, value(i));  // NaN never wins
+    uint64_t sum = 0;
+    for (int32_t i = 0; i < logits.vocab; ++i) sum += exact::token_mass(value(i), max_logit, exact::kUnitScale);
+    if (sum == 0) return std::numeric_limits<double>::quiet_NaN();
+    return exact::log_probability(exact::shifted_logit(value(token), max_logit), 1.0f, exact::mass_weight(sum));
 }
 
 int32_t row_sampler::argmax(const float* logits) const { return argmax_of(logits, vocab_); }
 
-uint64_t row_sampler::build_distribution(const float* logits, int32_t top_token, const sampling_params& params) {
+uint64_t row_sampler::build_distribution(const float* logits, int32_t top_token, const request_view& params) {
     const float max_logit = logits[top_token];
-    const float temperature = params.temperature;
+    const float scale = exact::mass_scale(params.temperature);
     cut_ = filter_cut{};
-    cut_.min_mass = std::max<uint64_t>(1, dm::min_p_mass_threshold(params.min_p));
+    cut_.min_mass = exact::min_p_mass_threshold(params.min_p);
 
-    uint64_t* mass = mass_.data();
-    int32_t* order = order_.data();
+    uint64_t* mass = mass_;
+    int32_t* order = order_;
     int64_t nonzero = 0;
     uint64_t unfiltered_kept = 0;  // mass passing min_p alone
     for (int32_t i = 0; i < vocab_; ++i) {
-        const uint64_t q = mass_of(logits[i], max_logit, temperature);
+        const uint64_t q = exact::token_mass(logits[i], max_logit, scale);
         mass[i] = q;
         if (q > 0) order[nonzero++] = i;
         if (q >= cut_.min_mass) unfiltered_kept += q;
@@ -207,7 +232,7 @@ uint64_t row_sampler::build_distribution(const float* logits, int32_t top_token,
     // lie top_k tokens (or, for top-p alone, the top-p target mass). Sorting those few (hundreds
     // for LLM-like rows) gives the cut exactly as the definition reads. The CUDA kernel bounds its
     // candidates the same way.
-    constexpr int kBuckets = dm::kMassBits + 1;
+    constexpr int kBuckets = exact::kMassBits + 1;
     uint64_t bucket_count[kBuckets] = {};
     uint64_t bucket_mass[kBuckets] = {};
     uint64_t total = 0;
@@ -219,7 +244,7 @@ uint64_t row_sampler::build_distribution(const float* logits, int32_t top_token,
         total += q;
     }
     const bool top_k_active = top_k < nonzero;
-    const uint64_t goal = top_k_active ? static_cast<uint64_t>(top_k) : dm::top_p_mass_target(params.top_p, total);
+    const uint64_t goal = top_k_active ? static_cast<uint64_t>(top_k) : exact::top_p_mass_target(params.top_p, total);
     int bucket = kBuckets - 1;
     for (uint64_t reached = 0; bucket > 0; --bucket) {
         reached += top_k_active ? bucket_count[bucket] : bucket_mass[bucket];
@@ -240,7 +265,7 @@ uint64_t row_sampler::build_distribution(const float* logits, int32_t top_token,
     }
     if (params.top_p < 1.0f) {
         // Shortest prefix reaching ceil(top_p * M_k); it lies within the candidates.
-        const uint64_t target = dm::top_p_mass_target(params.top_p, top_k_mass);
+        const uint64_t target = exact::top_p_mass_target(params.top_p, top_k_mass);
         uint64_t prefix = 0;
         kept = 0;
         while (prefix < target) prefix += mass[order[kept++]];
@@ -263,14 +288,21 @@ uint64_t row_sampler::kept_mass_of(int32_t token) const {
 }
 
 int32_t row_sampler::token_at(uint64_t target, int32_t excluded) const {
-    return token_at_mass(mass_.data(), vocab_, cut_, target, excluded);
+    return token_at_mass(mass_, vocab_, cut_, target, excluded);
 }
 
-double row_sampler::logprob(const float* logits, int32_t top_token, int32_t token) const {
+double row_sampler::greedy_logprob(const float* logits, int32_t top_token, int32_t token) const {
     if (token < 0 || top_token < 0) return std::numeric_limits<double>::quiet_NaN();
     const float max_logit = logits[top_token];
-    const double shifted = logits[token] == max_logit ? 0.0 : static_cast<double>(logits[token]) - max_logit;
-    return shifted - std::log(exp_sum(logits, vocab_, max_logit));
+    return exact::log_probability(exact::shifted_logit(logits[token], max_logit), 1.0f,
+                                  exact::mass_weight(unit_mass_sum(logits, vocab_, max_logit)));
+}
+
+double row_sampler::filtered_logprob(const float* logits, int32_t top_token, int32_t token, float temperature,
+                                     uint64_t kept) const {
+    if (token < 0 || top_token < 0) return std::numeric_limits<double>::quiet_NaN();
+    return exact::log_probability(exact::shifted_logit(logits[token], logits[top_token]), temperature,
+                                  exact::mass_weight(kept));
 }
 
 }  // namespace ds::cpu

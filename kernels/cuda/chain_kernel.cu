@@ -12,7 +12,8 @@
 //     token order), and the last block selects the exact cut on that list (a sort, or radix
 //     selection with integer histograms when it is long) and draws.
 // Each row draws the token it would emit if the request's chain stopped there, so the last block
-// of a request to finish walks the chain from the rows' results alone (DESIGN.md §3).
+// of a request to finish walks the chain from the rows' results alone (docs/semantics.md, Verify).
+// Every decision goes through kernels/exact_rules.h, as the CPU backend's do.
 //
 // Blocks take their (row, chunk) from a ticket counter in the order they start. The blocks of a
 // row hold consecutive tickets, so when every resident block waits at a barrier, all rows but the
@@ -27,6 +28,7 @@
 #include "kernels/cuda/chain_kernel.h"
 #include "kernels/cuda/token_math.cuh"
 #include "kernels/det_math.h"
+#include "kernels/exact_rules.h"
 
 namespace ds::cuda {
 
@@ -37,7 +39,7 @@ namespace {
 constexpr int32_t kSortCapacity = 2048;  // candidates cut by sorting; more use radix selection
 constexpr int kRadixDigitBits = 10;
 constexpr int kRadixBins = 1 << kRadixDigitBits;
-constexpr int kMassBitsUsed = 41;  // masses are at most 2^40
+constexpr int kMassBitsUsed = exact::kMassBits + 1;  // masses are at most 2^40
 constexpr uint64_t kBarrierTimeoutNs = 2'000'000'000;
 // Sort key of a candidate: (mass desc, token asc) as one descending integer.
 constexpr int kKeyTokenBits = 22;
@@ -52,6 +54,8 @@ struct row_totals {
     uint64_t mass_total;
     uint64_t min_p_mass;
     double softmax_sum;
+    float raw_max;
+    double raw_sum;
 };
 
 struct kernel_shared {
@@ -74,22 +78,15 @@ struct kernel_shared {
     bool flag;
 };
 
-// Filter cut, as cpu::filter_cut.
-struct cut {
-    uint64_t min_mass;
-    bool has_boundary;
-    uint64_t boundary_mass;
-    int32_t boundary_token;
+using cut = exact::filter_cut;
 
-    __device__ bool keeps(int32_t token, uint64_t mass) const {
-        if (mass < min_mass) return false;
-        if (!has_boundary) return true;
-        return mass > boundary_mass || (mass == boundary_mass && token <= boundary_token);
-    }
-};
+__device__ __forceinline__ uint64_t mass_of(float logit, float max_logit, float scale) {
+    return exact::token_mass(logit, max_logit, scale);
+}
 
-__device__ __forceinline__ uint64_t mass_of(float logit, float max_logit, float temperature) {
-    return dm::weight_to_mass(weight_of(logit, max_logit, temperature));
+// The unit-temperature weight of a token relative to `max_logit` (logprob normalisers).
+__device__ __forceinline__ double unit_weight(float logit, float max_logit) {
+    return exact::mass_weight(exact::token_mass(logit, max_logit, exact::kUnitScale));
 }
 
 __device__ __forceinline__ uint64_t global_nanoseconds() {
@@ -110,7 +107,7 @@ __device__ void arrive(uint32_t* counter, uint32_t expected, const chain_kernel_
             const uint64_t start = global_nanoseconds();
             while (*static_cast<volatile uint32_t*>(counter) < expected) {
                 if (global_nanoseconds() - start > kBarrierTimeoutNs) {
-                    atomicExch(p.fault, 1u);
+                    atomicExch(&p.workspace.control->fault, 1u);
                     break;
                 }
                 __nanosleep(64);
@@ -121,11 +118,8 @@ __device__ void arrive(uint32_t* counter, uint32_t expected, const chain_kernel_
     __syncthreads();
 }
 
-// Loads tokens [first, first + count) of `row` into shared memory as processed logits (mask,
-// then penalties, then bias: cpu::row_sampler::prepare_logits's order; masking first is
-// equivalent because -inf stays -inf).
-__device__ void load_chunk(const chain_kernel_params& p, const request_params& r, int64_t row, int32_t first,
-                           int32_t count, float* chunk) {
+// Loads tokens [first, first + count) of `row` into shared memory as the logits are given.
+__device__ void load_raw_chunk(const chain_kernel_params& p, int64_t row, int32_t first, int32_t count, float* chunk) {
     const int64_t offset = row * p.row_stride + first;
     if (p.dtype == logits_dtype::f32) {
         const float* source = static_cast<const float*>(p.logits) + offset;
@@ -147,32 +141,56 @@ __device__ void load_chunk(const chain_kernel_params& p, const request_params& r
             chunk[i] = bf16 ? dm::bf16_bits_to_float(source[i]) : dm::fp16_bits_to_float(source[i]);
         }
     }
+    __syncthreads();  // the float4 path stored other threads' elements
+}
+
+// The drafts row j of request b counts as emitted before it: drafts 1..j.
+struct row_drafts {
+    const int32_t* tokens;
+    int32_t count;
+};
+
+__device__ __forceinline__ row_drafts drafts_of(const chain_kernel_params& p, int32_t b, int32_t j) {
+    const int64_t base = static_cast<int64_t>(b) * p.tokens_per_req;
+    return {p.candidates != nullptr ? p.candidates + base + 1 : nullptr, p.candidates != nullptr ? j : 0};
+}
+
+// Turns a loaded chunk into processed logits: mask, then penalties (each penalised token once,
+// with its count before the step plus its occurrences among the drafts before the row), then
+// bias, as cpu::row_sampler; masking first is equivalent because -inf stays -inf.
+__device__ void process_chunk(const chain_kernel_params& p, const request_view& r, row_drafts drafts, int64_t row,
+                              int32_t first, int32_t count, float* chunk) {
     if (p.bitmask != nullptr) {
-        __syncthreads();  // the float4 path stored other threads' elements
         const uint32_t* mask = p.bitmask + row * ((p.vocab + 31) / 32);
         for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) {
             const int32_t token = first + i;
             if (((mask[token >> 5] >> (token & 31)) & 1u) == 0) chunk[i] = -HUGE_VALF;
         }
+        __syncthreads();
     }
-    __syncthreads();
-    if (r.presence_penalty != 0.0f || r.frequency_penalty != 0.0f || r.repetition_penalty != 1.0f) {
+    auto in_chunk = [&](int32_t token) { return token >= first && token < first + count; };
+    if (r.penalties.active()) {
         for (int32_t k = threadIdx.x; k < r.seen_count; k += kBlockThreads) {  // distinct tokens
-            const token_count seen = p.seen[r.seen_offset + k];
-            if (seen.token < first || seen.token >= first + count) continue;
-            float l = chunk[seen.token - first];
-            if (r.repetition_penalty != 1.0f) l = l > 0.0f ? l / r.repetition_penalty : l * r.repetition_penalty;
-            const float frequency = r.frequency_penalty * static_cast<float>(seen.count);
-            l = l - frequency;
-            l = l - r.presence_penalty;
-            chunk[seen.token - first] = l;
+            const int32_t token = r.seen_tokens[k];
+            if (!in_chunk(token)) continue;
+            const int32_t times = r.seen_counts[k] + exact::occurrences(drafts.tokens, drafts.count, token);
+            chunk[token - first] = exact::penalised_logit(chunk[token - first], times, r.penalties);
+        }
+        for (int32_t i = threadIdx.x; i < drafts.count; i += kBlockThreads) {  // drafts not seen before
+            const int32_t token = drafts.tokens[i];
+            if (!in_chunk(token) || !exact::first_occurrence(drafts.tokens, i)) continue;
+            bool seen = false;
+            for (int32_t k = 0; k < r.seen_count && !seen; ++k) seen = r.seen_tokens[k] == token;
+            if (seen) continue;
+            const int32_t times = exact::occurrences(drafts.tokens, drafts.count, token);
+            chunk[token - first] = exact::penalised_logit(chunk[token - first], times, r.penalties);
         }
         __syncthreads();
     }
     if (threadIdx.x == 0) {  // in order: ids may repeat
         for (int32_t k = 0; k < r.bias_count; ++k) {
-            const logit_bias_entry e = p.bias[r.bias_offset + k];
-            if (e.token >= first && e.token < first + count) chunk[e.token - first] = chunk[e.token - first] + e.bias;
+            const int32_t token = r.bias_tokens[k];
+            if (in_chunk(token)) chunk[token - first] = chunk[token - first] + r.bias_values[k];
         }
     }
     __syncthreads();
@@ -269,7 +287,7 @@ __device__ radix_result radix_select(const Mass& mass_at, int32_t count, bool by
 // order.
 template <class Mass>
 __device__ selected_cut select_cut(const Mass& mass_at, const cut_candidate* list, int32_t count,
-                                   const request_params& r, bool top_k_active, uint64_t mass_total, uint64_t min_mass,
+                                   const request_view& r, bool top_k_active, uint64_t mass_total, uint64_t min_mass,
                                    kernel_shared& sh) {
     if (count <= kSortCapacity) {
         uint64_t* keys = sh.data.keys;
@@ -282,7 +300,7 @@ __device__ selected_cut select_cut(const Mass& mass_at, const cut_candidate* lis
         const uint64_t top_k_mass = top_k_active ? block_sum_over(key_mass, top_k_length, sh.scratch) : mass_total;
         int32_t length = top_k_length;
         if (r.top_p < 1.0f) {
-            const uint64_t target = dm::top_p_mass_target(r.top_p, top_k_mass);
+            const uint64_t target = exact::top_p_mass_target(r.top_p, top_k_mass);
             const int32_t last = block_find_prefix(key_mass, top_k_length, target - 1, sh.scratch);
             if (last >= 0) length = last + 1;  // always found: the candidates hold the target
         }
@@ -305,7 +323,7 @@ __device__ selected_cut select_cut(const Mass& mass_at, const cut_candidate* lis
     }
     if (r.top_p < 1.0f) {
         // The top-p prefix is never longer than the top-k prefix (its target is at most M_k).
-        const uint64_t target = dm::top_p_mass_target(r.top_p, top_k_mass);
+        const uint64_t target = exact::top_p_mass_target(r.top_p, top_k_mass);
         const radix_result t = radix_select(mass_at, count, true, target, sh);
         boundary_mass = t.value;
         ties_needed = (target - t.mass_above + t.value - 1) / t.value;
@@ -324,79 +342,99 @@ __device__ selected_cut select_cut(const Mass& mass_at, const cut_candidate* lis
 }
 
 // The random bits that pick the token drawn at row k of request b.
-__device__ uint64_t draw_bits(const chain_kernel_params& p, const request_params& r, int32_t b, int32_t k) {
-    return p.final_coins != nullptr ? dm::unit_double_to_bits(p.final_coins[b])
-                                    : dm::random_bits64(r.seed, static_cast<uint64_t>(r.position),
-                                                        static_cast<uint32_t>(k), dm::draw_purpose::token);
+__device__ uint64_t draw_bits(const chain_kernel_params& p, const request_view& r, int32_t b, int32_t k) {
+    return p.final_coins != nullptr
+               ? dm::unit_double_to_bits(p.final_coins[b])
+               : dm::random_bits64(r.seed, r.position, static_cast<uint32_t>(k), dm::draw_purpose::token);
 }
 
-// The last block of request b to finish: walk the chain from the rows' results, write the
-// outputs and reset the request's workspace for the next launch.
-__device__ void walk_chain(const chain_kernel_params& p, const request_params& r, int32_t b) {
+// The logit of `token` in `row` as given (raw logprobs).
+__device__ float given_logit(const chain_kernel_params& p, int64_t row, int32_t token) {
+    const int64_t at = row * p.row_stride + token;
+    if (p.dtype == logits_dtype::f32) return static_cast<const float*>(p.logits)[at];
+    const uint16_t bits = static_cast<const uint16_t*>(p.logits)[at];
+    return p.dtype == logits_dtype::bf16 ? dm::bf16_bits_to_float(bits) : dm::fp16_bits_to_float(bits);
+}
+
+// The log-probability of the token emitted at row k of request b (docs/semantics.md,
+// "Log-probabilities"); `logit` is its processed logit there.
+__device__ float emitted_logprob(const chain_kernel_params& p, const request_view& r, int64_t row, int32_t token,
+                                 float logit) {
+    const row_result& s = p.workspace.results[row];
+    if (p.logprobs == logprob_mode::raw) {
+        return static_cast<float>(exact::log_probability(
+            exact::shifted_logit(given_logit(p, row, token), __ldcg(&s.raw_max)), 1.0f, __ldcg(&s.raw_sum)));
+    }
+    const double shifted = exact::shifted_logit(logit, __ldcg(&s.max_logit));
+    if (r.greedy()) return static_cast<float>(exact::log_probability(shifted, 1.0f, __ldcg(&s.softmax_sum)));
+    return static_cast<float>(
+        exact::log_probability(shifted, r.temperature, exact::mass_weight(__ldcg(&s.kept_mass))));
+}
+
+// The last block of request b to finish: walk the chain from the rows' results and write the
+// outputs. A request with invalid parameters, or one whose rows' blocks did not meet in time,
+// emits nothing and is flagged.
+__device__ void walk_chain(const chain_kernel_params& p, const request_view& r, int32_t b) {
+    if (threadIdx.x != 0) return;
     const int32_t n = p.tokens_per_req;
     const int64_t base = static_cast<int64_t>(b) * n;
     const chain_workspace& ws = p.workspace;
-    if (threadIdx.x == 0) {
-        int32_t accepted = 0;
-        int32_t final_token = -1;
-        for (int32_t k = 0; k < n; ++k) {
-            const row_result& s = ws.results[base + k];
-            const int32_t top = __ldcg(&s.top);
-            if (top < 0) break;  // nothing allowed: the chain ends with an error flag
-            const bool has_next_draft = k + 1 < n;
-            const int32_t next_draft = has_next_draft ? p.candidates[base + k + 1] : -1;
-            bool draft_accepted = false;
-            if (r.greedy) {
-                draft_accepted = has_next_draft && next_draft == top;
-            } else if (has_next_draft) {
-                const uint64_t draft_mass = __ldcg(&s.draft_mass);
-                const double prob = static_cast<double>(draft_mass) / static_cast<double>(__ldcg(&s.kept_mass));
-                const double coin = p.coins != nullptr ? p.coins[static_cast<int64_t>(b) * (n - 1) + k]
-                                                       : dm::bits_to_unit_double(dm::random_bits64(
-                                                             r.seed, static_cast<uint64_t>(r.position),
-                                                             static_cast<uint32_t>(k + 1), dm::draw_purpose::coin));
-                draft_accepted = prob >= p.thresholds.single || (draft_mass > 0 && coin <= prob / p.thresholds.acc);
-            }
-            if (!draft_accepted) {
-                final_token = __ldcg(&s.stop_token);
-                break;
-            }
-            ++accepted;
+    const uint8_t error = r.error != kRowOk ? r.error
+                          : *static_cast<volatile uint32_t*>(&ws.control->fault) != 0 ? kRowErrorKernelFault
+                                                                                       : kRowOk;
+    int32_t accepted = 0;
+    int32_t final_token = -1;
+    for (int32_t k = 0; error == kRowOk && k < n; ++k) {
+        const row_result& s = ws.results[base + k];
+        const int32_t top = __ldcg(&s.top);
+        if (top < 0) break;  // nothing allowed: the chain ends with an error flag
+        const bool has_next_draft = k + 1 < n;
+        const int32_t next_draft = has_next_draft ? p.candidates[base + k + 1] : -1;
+        bool draft_accepted = false;
+        if (r.greedy()) {
+            draft_accepted = has_next_draft && next_draft == top;
+        } else if (has_next_draft) {
+            const double coin = p.coins != nullptr ? p.coins[static_cast<int64_t>(b) * (n - 1) + k]
+                                                   : dm::bits_to_unit_double(dm::random_bits64(
+                                                         r.seed, r.position, static_cast<uint32_t>(k + 1),
+                                                         dm::draw_purpose::coin));
+            draft_accepted = exact::accepts_draft(__ldcg(&s.draft_mass), __ldcg(&s.kept_mass), coin,
+                                                  p.thresholds.single, p.thresholds.acc);
         }
-        for (int32_t k = 0; k < n; ++k) {
-            const bool emitted = k <= accepted;
-            const int32_t token = k < accepted ? p.candidates[base + k + 1] : (k == accepted ? final_token : -1);
-            p.packed[base + k] = emitted ? token : -1;
-            p.accept_index[base + k] = emitted ? static_cast<int32_t>(base + k) : -1;
-            if (p.logprobs != nullptr) {
-                float logprob = __int_as_float(0x7fc00000);  // NaN
-                if (emitted && token >= 0) {
-                    const row_result& s = ws.results[base + k];
-                    // An accepted draft is the next row's draft: its logit was published there.
-                    const float l = k < accepted ? __ldcg(&ws.sync[base + k].draft_logit) : __ldcg(&s.stop_logit);
-                    const float max_logit = __ldcg(&s.max_logit);
-                    const double shifted = l == max_logit ? 0.0 : static_cast<double>(l) - max_logit;
-                    logprob = static_cast<float>(shifted - log(__ldcg(&s.softmax_sum)));
-                }
-                p.logprobs[base + k] = logprob;
-            }
+        if (!draft_accepted) {
+            final_token = __ldcg(&s.stop_token);
+            break;
         }
-        p.packed[static_cast<int64_t>(p.batch_size) * n + b] = accepted + 1;
-        p.row_error[b] = final_token < 0 ? 1 : 0;
-        ws.request_blocks_done[b] = 0;
+        ++accepted;
     }
+    const sampling_outputs& out = p.outputs;
     for (int32_t k = 0; k < n; ++k) {
-        for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) {
-            ws.mass_histograms[(base + k) * kMassHistogramBins + i] = 0;
+        const bool emitted = error == kRowOk && k <= accepted;
+        const int32_t token = k < accepted ? p.candidates[base + k + 1] : (k == accepted ? final_token : -1);
+        out.predict[base + k] = emitted ? token : -1;
+        out.accept_index[base + k] = emitted || k == 0 ? static_cast<int32_t>(base + k) : -1;
+        if (out.logprobs != nullptr) {
+            float logprob = __int_as_float(0x7fc00000);  // NaN
+            if (emitted && token >= 0) {
+                // An accepted draft is the next row's draft: its logit was published there.
+                const float l = k < accepted ? __ldcg(&ws.sync[base + k].draft_logit)
+                                             : __ldcg(&ws.results[base + k].stop_logit);
+                logprob = emitted_logprob(p, r, base + k, token, l);
+            }
+            out.logprobs[base + k] = logprob;
         }
-        if (threadIdx.x == 0) ws.sync[base + k] = row_sync{};
+    }
+    out.accept_length[b] = error == kRowOk ? accepted + 1 : 1;
+    if (out.row_error != nullptr) {
+        out.row_error[b] = error != kRowOk ? error : (final_token < 0 ? kRowErrorNothingAllowed : kRowOk);
     }
 }
 
 // What the helpers of a sampled row need to know about it.
 struct row_context {
     const chain_kernel_params& p;
-    const request_params& r;
+    const request_view& r;
+    float scale;  // exact::mass_scale(r.temperature)
     int64_t row;
     int32_t b;  // request
     int32_t j;  // row within the request (its draft index)
@@ -418,13 +456,40 @@ __device__ bool arrive_last(uint32_t* counter, uint32_t total, bool& shared_flag
     return shared_flag;
 }
 
-// sh.totals.top / max_logit / softmax_sum from the chunks' maxima and softmax sums (rescaled
-// from each chunk's maximum to the row's: a float result, within 1e-7 of a direct sum). Warp 0
-// combines: lane c reads chunks c, c + 32, ...; fixed order for a given chunk count.
-__device__ void combine_maxima(const chunk_partial* partials, int32_t chunks, bool with_logprobs, row_totals& totals) {
+// What a row's logprobs need from its chunks: the processed softmax sum (greedy rows of the
+// processed mode) and the raw maximum and sum (raw mode).
+struct logprob_needs {
+    bool softmax;
+    bool raw;
+};
+
+__device__ __forceinline__ logprob_needs needs_of(const chain_kernel_params& p, const request_view& r) {
+    const bool any = p.outputs.logprobs != nullptr;
+    return {any && p.logprobs == logprob_mode::processed && r.greedy(), any && p.logprobs == logprob_mode::raw};
+}
+
+// Sum over a warp's lanes of each chunk's weight sum rescaled from the chunk's maximum to `best`
+// (a float result, within 1e-7 of a direct sum); lane c reads chunks c, c + 32, ...
+template <class Max, class Sum>
+__device__ double rescaled_sum(int32_t chunks, float best, const Max& chunk_max, const Sum& chunk_sum) {
+    double sum = 0.0;
+    for (int32_t c = static_cast<int32_t>(threadIdx.x); c < chunks; c += 32) {
+        const float m = chunk_max(c);
+        if (!(m > -HUGE_VALF)) continue;  // nothing allowed there
+        sum += chunk_sum(c) * (m == best ? 1.0 : exp(static_cast<double>(m) - best));
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(kFullMask, sum, offset);
+    return sum;
+}
+
+// sh.totals.top / max_logit / softmax_sum / raw_max / raw_sum from the chunks' partials. Warp 0
+// combines, in a fixed order for a given chunk count.
+__device__ void combine_maxima(const chunk_partial* partials, int32_t chunks, logprob_needs needs,
+                               row_totals& totals) {
     if (threadIdx.x < 32) {
         float best = 0.0f;
         int32_t top = -1;
+        float raw_best = -HUGE_VALF;
         for (int32_t c = static_cast<int32_t>(threadIdx.x); c < chunks; c += 32) {
             const float value = __ldcg(&partials[c].max_logit);
             const int32_t index = __ldcg(&partials[c].max_index);
@@ -432,21 +497,34 @@ __device__ void combine_maxima(const chunk_partial* partials, int32_t chunks, bo
                 best = value;
                 top = index;
             }
+            raw_best = fmaxf(raw_best, __ldcg(&partials[c].raw_max));
         }
         warp_argmax(best, top);
         double softmax = 0.0;
-        if (with_logprobs && top >= 0) {
-            for (int32_t c = static_cast<int32_t>(threadIdx.x); c < chunks; c += 32) {
-                if (__ldcg(&partials[c].max_index) < 0) continue;  // nothing allowed there
-                const float chunk_max = __ldcg(&partials[c].max_logit);
-                const double scale = chunk_max == best ? 1.0 : exp(static_cast<double>(chunk_max) - best);
-                softmax += __ldcg(&partials[c].softmax_sum) * scale;
-            }
-            for (int offset = 16; offset > 0; offset >>= 1) softmax += __shfl_xor_sync(kFullMask, softmax, offset);
+        if (needs.softmax && top >= 0) {
+            softmax = rescaled_sum(
+                chunks, best,
+                [&](int32_t c) { return __ldcg(&partials[c].max_index) < 0 ? -HUGE_VALF : __ldcg(&partials[c].max_logit); },
+                [&](int32_t c) { return __ldcg(&partials[c].softmax_sum); });
         }
-        if (threadIdx.x == 0) totals = row_totals{top, top >= 0 ? best : 0.0f, 0, 0, 0, softmax};
+        double raw = 0.0;
+        if (needs.raw) {
+            for (int offset = 16; offset > 0; offset >>= 1)
+                raw_best = fmaxf(raw_best, __shfl_xor_sync(kFullMask, raw_best, offset));
+            raw = rescaled_sum(
+                chunks, raw_best, [&](int32_t c) { return __ldcg(&partials[c].raw_max); },
+                [&](int32_t c) { return __ldcg(&partials[c].raw_sum); });
+        }
+        if (threadIdx.x == 0) totals = row_totals{top, top >= 0 ? best : 0.0f, 0, 0, 0, softmax, raw_best, raw};
     }
     __syncthreads();
+}
+
+// The logprob fields every writer of a row_result copies from the row's totals.
+__device__ __forceinline__ void copy_logprob_totals(const row_totals& totals, row_result& result) {
+    result.softmax_sum = totals.softmax_sum;
+    result.raw_max = totals.raw_max;
+    result.raw_sum = totals.raw_sum;
 }
 
 // sh.totals' nonzero, mass_total and min_p_mass from the chunks' (exact integer sums).
@@ -472,14 +550,14 @@ __device__ void combine_masses(const chunk_partial* partials, int32_t chunks, ke
 
 // A greedy row's last block to arrive combines the chunks' maxima: the row's argmax is also the
 // token its request emits if the chain stops there.
-__device__ void combine_greedy_row(const chunk_partial* partials, int32_t chunks, bool with_logprobs, row_sync& sync,
-                                   row_result& result, row_totals& totals, bool& shared_flag) {
+__device__ void combine_greedy_row(const chunk_partial* partials, int32_t chunks, logprob_needs needs,
+                                   row_sync& sync, row_result& result, row_totals& totals, bool& shared_flag) {
     if (!arrive_last(&sync.maxima_arrived, static_cast<uint32_t>(chunks), shared_flag)) return;
-    combine_maxima(partials, chunks, with_logprobs, totals);
+    combine_maxima(partials, chunks, needs, totals);
     if (threadIdx.x == 0) {
         result.top = totals.top;
         result.max_logit = totals.max_logit;
-        result.softmax_sum = totals.softmax_sum;
+        copy_logprob_totals(totals, result);
         result.stop_token = totals.top;
         result.stop_logit = totals.max_logit;
     }
@@ -496,13 +574,13 @@ struct row_draw {
 __device__ row_draw plan_draw(const row_context& ctx, const cut& kept, uint64_t kept_mass, float max_logit) {
     row_draw d{};
     if (ctx.draft >= 0) {
-        const uint64_t q = mass_of(__ldcg(&ctx.p.workspace.sync[ctx.row].draft_logit), max_logit, ctx.r.temperature);
+        const uint64_t q = mass_of(__ldcg(&ctx.p.workspace.sync[ctx.row].draft_logit), max_logit, ctx.scale);
         d.draft_mass = kept.keeps(ctx.draft, q) ? q : 0;
     }
-    const bool residual = kept_mass > d.draft_mass;
-    d.mass = residual ? kept_mass - d.draft_mass : kept_mass;
-    d.excluded = residual ? ctx.draft : -1;
-    d.target = dm::mul_high64(draw_bits(ctx.p, ctx.r, ctx.b, ctx.j), d.mass);
+    const exact::residual rest = exact::residual_after(kept_mass, d.draft_mass);
+    d.mass = rest.mass;
+    d.excluded = rest.excludes_draft ? ctx.draft : -1;
+    d.target = exact::draw_target(draw_bits(ctx.p, ctx.r, ctx.b, ctx.j), d.mass);
     return d;
 }
 
@@ -544,12 +622,13 @@ __device__ void draw_without_cut(const row_context& ctx, kernel_shared& sh) {
         const int32_t first = owner * kChunkTokens;
         const int32_t count = min(kChunkTokens, ctx.p.vocab - first);
         const uint64_t remaining = d.target - sh.owner_before;
-        load_chunk(ctx.p, ctx.r, ctx.row, first, count, sh.data.chunk);
+        load_raw_chunk(ctx.p, ctx.row, first, count, sh.data.chunk);
+        process_chunk(ctx.p, ctx.r, drafts_of(ctx.p, ctx.b, ctx.j), ctx.row, first, count, sh.data.chunk);
         const float* chunk = sh.data.chunk;
         const int32_t at = block_find_prefix(
             [&](int32_t i) -> uint64_t {
                 if (first + i == d.excluded) return 0;
-                const uint64_t q = mass_of(chunk[i], totals.max_logit, ctx.r.temperature);
+                const uint64_t q = mass_of(chunk[i], totals.max_logit, ctx.scale);
                 return kept.keeps(first + i, q) ? q : 0;
             },
             count, remaining, sh.scratch);
@@ -564,7 +643,7 @@ __device__ void draw_without_cut(const row_context& ctx, kernel_shared& sh) {
         result.max_logit = totals.max_logit;
         result.kept_mass = totals.min_p_mass;
         result.draft_mass = d.draft_mass;
-        result.softmax_sum = totals.softmax_sum;
+        copy_logprob_totals(totals, result);
         result.stop_token = token;
         result.stop_logit = logit;
     }
@@ -576,7 +655,7 @@ __device__ void draw_without_cut(const row_context& ctx, kernel_shared& sh) {
 __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t first, int32_t count,
                               kernel_shared& sh) {
     const chain_kernel_params& p = ctx.p;
-    const request_params& r = ctx.r;
+    const request_view& r = ctx.r;
     const row_totals& totals = sh.totals;
     const chain_workspace& ws = p.workspace;
     chunk_partial* partials = ws.partials + ctx.row * ctx.chunks;
@@ -586,17 +665,16 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
     if (threadIdx.x == 0) {
         const uint32_t* row_histogram = ws.mass_histograms + ctx.row * kMassHistogramBins;
         const uint64_t target =
-            top_k_active ? static_cast<uint64_t>(r.top_k) : dm::top_p_mass_target(r.top_p, totals.mass_total);
+            top_k_active ? static_cast<uint64_t>(r.top_k) : exact::top_p_mass_target(r.top_p, totals.mass_total);
         uint64_t reached = 0;
         int bin = kMassHistogramBins - 1;
         for (; bin > 0; --bin) {
             const uint64_t tokens = __ldcg(&row_histogram[bin]);
-            const uint64_t least_mass = dm::weight_to_mass(dm::bits_as_float(static_cast<uint32_t>(bin) << 22));
+            const uint64_t least_mass = least_mass_of_bin(bin);
             reached += top_k_active ? tokens : tokens * least_mass;
             if (reached >= target) break;
         }
-        sh.scratch.broadcast_u64 =
-            max(uint64_t{1}, dm::weight_to_mass(dm::bits_as_float(static_cast<uint32_t>(bin) << 22)));
+        sh.scratch.broadcast_u64 = least_mass_of_bin(bin);
     }
     __syncthreads();
     const uint64_t bound = sh.scratch.broadcast_u64;
@@ -610,7 +688,7 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
     for_each_slice(chunk_logits, count, [&](int round, int32_t, const float(&values)[kSliceTokens]) {
 #pragma unroll
         for (int k = 0; k < kSliceTokens; ++k) {
-            if (mass_of(values[k], max_logit, r.temperature) >= bound) {
+            if (mass_of(values[k], max_logit, ctx.scale) >= bound) {
                 is_candidate |= uint64_t{1} << (kSliceTokens * round + k);
                 round_counts[round / 4] += uint64_t{1} << (16 * (round % 4));
             }
@@ -660,7 +738,7 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
     __threadfence();  // every thread wrote part of the list
     if (!arrive_last(&ws.sync[ctx.row].candidates_arrived, static_cast<uint32_t>(ctx.chunks), sh.flag)) return;
 
-    auto mass_at = [&](int32_t i) { return mass_of(__ldcg(&list[i].logit), totals.max_logit, r.temperature); };
+    auto mass_at = [&](int32_t i) { return mass_of(__ldcg(&list[i].logit), totals.max_logit, ctx.scale); };
     const selected_cut selection =
         select_cut(mass_at, list, list_count, r, top_k_active, totals.mass_total, ctx.min_mass, sh);
     const cut& kept = selection.kept_cut;
@@ -679,9 +757,94 @@ __device__ void draw_with_cut(const row_context& ctx, bool top_k_active, int32_t
         result.max_logit = totals.max_logit;
         result.kept_mass = selection.kept_mass;
         result.draft_mass = d.draft_mass;
-        result.softmax_sum = totals.softmax_sum;
+        copy_logprob_totals(totals, result);
         result.stop_token = drawn >= 0 ? __ldcg(&list[drawn].token) : -1;
         result.stop_logit = drawn >= 0 ? __ldcg(&list[drawn].logit) : 0.0f;
+    }
+}
+
+// Three blocks per SM (their chunks fill shared memory): about 50 rows of 128k fp32 logits are
+// resident at once, so the rows' barrier latencies overlap.
+// A chunk's largest value (NaN ignored) and the sum of its unit-temperature weights below it.
+__device__ void chunk_softmax(const float* chunk_logits, int32_t count, int32_t first, kernel_shared& sh,
+                              float& chunk_max, int32_t& index, double& weight_sum, bool with_sum) {
+    float best = -HUGE_VALF;
+    int32_t best_index = -1;
+    for_each_slice(chunk_logits, count, [&](int, int32_t at_token, const float(&values)[kSliceTokens]) {
+#pragma unroll
+        for (int k = 0; k < kSliceTokens; ++k) keep_if_larger(values[k], first + at_token + k, best, best_index);
+    });
+    chunk_max = 0.0f;
+    index = block_argmax(best, best_index, chunk_max, sh.scratch);
+    weight_sum = 0.0;
+    if (with_sum && index >= 0) {
+        uint64_t mass = 0;
+        for_each_slice(chunk_logits, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
+#pragma unroll
+            for (int k = 0; k < kSliceTokens; ++k) mass += exact::token_mass(values[k], chunk_max, exact::kUnitScale);
+        });
+        weight_sum = exact::mass_weight(block_sum(mass, sh.scratch));
+    }
+}
+
+// Phase 2 of a sampled row: the chunk's masses at the row's maximum, summed (and histogrammed
+// when a top-k/top-p cut is possible), published for the row.
+__device__ void publish_masses(const row_context& ctx, const float* chunk_logits, int32_t count, bool maybe_cut,
+                               chunk_partial& mine, kernel_shared& sh) {
+    if (maybe_cut) {
+        for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) sh.histogram[i] = 0;
+        __syncthreads();
+    }
+    mass_sums sums;
+    const float max_logit = sh.totals.max_logit;  // in a register: the histogram's atomics would reload it
+    for_each_slice(chunk_logits, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
+#pragma unroll
+        for (int k = 0; k < kSliceTokens; ++k) {
+            const uint64_t q = mass_of(values[k], max_logit, ctx.scale);
+            sums.add(q, ctx.min_mass);
+            if (maybe_cut && q > 0) atomicAdd(&sh.histogram[mass_bin(q)], 1u);
+        }
+    });
+    const uint64_t nonzero = block_sum(sums.nonzero, sh.scratch);
+    const uint64_t mass_total = block_sum(sums.total, sh.scratch);
+    const uint64_t min_p_mass = block_sum(sums.min_p, sh.scratch);
+    if (threadIdx.x == 0) {
+        mine.nonzero = nonzero;
+        mine.mass_total = mass_total;
+        mine.min_p_mass = min_p_mass;
+    }
+    if (maybe_cut) {
+        uint32_t* row_histogram = ctx.p.workspace.mass_histograms + ctx.row * kMassHistogramBins;
+        for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) {
+            if (sh.histogram[i] != 0) atomicAdd(&row_histogram[i], sh.histogram[i]);
+        }
+    }
+}
+
+// A sampled row after its maximum is known: masses, then the draw with or without a cut.
+__device__ void sample_row(const row_context& ctx, int32_t first, int32_t count, kernel_shared& sh) {
+    const request_view& r = ctx.r;
+    const int32_t chunk = first / kChunkTokens;
+    row_sync& sync = ctx.p.workspace.sync[ctx.row];
+    chunk_partial* row_partials = ctx.p.workspace.partials + ctx.row * ctx.chunks;
+    const bool maybe_cut = r.top_k >= 0 || r.top_p < 1.0f;
+    publish_masses(ctx, sh.data.chunk, count, maybe_cut, row_partials[chunk], sh);
+    if (!maybe_cut) {
+        // Kept: every token that passes min_p. The last block to arrive draws.
+        if (arrive_last(&sync.partials_arrived, static_cast<uint32_t>(ctx.chunks), sh.flag)) {
+            combine_masses(row_partials, ctx.chunks, sh);
+            draw_without_cut(ctx, sh);
+        }
+        return;
+    }
+    arrive(&sync.partials_arrived, static_cast<uint32_t>(ctx.chunks), ctx.p);
+    combine_masses(row_partials, ctx.chunks, sh);
+    const bool top_k_active = r.top_k >= 0 && static_cast<uint64_t>(r.top_k) < sh.totals.nonzero;
+    if (!top_k_active && r.top_p >= 1.0f) {
+        // No cut after all (top_k reaches every token with mass).
+        if (arrive_last(&sync.counts_arrived, static_cast<uint32_t>(ctx.chunks), sh.flag)) draw_without_cut(ctx, sh);
+    } else {
+        draw_with_cut(ctx, top_k_active, first, count, sh);
     }
 }
 
@@ -700,113 +863,59 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
     const int32_t b = static_cast<int32_t>(row / n);
     const int32_t j = static_cast<int32_t>(row % n);
     const int64_t base = static_cast<int64_t>(b) * n;
-    const request_params r = p.requests[b];
+    const request_view r = ws.requests[b];
+    const logprob_needs needs = needs_of(p, r);
     const int32_t first = chunk * kChunkTokens;
     const int32_t count = min(kChunkTokens, p.vocab - first);
     const int32_t draft = j + 1 < n ? p.candidates[base + j + 1] : -1;
     row_sync& sync = ws.sync[row];
-    chunk_partial* row_partials = ws.partials + row * chunks;
+    chunk_partial& mine = ws.partials[row * chunks + chunk];
     float* chunk_logits = sh.data.chunk;
 
-    // ---- 1. Load, argmax, and the chunk's softmax sum (relative to the chunk's maximum) --------
-    load_chunk(p, r, row, first, count, chunk_logits);
-    if (draft >= first && draft < first + count && threadIdx.x == 0) sync.draft_logit = chunk_logits[draft - first];
-    const bool with_logprobs = p.logprobs != nullptr;
-    {
-        float best = -HUGE_VALF;
-        int32_t best_index = -1;
-        for_each_slice(chunk_logits, count, [&](int, int32_t at_token, const float(&values)[kSliceTokens]) {
-#pragma unroll
-            for (int k = 0; k < kSliceTokens; ++k) keep_if_larger(values[k], first + at_token + k, best, best_index);
-        });
-        float chunk_max = 0.0f;
-        const int32_t index = block_argmax(best, best_index, chunk_max, sh.scratch);
-        double softmax = 0.0;
-        if (with_logprobs && index >= 0) {
-            for_each_slice(chunk_logits, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
-#pragma unroll
-                for (int k = 0; k < kSliceTokens; ++k)
-                    softmax += static_cast<double>(weight_of(values[k], chunk_max, 1.0f));
-            });
-            softmax = block_sum(softmax, sh.scratch);
-        }
+    // ---- 1. Load, argmax, and the chunk's softmax sums (relative to the chunk's maxima) --------
+    load_raw_chunk(p, row, first, count, chunk_logits);
+    if (needs.raw) {
+        float raw_max = 0.0f;
+        int32_t raw_index = -1;
+        double raw_sum = 0.0;
+        chunk_softmax(chunk_logits, count, first, sh, raw_max, raw_index, raw_sum, true);
         if (threadIdx.x == 0) {
-            row_partials[chunk].max_logit = chunk_max;
-            row_partials[chunk].max_index = index;
-            row_partials[chunk].softmax_sum = softmax;
+            mine.raw_max = raw_index >= 0 ? raw_max : -HUGE_VALF;
+            mine.raw_sum = raw_sum;
         }
     }
-    row_totals& totals = sh.totals;
-    row_result& result = ws.results[row];
-    if (r.greedy) {
+    process_chunk(p, r, drafts_of(p, b, j), row, first, count, chunk_logits);
+    if (draft >= first && draft < first + count && threadIdx.x == 0) sync.draft_logit = chunk_logits[draft - first];
+    {
+        float chunk_max = 0.0f;
+        int32_t index = -1;
+        double softmax = 0.0;
+        chunk_softmax(chunk_logits, count, first, sh, chunk_max, index, softmax, needs.softmax);
+        if (threadIdx.x == 0) {
+            mine.max_logit = chunk_max;
+            mine.max_index = index;
+            mine.softmax_sum = softmax;
+        }
+    }
+    const chunk_partial* row_partials = ws.partials + row * chunks;
+    if (r.greedy()) {
         // Greedy rows need no barrier: the last block of the row to arrive combines the chunks.
-        combine_greedy_row(row_partials, chunks, with_logprobs, sync, result, sh.totals, sh.flag);
+        combine_greedy_row(row_partials, chunks, needs, sync, ws.results[row], sh.totals, sh.flag);
     } else {
         arrive(&sync.maxima_arrived, static_cast<uint32_t>(chunks), p);
-        combine_maxima(row_partials, chunks, with_logprobs, totals);
-        if (totals.top < 0) {
-            if (chunk == 0 && threadIdx.x == 0) result.top = -1;
+        combine_maxima(row_partials, chunks, needs, sh.totals);
+        if (sh.totals.top < 0) {
+            if (chunk == 0 && threadIdx.x == 0) ws.results[row].top = -1;
         } else {
-            row_context row_ctx{p, r, row, b, j, chunks, draft, max(uint64_t{1}, dm::min_p_mass_threshold(r.min_p))};
-            // ---- 2. Masses ----------------------------------------------------------------------
-            // A top-k/top-p cut is possible: the chunks also histogram their weights (below).
-            const bool maybe_cut = r.top_k >= 0 || r.top_p < 1.0f;
-            if (maybe_cut) {
-                for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) sh.histogram[i] = 0;
-                __syncthreads();
-            }
-            mass_sums sums;
-            const float max_logit = totals.max_logit;  // in a register: the histogram's atomics would reload it
-            for_each_slice(chunk_logits, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
-#pragma unroll
-                for (int k = 0; k < kSliceTokens; ++k) {
-                    const float w = weight_of(values[k], max_logit, r.temperature);
-                    const uint64_t q = dm::weight_to_mass(w);
-                    sums.add(q, row_ctx.min_mass);
-                    if (maybe_cut && q > 0) atomicAdd(&sh.histogram[dm::float_as_bits(w) >> 22], 1u);
-                }
-            });
-            const uint64_t nonzero = block_sum(sums.nonzero, sh.scratch);
-            const uint64_t mass_total = block_sum(sums.total, sh.scratch);
-            const uint64_t min_p_mass = block_sum(sums.min_p, sh.scratch);
-            if (threadIdx.x == 0) {
-                chunk_partial& mine = row_partials[chunk];
-                mine.nonzero = nonzero;
-                mine.mass_total = mass_total;
-                mine.min_p_mass = min_p_mass;
-            }
-            if (!maybe_cut) {
-                // Kept: every token that passes min_p. The last block to arrive draws.
-                if (arrive_last(&sync.partials_arrived, static_cast<uint32_t>(chunks), sh.flag)) {
-                    combine_masses(row_partials, chunks, sh);
-                    draw_without_cut(row_ctx, sh);
-                }
-            } else {
-                uint32_t* row_histogram = ws.mass_histograms + row * kMassHistogramBins;
-                for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) {
-                    if (sh.histogram[i] != 0) atomicAdd(&row_histogram[i], sh.histogram[i]);
-                }
-                arrive(&sync.partials_arrived, static_cast<uint32_t>(chunks), p);
-                combine_masses(row_partials, chunks, sh);
-                const bool top_k_active = r.top_k >= 0 && static_cast<uint64_t>(r.top_k) < totals.nonzero;
-                if (!top_k_active && r.top_p >= 1.0f) {
-                    // No cut after all (top_k reaches every token with mass).
-                    if (arrive_last(&sync.counts_arrived, static_cast<uint32_t>(chunks), sh.flag))
-                        draw_without_cut(row_ctx, sh);
-                } else {
-                    draw_with_cut(row_ctx, top_k_active, first, count, sh);
-                }
-            }
+            const row_context ctx{p,     r,     exact::mass_scale(r.temperature), row,
+                                  b,     j,     chunks,
+                                  draft, exact::min_p_mass_threshold(r.min_p)};
+            sample_row(ctx, first, count, sh);
         }
     }
 
-    // ---- 4. The last block of the request walks its chain --------------------------------------
+    // ---- 3. The last block of the request walks its chain --------------------------------------
     if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * chunks), sh.flag)) walk_chain(p, r, b);
-    // Every block took its ticket before it got here: the last one resets the launch's counters.
-    if (threadIdx.x == 0 && atomicAdd(&ws.control->finished_blocks, 1u) == gridDim.x - 1) {
-        ws.control->next_ticket = 0;
-        ws.control->finished_blocks = 0;
-    }
 }
 
 // ---- The streaming kernel: greedy requests without penalties or bias ------------------------------
@@ -881,7 +990,11 @@ __global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_k
     const int32_t draft = j + 1 < n ? p.candidates[static_cast<int64_t>(b) * n + j + 1] : -1;
     row_sync& sync = ws.sync[row];
     chunk_partial* row_partials = ws.partials + row * segments;
-    const bool with_logprobs = p.logprobs != nullptr;
+    const request_view& r = ws.requests[b];
+    // Rows here have no penalties, no bias and (in raw mode) no mask: processed == raw logits.
+    const logprob_needs needs{p.outputs.logprobs != nullptr && p.logprobs != logprob_mode::none,
+                              p.logprobs == logprob_mode::raw};
+    const bool with_logprobs = needs.softmax;
 
     float best = -HUGE_VALF;
     int32_t best_index = -1;
@@ -905,7 +1018,7 @@ __global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_k
                         softmax = softmax * exp(static_cast<double>(softmax_max) - value) + 1.0;
                         softmax_max = value;
                     } else {
-                        softmax += static_cast<double>(weight_of(value, softmax_max, 1.0f));
+                        softmax += unit_weight(value, softmax_max);
                     }
                 }
             }
@@ -922,11 +1035,18 @@ __global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_k
         row_partials[segment].max_logit = segment_max;
         row_partials[segment].max_index = index;
         row_partials[segment].softmax_sum = index >= 0 ? softmax : 0.0;
+        row_partials[segment].raw_max = index >= 0 ? segment_max : -HUGE_VALF;
+        row_partials[segment].raw_sum = index >= 0 ? softmax : 0.0;
     }
     if (draft >= first && draft < end) __threadfence();  // the draft's logit, for the chain walk
-    combine_greedy_row(row_partials, segments, with_logprobs, sync, ws.results[row], sh.totals, sh.flag);
-    if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * segments), sh.flag))
-        walk_chain(p, p.requests[b], b);
+    combine_greedy_row(row_partials, segments, needs, sync, ws.results[row], sh.totals, sh.flag);
+    if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * segments), sh.flag)) walk_chain(p, r, b);
+}
+
+// Every request of the call, its values checked, for the chain kernels to read.
+__global__ void resolve_requests_kernel(sampling_call call, request_view* requests) {
+    const int32_t b = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
+    if (b < call.batch_size) requests[b] = resolve_request(call, b);
 }
 
 }  // namespace
@@ -957,7 +1077,12 @@ unsigned chain_kernel_blocks(const chain_kernel_params& params) {
            static_cast<unsigned>(params.stream_segments > 0 ? params.stream_segments : chunks_per_row(params.vocab));
 }
 
-cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t stream) {
+cudaError_t launch_step(const sampling_call& call, const chain_kernel_params& params, cudaStream_t stream) {
+    cudaError_t e = cudaMemsetAsync(params.workspace.control, 0, params.workspace.counter_bytes, stream);
+    if (e != cudaSuccess) return e;
+    constexpr int kResolveThreads = 128;
+    const int resolve_blocks = (params.batch_size + kResolveThreads - 1) / kResolveThreads;
+    resolve_requests_kernel<<<resolve_blocks, kResolveThreads, 0, stream>>>(call, params.workspace.requests);
     const unsigned blocks = chain_kernel_blocks(params);
     if (params.stream_segments > 0) {
         streaming_greedy_kernel<<<blocks, kBlockThreads, 0, stream>>>(params);

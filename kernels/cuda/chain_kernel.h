@@ -8,7 +8,8 @@
 
 namespace ds::cuda {
 
-// Bytes of chain_kernel_params::workspace for steps of up to max_rows rows and max_batch requests.
+// Bytes of chain_kernel_params::workspace for steps of up to max_rows rows and max_batch requests
+// (aligned to 256 bytes at its start).
 size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t vocab);
 
 // Once per process and device before the first launch: lets the kernel use its shared memory.
@@ -21,7 +22,9 @@ cudaError_t streaming_kernel_capacity(int device, int& resident_blocks);
 // Thread blocks of the kernel launch_chain_kernel starts for `params`.
 unsigned chain_kernel_blocks(const chain_kernel_params& params);
 
-// Enqueues one step on `stream` (capturable in a CUDA graph). Call params.check() first.
-cudaError_t launch_chain_kernel(const chain_kernel_params& params, cudaStream_t stream);
+// Enqueues one step on `stream`, capturable in a CUDA graph: clears the workspace's counters,
+// resolves every request of `call` into params.workspace.requests, then runs the chain (or
+// streaming) kernel. Call params.check() first.
+cudaError_t launch_step(const sampling_call& call, const chain_kernel_params& params, cudaStream_t stream);
 
 }  // namespace ds::cuda

@@ -1,5 +1,5 @@
-// Parameters of the one CUDA kernel that runs a sampling or verification step (DESIGN.md §6:
-// one params struct per kernel, with documented shapes). Plain C++: no CUDA types.
+// Parameters of the one CUDA kernel that runs a sampling or verification step (one params struct
+// per kernel, with documented shapes). Plain C++: no CUDA types.
 #pragma once
 
 #include <cstddef>
@@ -7,34 +7,26 @@
 #include <type_traits>
 
 #include "kernels/det_math.h"
-#include "kernels/param_pool.h"
+#include "kernels/request_view.h"
 #include "kernels/sampling_types.h"
 
 namespace ds::cuda {
-
-// A request's slot parameters, gathered from the host pool into the step's staging buffer.
-struct request_params {
-    int64_t position = 0;
-    uint64_t seed = 0;
-    float temperature = 1.0f;
-    float top_p = 1.0f;
-    float min_p = 0.0f;
-    float presence_penalty = 0.0f;
-    float frequency_penalty = 0.0f;
-    float repetition_penalty = 1.0f;
-    int32_t top_k = -1;
-    int32_t greedy = 0;
-    int32_t bias_offset = 0;  // into chain_kernel_params::bias
-    int32_t bias_count = 0;
-    int32_t seen_offset = 0;  // into chain_kernel_params::seen (0 entries unless penalised)
-    int32_t seen_count = 0;
-};
 
 // How the kernel lays a row out: kChunkTokens consecutive tokens per thread block, so a row of V
 // tokens is chunks_per_row(V) blocks that hold their chunk in shared memory, meet at in-row
 // barriers (row maximum, then masses) and read the row from memory once.
 constexpr int32_t kChunkTokens = 16384;
-constexpr int32_t kMassHistogramBins = 256;  // float exponent and first mantissa bit of a weight
+constexpr int32_t kMassHistogramBins = 82;  // 2 * floor(log2 Q) + the bit below the leading one
+
+// The histogram bin of a mass q > 0 and the least mass that falls into a bin.
+DS_HD int mass_bin(uint64_t q) {
+    const int log2 = 63 - ds::detmath::leading_zeros64(q);
+    return 2 * log2 + (log2 > 0 ? static_cast<int>((q >> (log2 - 1)) & 1u) : 0);
+}
+DS_HD uint64_t least_mass_of_bin(int bin) {
+    const int log2 = bin / 2;
+    return log2 > 0 ? static_cast<uint64_t>(2 + (bin & 1)) << (log2 - 1) : 1;
+}
 
 DS_HD int32_t chunks_per_row(int32_t vocab) { return (vocab + kChunkTokens - 1) / kChunkTokens; }
 
@@ -57,8 +49,7 @@ DS_HD int32_t stream_segment_tokens(int32_t vocab, int32_t segments) {
     return (even + kStreamSegmentQuantum - 1) / kStreamSegmentQuantum * kStreamSegmentQuantum;
 }
 
-// Per-row arrival counters and the draft's processed logit. Zero between steps: the block that
-// finishes a request resets its rows.
+// Per-row arrival counters and the draft's processed logit. Zeroed before every launch.
 struct row_sync {
     uint32_t maxima_arrived = 0;      // blocks that published their chunk's argmax
     uint32_t partials_arrived = 0;    // ... their chunk's masses
@@ -75,9 +66,10 @@ struct chunk_partial {
     uint64_t nonzero = 0;    // tokens with mass > 0
     uint64_t mass_total = 0;
     uint64_t min_p_mass = 0;   // mass of the tokens that pass min_p
-    double softmax_sum = 0.0;  // sum of exp(l - max) at temperature 1 (logprobs)
+    double softmax_sum = 0.0;  // sum of the unit-temperature weights relative to max_logit (logprobs)
+    float raw_max = 0.0f;      // the chunk's largest logit as given (raw logprobs)
     int32_t candidates = 0;    // tokens at or above the row's candidate bound
-    int32_t padding = 0;
+    double raw_sum = 0.0;      // sum of the unit-temperature weights of the logits as given, relative to raw_max
 };
 
 // What a row leaves for its request's chain walk.
@@ -89,6 +81,8 @@ struct row_result {
     int32_t stop_token = -1;  // the token drawn here if the chain stops at this row
     float stop_logit = 0.0f;  // its processed logit
     double softmax_sum = 0.0;
+    float raw_max = 0.0f;  // raw logprobs: the row's largest logit as given and the weight sum below it
+    double raw_sum = 0.0;
 };
 
 // A token that can survive the row's top-k/top-p cut, with its processed logit.
@@ -97,26 +91,27 @@ struct cut_candidate {
     float logit;
 };
 
-// Launch-wide counters. They start zeroed (the backend clears them once, and after a faulted
-// launch) and the last block of a launch to finish zeroes them for the next one, so a step needs
-// no memset node before its kernel.
+// Launch-wide counters, zeroed before every launch.
 struct launch_control {
-    uint32_t next_ticket = 0;      // blocks take row chunks in the order they start (no deadlock)
-    uint32_t finished_blocks = 0;  // blocks past their last use of next_ticket
+    uint32_t next_ticket = 0;  // blocks take row chunks in the order they start (no deadlock)
+    uint32_t fault = 0;        // set when an in-row barrier timed out: the rows' outputs are flagged
 };
 
-// The kernel's persistent workspace, carved from one allocation sized for the largest step.
+// The kernel's workspace, carved from one allocation sized for the step. The counters come
+// first, so one memset before the launch clears them all.
 struct chain_workspace {
     launch_control* control = nullptr;
-    row_sync* sync = nullptr;                 // [rows]
-    uint32_t* mass_histograms = nullptr;      // [rows, kMassHistogramBins]
-    chunk_partial* partials = nullptr;        // [rows, max(chunks_per_row, max_stream_segments)]
-    row_result* results = nullptr;            // [rows]
-    uint32_t* request_blocks_done = nullptr;  // [batch]
-    cut_candidate* candidates = nullptr;      // [rows, vocab]
+    row_sync* sync = nullptr;                  // [rows]
+    uint32_t* request_blocks_done = nullptr;   // [batch]
+    uint32_t* mass_histograms = nullptr;       // [rows, kMassHistogramBins]
+    size_t counter_bytes = 0;                  // the bytes from `control` to the end of the histograms
+    request_view* requests = nullptr;          // [batch] resolved from the call before the launch
+    chunk_partial* partials = nullptr;         // [rows, max(chunks_per_row, max_stream_segments)]
+    row_result* results = nullptr;             // [rows]
+    cut_candidate* candidates = nullptr;       // [rows, vocab]
 
     // Bytes for `rows` rows of `vocab` tokens and `batch` requests; with base != null, also points
-    // every member into [base, base + bytes). Counters must start zeroed.
+    // every member into [base, base + bytes).
     static size_t layout(void* base, int64_t rows, int32_t batch, int32_t vocab, chain_workspace& out) {
         size_t at = 0;
         auto carve = [&](auto*& member, size_t count) {
@@ -128,12 +123,15 @@ struct chain_workspace {
         const auto row_count = static_cast<size_t>(rows);
         carve(out.control, 1);
         carve(out.sync, row_count);
+        carve(out.request_blocks_done, static_cast<size_t>(batch));
         carve(out.mass_histograms, row_count * kMassHistogramBins);
-        const int32_t partials_per_row =
-            chunks_per_row(vocab) > max_stream_segments(vocab) ? chunks_per_row(vocab) : max_stream_segments(vocab);
+        out.counter_bytes = at;
+        carve(out.requests, static_cast<size_t>(batch));
+        const int32_t partials_per_row = chunks_per_row(vocab) > max_stream_segments(vocab)
+                                             ? chunks_per_row(vocab)
+                                             : max_stream_segments(vocab);
         carve(out.partials, row_count * static_cast<size_t>(partials_per_row));
         carve(out.results, row_count);
-        carve(out.request_blocks_done, static_cast<size_t>(batch));
         carve(out.candidates, row_count * static_cast<size_t>(vocab));
         return at;
     }
@@ -148,21 +146,14 @@ struct chain_kernel_params {
     int32_t vocab = 0;
     int32_t batch_size = 0;
     int32_t tokens_per_req = 1;
-    const request_params* requests = nullptr;  // [batch]
-    const int32_t* candidates = nullptr;       // [batch * N] or null for sample
-    const double* coins = nullptr;             // [batch * (N-1)] or null (Philox)
-    const double* final_coins = nullptr;       // [batch] or null (Philox)
-    const logit_bias_entry* bias = nullptr;
-    const token_count* seen = nullptr;
-    const uint32_t* bitmask = nullptr;  // [rows * ceil(V/32)] or null
+    const int32_t* candidates = nullptr;   // [batch * N] or null for sample
+    const double* coins = nullptr;         // [batch * (N-1)] or null (Philox)
+    const double* final_coins = nullptr;   // [batch] or null (Philox)
+    const uint32_t* bitmask = nullptr;     // [rows * ceil(V/32)] or null
     verify_thresholds thresholds;
-    chain_workspace workspace;
-    // Outputs (device memory, laid out as step_output).
-    int32_t* packed = nullptr;        // predict [batch * N] then accept_length [batch]
-    int32_t* accept_index = nullptr;  // [batch * N]
-    float* logprobs = nullptr;        // [batch * N] or null to skip
-    uint8_t* row_error = nullptr;     // [batch]
-    uint32_t* fault = nullptr;        // set to 1 when an in-row barrier timed out (zero before launch)
+    logprob_mode logprobs = logprob_mode::none;
+    chain_workspace workspace;             // workspace.requests resolved before the launch
+    sampling_outputs outputs;              // device memory; logprobs and row_error may be null
     // Every request greedy, none with penalties or bias: the streaming kernel runs with this many
     // segments per row, in [1, max_stream_segments(vocab)] (same tokens). 0: the chain kernel.
     int32_t stream_segments = 0;
@@ -170,8 +161,8 @@ struct chain_kernel_params {
     // Empty when launchable, else what is wrong.
     const char* check() const {
         if (batch_size <= 0) return "batch_size must be positive";
-        if (logits == nullptr || requests == nullptr || packed == nullptr || accept_index == nullptr ||
-            row_error == nullptr || fault == nullptr || workspace.control == nullptr) {
+        if (logits == nullptr || outputs.predict == nullptr || outputs.accept_index == nullptr ||
+            outputs.accept_length == nullptr || workspace.control == nullptr) {
             return "a required pointer is null";
         }
         if (tokens_per_req > 1 && candidates == nullptr) return "verify needs candidates";

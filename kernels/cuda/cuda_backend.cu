@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cuda/call_launcher.h"
 #include "kernels/cuda/chain_kernel.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/validation.h"
@@ -20,34 +21,83 @@ constexpr size_t kAlign = 256;
 
 size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-// Where each input section sits in the staging buffer for one step (bytes from its start).
-struct staging_layout {
-    size_t requests = 0, candidates = 0, coins = 0, final_coins = 0, bias = 0, seen = 0, bitmask = 0, total = 0;
+// Sections carved one after another from a staging buffer, at the same offsets on the host and
+// on the device; a section's size depends on the step, so the offsets are the step's layout.
+class staging_carver {
+   public:
+    staging_carver(char* host, char* device) : host_(host), device_(device) {}
 
-    bool operator==(const staging_layout& o) const {
-        return requests == o.requests && candidates == o.candidates && coins == o.coins &&
-               final_coins == o.final_coins && bias == o.bias && seen == o.seen && bitmask == o.bitmask &&
-               total == o.total;
+    // Copies `count` elements into the next section and returns their device address (null for
+    // no elements).
+    template <class T>
+    const T* put(const T* values, size_t count) {
+        if (count == 0 || values == nullptr) return nullptr;
+        T* at = reserve<T>(count);
+        std::memcpy(at, values, count * sizeof(T));
+        return device_of(at);
     }
+    // The next section's host address, for filling in place.
+    template <class T>
+    T* reserve(size_t count) {
+        T* at = reinterpret_cast<T*>(host_ + used_);
+        used_ += align_up(count * sizeof(T));
+        return at;
+    }
+    template <class T>
+    const T* device_of(const T* host) const {
+        return reinterpret_cast<const T*>(device_ + (reinterpret_cast<const char*>(host) - host_));
+    }
+    size_t used() const { return used_; }
+
+   private:
+    char* host_;
+    char* device_;
+    size_t used_ = 0;
 };
 
-// Where each output sits in the output buffer (bytes), matching step_output.
+// Where each output sits in the output buffer (bytes): predict and accept_length adjacent, as
+// step_output's packed buffer.
 struct output_layout {
-    size_t packed = 0, accept_index = 0, logprobs = 0, row_error = 0, fault = 0, total = 0;
+    size_t packed = 0, accept_index = 0, logprobs = 0, row_error = 0, total = 0;
 };
 
 output_layout outputs_for(int32_t bs, int32_t n) {
     output_layout o;
     const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
-    // The fault word first, at the same place for every shape: it is cleared only after a fault.
-    o.fault = 0;
-    o.packed = align_up(sizeof(uint32_t));
-    o.accept_index = o.packed + align_up((rows + static_cast<size_t>(bs)) * sizeof(int32_t));
+    o.packed = 0;
+    o.accept_index = align_up((rows + static_cast<size_t>(bs)) * sizeof(int32_t));
     o.logprobs = o.accept_index + align_up(rows * sizeof(int32_t));
     o.row_error = o.logprobs + align_up(rows * sizeof(float));
     o.total = o.row_error + static_cast<size_t>(bs);
     return o;
 }
+
+// What a captured graph bakes in: the staging sections' sizes (so their offsets) and the kernels'
+// by-value arguments.
+struct staged_shape {
+    int32_t batch_size = 0, tokens_per_req = 0, bias_entries = 0, seen_entries = 0, stream_segments = 0;
+    const void* logits = nullptr;
+    int64_t row_stride = 0;
+    logits_dtype dtype = logits_dtype::f32;
+    bool verify = false, bitmask = false, coins = false, final_coins = false, logprobs = false;
+    float threshold_single = 1.0f, threshold_acc = 1.0f;
+
+    bool operator==(const staged_shape& o) const {
+        return batch_size == o.batch_size && tokens_per_req == o.tokens_per_req && bias_entries == o.bias_entries &&
+               seen_entries == o.seen_entries && stream_segments == o.stream_segments && logits == o.logits &&
+               row_stride == o.row_stride && dtype == o.dtype && verify == o.verify && bitmask == o.bitmask &&
+               coins == o.coins && final_coins == o.final_coins && logprobs == o.logprobs &&
+               threshold_single == o.threshold_single && threshold_acc == o.threshold_acc;
+    }
+};
+
+// A staged step: the call over device staging, the launch planned from it, and what moves.
+struct staged_step {
+    sampling_call call;
+    chain_kernel_params params;
+    size_t staged_bytes = 0;
+    staged_shape shape;
+};
 
 }  // namespace
 
@@ -58,146 +108,165 @@ struct cuda_backend::impl {
     int streaming_resident_blocks = 1;  // what the GPU holds of the streaming kernel at once
     device_buffer staging_device;
     pinned_buffer staging_host;
-    device_buffer host_logits_copy;      // for logits that arrive in host memory
-    device_buffer workspace;             // the kernel's; its counters are zero between steps
-    size_t workspace_counter_bytes = 0;  // the part before the candidate lists
+    device_buffer host_logits_copy;  // for logits that arrive in host memory
+    device_buffer workspace;
     device_buffer outputs_device;
     pinned_buffer outputs_host;
-    std::vector<request_params> requests;  // host scratch, reserved
 
-    // The captured graph and the shape it was captured for.
+    // The captured graph and the step it was captured for.
     captured_graph graph;
-    staging_layout graph_layout;
-    chain_kernel_params graph_params;
-    step_kind graph_kind = step_kind::sample;
+    staged_step graph_step;
 
     explicit impl(const kernel_config& c) : config(c), pool(c) {}
 
     size_t max_staging_bytes() const {
         const size_t batch = static_cast<size_t>(config.max_batch);
         const size_t rows = static_cast<size_t>(config.max_rows());
-        return align_up(batch * sizeof(request_params)) + align_up(rows * sizeof(int32_t)) +
+        const size_t bias = batch * static_cast<size_t>(config.max_logit_bias);
+        const size_t seen = batch * static_cast<size_t>(config.max_penalty_tokens);
+        // Per request: 6 floats, top_k, seed, position; two offset arrays; the lists; per row:
+        // candidate, coin, bitmask words.
+        return 16 * kAlign + align_up(batch * 6 * sizeof(float)) + align_up(batch * sizeof(int32_t)) +
+               2 * align_up(batch * sizeof(int64_t)) + 2 * align_up((batch + 1) * sizeof(int32_t)) +
+               4 * align_up(std::max(bias, seen) * sizeof(int32_t)) + align_up(rows * sizeof(int32_t)) +
                align_up(rows * sizeof(double)) + align_up(batch * sizeof(double)) +
-               align_up(batch * static_cast<size_t>(config.max_logit_bias) * sizeof(logit_bias_entry)) +
-               align_up(batch * static_cast<size_t>(config.max_penalty_tokens) * sizeof(token_count)) +
                align_up(rows * static_cast<size_t>(bitmask_words(config.vocab_size)) * sizeof(uint32_t));
     }
 
-    // Validates the step, gathers the slots' parameters and packs every input into the pinned
-    // staging buffer; fills the kernel parameters with device addresses.
-    status stage(const step_input& step, step_kind kind, bool with_logprobs, staging_layout& layout,
-                 chain_kernel_params& params) {
-        status s = validate_step(step, kind, config);
-        if (!s.is_ok()) return s;
+    // Packs the slots' parameters (as per-request arrays and CSR lists) and the step's inputs
+    // into the pinned staging buffer, in the layout of a sampling_call over the device copy.
+    void stage_requests(const step_input& step, staging_carver& carve, sampling_call& call) {
+        const int32_t bs = step.batch_size;
+        const auto count = static_cast<size_t>(bs);
+        float* temperature = carve.reserve<float>(count);
+        int32_t* top_k = carve.reserve<int32_t>(count);
+        float* top_p = carve.reserve<float>(count);
+        float* min_p = carve.reserve<float>(count);
+        int64_t* seed = carve.reserve<int64_t>(count);
+        float* presence = carve.reserve<float>(count);
+        float* frequency = carve.reserve<float>(count);
+        float* repetition = carve.reserve<float>(count);
+        int32_t* bias_offsets = carve.reserve<int32_t>(count + 1);
+        int32_t* seen_offsets = carve.reserve<int32_t>(count + 1);
+        bias_offsets[0] = 0;
+        seen_offsets[0] = 0;
+        for (int32_t b = 0; b < bs; ++b) {
+            const request_view r = pool.request(step.slots[b], step.positions[b]);
+            temperature[b] = r.temperature;
+            top_k[b] = r.top_k;
+            top_p[b] = r.top_p;
+            min_p[b] = r.min_p;
+            seed[b] = static_cast<int64_t>(r.seed);
+            presence[b] = r.penalties.presence;
+            frequency[b] = r.penalties.frequency;
+            repetition[b] = r.penalties.repetition;
+            bias_offsets[b + 1] = bias_offsets[b] + r.bias_count;
+            seen_offsets[b + 1] = seen_offsets[b] + r.seen_count;
+        }
+        int32_t* bias_tokens = carve.reserve<int32_t>(static_cast<size_t>(bias_offsets[bs]));
+        float* bias_values = carve.reserve<float>(static_cast<size_t>(bias_offsets[bs]));
+        int32_t* seen_tokens = carve.reserve<int32_t>(static_cast<size_t>(seen_offsets[bs]));
+        int32_t* seen_counts = carve.reserve<int32_t>(static_cast<size_t>(seen_offsets[bs]));
+        for (int32_t b = 0; b < bs; ++b) {
+            const request_view r = pool.request(step.slots[b], step.positions[b]);
+            for (int32_t k = 0; k < r.bias_count; ++k) {
+                bias_tokens[bias_offsets[b] + k] = r.bias_tokens[k];
+                bias_values[bias_offsets[b] + k] = r.bias_values[k];
+            }
+            for (int32_t k = 0; k < r.seen_count; ++k) {
+                seen_tokens[seen_offsets[b] + k] = r.seen_tokens[k];
+                seen_counts[seen_offsets[b] + k] = r.seen_counts[k];
+            }
+        }
+        request_sources& p = call.params;
+        p.temperature = param<float>::per_row(carve.device_of(temperature));
+        p.top_k = param<int32_t>::per_row(carve.device_of(top_k));
+        p.top_p = param<float>::per_row(carve.device_of(top_p));
+        p.min_p = param<float>::per_row(carve.device_of(min_p));
+        p.seed = param<int64_t>::per_row(carve.device_of(seed));
+        p.presence_penalty = param<float>::per_row(carve.device_of(presence));
+        p.frequency_penalty = param<float>::per_row(carve.device_of(frequency));
+        p.repetition_penalty = param<float>::per_row(carve.device_of(repetition));
+        p.logit_bias = {carve.device_of(bias_tokens), carve.device_of(bias_values), carve.device_of(bias_offsets)};
+        p.seen = {carve.device_of(seen_tokens), carve.device_of(seen_counts), carve.device_of(seen_offsets)};
+        call.positions = param<int64_t>::per_row(carve.put(step.positions, count));
+    }
+
+    // Bias entries (or seen tokens) the step's requests carry.
+    int32_t pool_entries(const step_input& step, bool bias) const {
+        int32_t total = 0;
+        for (int32_t b = 0; b < step.batch_size; ++b) {
+            const request_view r = pool.request(step.slots[b], step.positions[b]);
+            total += bias ? r.bias_count : r.seen_count;
+        }
+        return total;
+    }
+
+    // Validates the step and stages it; fills the staged call and its launch.
+    status stage(const step_input& step, step_kind kind, bool with_logprobs, staged_step& staged,
+                 replay_coins& coins) {
+        DS_TRY(validate_step(step, kind, config));
         const int32_t bs = step.batch_size;
         const int32_t n = step.tokens_per_req;
         const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
-        requests.clear();
-        bool streaming_greedy = true;
-        size_t bias_total = 0;
-        size_t seen_total = 0;
-        for (int32_t b = 0; b < bs; ++b) {
+        staging_carver carve(static_cast<char*>(staging_host.get()), static_cast<char*>(staging_device.get()));
+        sampling_call& call = staged.call;
+        call = sampling_call{};
+        stage_requests(step, carve, call);
+        call.logits = step.logits;
+        if (!step.logits.on_device) {
+            call.logits.data = host_logits_copy.get();
+            call.logits.row_stride = step.logits.vocab;
+            call.logits.on_device = true;
+        }
+        call.batch_size = bs;
+        call.tokens_per_req = n;
+        call.candidates = kind == step_kind::verify ? carve.put(step.candidates, rows) : nullptr;
+        call.bitmask =
+            carve.put(step.bitmask, step.bitmask != nullptr ? rows * static_cast<size_t>(bitmask_words(step.logits.vocab)) : 0);
+        call.thresholds = step.thresholds;
+        call.logprobs = with_logprobs ? logprob_mode::processed : logprob_mode::none;
+        bool plain_greedy = true;
+        for (int32_t b = 0; b < bs && plain_greedy; ++b) {
             const sampling_params& sp = pool.params(step.slots[b]);
-            request_params r;
-            r.position = step.positions[b];
-            r.seed = sp.seed;
-            r.temperature = sp.temperature;
-            r.top_p = sp.top_p;
-            r.min_p = sp.min_p;
-            r.presence_penalty = sp.presence_penalty;
-            r.frequency_penalty = sp.frequency_penalty;
-            r.repetition_penalty = sp.repetition_penalty;
-            r.top_k = sp.top_k;
-            r.greedy = is_greedy(sp) ? 1 : 0;
-            r.bias_offset = static_cast<int32_t>(bias_total);
-            r.bias_count = static_cast<int32_t>(sp.logit_bias.size());
-            r.seen_offset = static_cast<int32_t>(seen_total);
-            r.seen_count = sp.has_penalties() ? pool.seen_tokens(step.slots[b]).size : 0;
-            streaming_greedy = streaming_greedy && r.greedy && r.bias_count == 0 && r.seen_count == 0;
-            bias_total += sp.logit_bias.size();
-            seen_total += static_cast<size_t>(r.seen_count);
-            requests.push_back(r);
+            plain_greedy = is_greedy(sp) && sp.logit_bias.empty() && !sp.has_penalties();
         }
-        layout = staging_layout{};
-        size_t at = 0;
-        auto section = [&](size_t& offset, size_t bytes) {
-            offset = at;
-            at += align_up(bytes);
-        };
-        section(layout.requests, static_cast<size_t>(bs) * sizeof(request_params));
-        section(layout.candidates, kind == step_kind::verify ? rows * sizeof(int32_t) : 0);
-        section(layout.coins, step.coins != nullptr ? rows * sizeof(double) : 0);
-        section(layout.final_coins, step.final_coins != nullptr ? static_cast<size_t>(bs) * sizeof(double) : 0);
-        section(layout.bias, bias_total * sizeof(logit_bias_entry));
-        section(layout.seen, seen_total * sizeof(token_count));
-        section(layout.bitmask, step.bitmask != nullptr
-                                    ? rows * static_cast<size_t>(bitmask_words(config.vocab_size)) * sizeof(uint32_t)
-                                    : 0);
-        layout.total = at;
-
-        auto* host = static_cast<char*>(staging_host.get());
-        std::memcpy(host + layout.requests, requests.data(), requests.size() * sizeof(request_params));
-        if (kind == step_kind::verify) std::memcpy(host + layout.candidates, step.candidates, rows * sizeof(int32_t));
-        if (step.coins != nullptr)
-            std::memcpy(host + layout.coins, step.coins, static_cast<size_t>(bs) * (n - 1) * sizeof(double));
-        if (step.final_coins != nullptr)
-            std::memcpy(host + layout.final_coins, step.final_coins, static_cast<size_t>(bs) * sizeof(double));
-        auto* bias_out = reinterpret_cast<logit_bias_entry*>(host + layout.bias);
-        auto* seen_out = reinterpret_cast<token_count*>(host + layout.seen);
-        for (int32_t b = 0; b < bs; ++b) {
-            const sampling_params& sp = pool.params(step.slots[b]);
-            const request_params& r = requests[static_cast<size_t>(b)];
-            std::copy(sp.logit_bias.begin(), sp.logit_bias.end(), bias_out + r.bias_offset);
-            const token_count_span seen = pool.seen_tokens(step.slots[b]);
-            std::copy(seen.data, seen.data + r.seen_count, seen_out + r.seen_offset);
-        }
-        if (step.bitmask != nullptr) {
-            std::memcpy(host + layout.bitmask, step.bitmask,
-                        rows * static_cast<size_t>(bitmask_words(config.vocab_size)) * sizeof(uint32_t));
-        }
-
+        call.all_greedy_hint = plain_greedy;
+        coins.coins = carve.put(step.coins, step.coins != nullptr ? static_cast<size_t>(bs) * (n - 1) : 0);
+        coins.final_coins = carve.put(step.final_coins, step.final_coins != nullptr ? static_cast<size_t>(bs) : 0);
         const output_layout out = outputs_for(bs, n);
-        auto* device = static_cast<char*>(staging_device.get());
         auto* outputs = static_cast<char*>(outputs_device.get());
-        params = chain_kernel_params{};
-        params.logits = step.logits.on_device ? step.logits.data : host_logits_copy.get();
-        params.dtype = step.logits.dtype;
-        params.row_stride = step.logits.on_device ? step.logits.row_stride : step.logits.vocab;
-        params.vocab = config.vocab_size;
-        params.batch_size = bs;
-        params.tokens_per_req = n;
-        params.requests = reinterpret_cast<const request_params*>(device + layout.requests);
-        params.candidates =
-            kind == step_kind::verify ? reinterpret_cast<const int32_t*>(device + layout.candidates) : nullptr;
-        params.coins = step.coins != nullptr ? reinterpret_cast<const double*>(device + layout.coins) : nullptr;
-        params.final_coins =
-            step.final_coins != nullptr ? reinterpret_cast<const double*>(device + layout.final_coins) : nullptr;
-        params.bias = reinterpret_cast<const logit_bias_entry*>(device + layout.bias);
-        params.seen = reinterpret_cast<const token_count*>(device + layout.seen);
-        params.bitmask = step.bitmask != nullptr ? reinterpret_cast<const uint32_t*>(device + layout.bitmask) : nullptr;
-        params.thresholds = step.thresholds;
-        chain_workspace::layout(workspace.get(), config.max_rows(), config.max_batch, config.vocab_size,
-                                params.workspace);
-        params.packed = reinterpret_cast<int32_t*>(outputs + out.packed);
-        params.accept_index = reinterpret_cast<int32_t*>(outputs + out.accept_index);
-        params.logprobs = with_logprobs ? reinterpret_cast<float*>(outputs + out.logprobs) : nullptr;
-        params.row_error = reinterpret_cast<uint8_t*>(outputs + out.row_error);
-        params.fault = reinterpret_cast<uint32_t*>(outputs + out.fault);
-        // As many segments per row as keep every block of the step resident at once.
-        params.stream_segments = streaming_greedy ? std::clamp(streaming_resident_blocks / static_cast<int32_t>(rows),
-                                                               1, max_stream_segments(config.vocab_size))
-                                                  : 0;
-        if (const char* problem = params.check()) return {status_code::internal, problem};
+        call.outputs.predict = reinterpret_cast<int32_t*>(outputs + out.packed);
+        call.outputs.accept_length = call.outputs.predict + rows;
+        call.outputs.accept_index = reinterpret_cast<int32_t*>(outputs + out.accept_index);
+        call.outputs.logprobs = with_logprobs ? reinterpret_cast<float*>(outputs + out.logprobs) : nullptr;
+        call.outputs.row_error = reinterpret_cast<uint8_t*>(outputs + out.row_error);
+        staged.staged_bytes = carve.used();
+        DS_TRY(plan_call(call, {workspace.get(), workspace.bytes()}, streaming_resident_blocks, coins, staged.params));
+        staged.shape = {bs,
+                        n,
+                        pool_entries(step, true),
+                        pool_entries(step, false),
+                        staged.params.stream_segments,
+                        call.logits.data,
+                        call.logits.row_stride,
+                        call.logits.dtype,
+                        kind == step_kind::verify,
+                        step.bitmask != nullptr,
+                        step.coins != nullptr,
+                        step.final_coins != nullptr,
+                        with_logprobs,
+                        step.thresholds.single,
+                        step.thresholds.acc};
         return status::success();
     }
 
-    // The device work of a step: one input copy, the kernel, one output copy. Capturable. (The
-    // fault word stays zero until a launch faults; finish() clears it then.)
-    status enqueue(const staging_layout& layout, const chain_kernel_params& params) {
-        CUDA_TRY(cudaMemcpyAsync(staging_device.get(), staging_host.get(), layout.total, cudaMemcpyHostToDevice,
+    // The device work of a step: one input copy, the kernels, one output copy. Capturable.
+    status enqueue(const staged_step& staged) {
+        CUDA_TRY(cudaMemcpyAsync(staging_device.get(), staging_host.get(), staged.staged_bytes, cudaMemcpyHostToDevice,
                                  stream.get()));
-        CUDA_TRY(launch_chain_kernel(params, stream.get()));
-        const output_layout out = outputs_for(params.batch_size, params.tokens_per_req);
+        DS_TRY(enqueue_call(staged.call, staged.params, stream.get()));
+        const output_layout out = outputs_for(staged.params.batch_size, staged.params.tokens_per_req);
         CUDA_TRY(
             cudaMemcpyAsync(outputs_host.get(), outputs_device.get(), out.total, cudaMemcpyDeviceToHost, stream.get()));
         return status::success();
@@ -218,12 +287,8 @@ struct cuda_backend::impl {
         const output_layout layout = outputs_for(bs, n);
         const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
         const auto* host = static_cast<const char*>(outputs_host.get());
-        uint32_t fault = 0;
-        std::memcpy(&fault, host + layout.fault, sizeof(fault));
-        if (fault != 0) {
-            // The kernel's counters are unreliable after a timed-out barrier: start them afresh.
-            CUDA_TRY(cudaMemset(workspace.get(), 0, workspace_counter_bytes));
-            CUDA_TRY(cudaMemset(outputs_device.get(), 0, sizeof(uint32_t)));
+        const auto* row_error = reinterpret_cast<const uint8_t*>(host + layout.row_error);
+        if (std::find(row_error, row_error + bs, kRowErrorKernelFault) != row_error + bs) {
             return {
                 status_code::internal,
                 "cuda backend: a row's thread blocks did not meet within 2 s (is another process filling the GPU?); "
@@ -238,19 +303,18 @@ struct cuda_backend::impl {
                 std::fill(out.logprobs, out.logprobs + rows, std::numeric_limits<float>::quiet_NaN());
             }
         }
-        if (out.row_error != nullptr) std::memcpy(out.row_error, host + layout.row_error, static_cast<size_t>(bs));
+        if (out.row_error != nullptr) std::memcpy(out.row_error, row_error, static_cast<size_t>(bs));
         return status::success();
     }
 
     status run(const step_input& step, step_kind kind, const step_output& out) {
-        staging_layout layout;
-        chain_kernel_params params;
-        status s = stage(step, kind, out.logprobs != nullptr, layout, params);
-        if (!s.is_ok() || step.batch_size == 0) return s;
-        s = copy_host_logits(step.logits);
-        if (s.is_ok()) s = enqueue(layout, params);
-        if (s.is_ok()) s = finish(step.batch_size, step.tokens_per_req, out.logprobs != nullptr, out);
-        return s;
+        if (step.batch_size == 0) return validate_step(step, kind, config);
+        staged_step staged;
+        replay_coins coins;
+        DS_TRY(stage(step, kind, out.logprobs != nullptr, staged, coins));
+        DS_TRY(copy_host_logits(step.logits));
+        DS_TRY(enqueue(staged));
+        return finish(step.batch_size, step.tokens_per_req, out.logprobs != nullptr, out);
     }
 };
 
@@ -268,29 +332,16 @@ status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_ba
     int device = 0;
     CUDA_TRY(cudaGetDevice(&device));
     CUDA_TRY(streaming_kernel_capacity(device, state->streaming_resident_blocks));
-    if (status s = state->stream.create(); !s.is_ok()) return s;
+    DS_TRY(state->stream.create());
     const size_t rows = static_cast<size_t>(config.max_rows());
     const size_t vocab = static_cast<size_t>(config.vocab_size);
     const output_layout max_out = outputs_for(config.max_batch, config.max_tokens_per_req);
-    status s = state->staging_device.allocate(state->max_staging_bytes());
-    if (s.is_ok()) s = state->staging_host.allocate(state->max_staging_bytes());
-    if (s.is_ok()) s = state->host_logits_copy.allocate(rows * vocab * sizeof(float));
-    if (s.is_ok())
-        s = state->workspace.allocate(
-            chain_kernel_workspace_bytes(config.max_rows(), config.max_batch, config.vocab_size));
-    if (!s.is_ok()) return s;
-    {
-        chain_workspace carved;
-        chain_workspace::layout(state->workspace.get(), config.max_rows(), config.max_batch, config.vocab_size, carved);
-        state->workspace_counter_bytes = static_cast<size_t>(reinterpret_cast<char*>(carved.candidates) -
-                                                             static_cast<char*>(state->workspace.get()));
-    }
-    CUDA_TRY(cudaMemset(state->workspace.get(), 0, state->workspace_counter_bytes));
-    if (s.is_ok()) s = state->outputs_device.allocate(max_out.total);
-    if (s.is_ok()) s = state->outputs_host.allocate(max_out.total);
-    if (!s.is_ok()) return s;
-    CUDA_TRY(cudaMemset(state->outputs_device.get(), 0, sizeof(uint32_t)));  // the fault word
-    state->requests.reserve(static_cast<size_t>(config.max_batch));
+    DS_TRY(state->staging_device.allocate(state->max_staging_bytes()));
+    DS_TRY(state->staging_host.allocate(state->max_staging_bytes()));
+    DS_TRY(state->host_logits_copy.allocate(rows * vocab * sizeof(float)));
+    DS_TRY(state->workspace.allocate(call_workspace_bytes(config.max_batch, config.max_tokens_per_req, config.vocab_size)));
+    DS_TRY(state->outputs_device.allocate(max_out.total));
+    DS_TRY(state->outputs_host.allocate(max_out.total));
     out.reset(new cuda_backend(std::move(state)));
     return status::success();
 }
@@ -311,33 +362,27 @@ status cuda_backend::capture_graph(const step_input& step, step_kind kind, bool 
         return status::invalid(
             "logits.on_device = false: a captured graph reads the logits in place, so they must be device memory");
     }
-    impl& st = *impl_;
-    status s = st.stage(step, kind, with_logprobs, st.graph_layout, st.graph_params);
-    if (!s.is_ok()) return s;
     if (step.batch_size == 0) return status::invalid("batch_size = 0: nothing to capture");
-    s = st.graph.capture(st.stream.get(), [&] { return st.enqueue(st.graph_layout, st.graph_params); });
-    if (!s.is_ok()) return s;
-    st.graph_kind = kind;
-    return status::success();
+    impl& st = *impl_;
+    replay_coins coins;
+    DS_TRY(st.stage(step, kind, with_logprobs, st.graph_step, coins));
+    return st.graph.capture(st.stream.get(), [&] { return st.enqueue(st.graph_step); });
 }
 
 status cuda_backend::replay_graph(const step_input& step, const step_output& out) {
     impl& st = *impl_;
     if (st.graph.empty()) return status::invalid("replay_graph: no graph has been captured");
-    staging_layout layout;
-    chain_kernel_params params;
-    status s = st.stage(step, st.graph_kind, st.graph_params.logprobs != nullptr, layout, params);
-    if (!s.is_ok()) return s;
-    if (!(layout == st.graph_layout) || params.logits != st.graph_params.logits ||
-        params.dtype != st.graph_params.dtype || params.row_stride != st.graph_params.row_stride ||
-        params.stream_segments != st.graph_params.stream_segments) {
+    const staged_shape& captured = st.graph_step.shape;
+    staged_step staged;
+    replay_coins coins;
+    DS_TRY(st.stage(step, captured.verify ? step_kind::verify : step_kind::sample, captured.logprobs, staged, coins));
+    if (!(staged.shape == captured)) {
         return status::invalid(
             "replay_graph: the step's shape differs from the captured one (batch, N, logits, optional inputs, bias and "
-            "penalty sizes, and whether every request is plain greedy must match); capture again");
+            "penalty sizes, thresholds, and whether every request is plain greedy must match); capture again");
     }
-    s = st.graph.launch(st.stream.get());
-    if (!s.is_ok()) return s;
-    return st.finish(step.batch_size, step.tokens_per_req, st.graph_params.logprobs != nullptr, out);
+    DS_TRY(st.graph.launch(st.stream.get()));
+    return st.finish(step.batch_size, step.tokens_per_req, captured.logprobs, out);
 }
 
 status cuda_backend::time_graph(int iterations, double& microseconds_per_step) {
@@ -349,9 +394,9 @@ status cuda_backend::time_graph(int iterations, double& microseconds_per_step) {
 status cuda_backend::captured_shape(graph_shape& shape) const {
     const impl& st = *impl_;
     if (st.graph.empty()) return status::invalid("captured_shape: no graph has been captured");
-    shape.staged_bytes = st.graph_layout.total;
-    shape.output_bytes = outputs_for(st.graph_params.batch_size, st.graph_params.tokens_per_req).total;
-    shape.kernel_blocks = chain_kernel_blocks(st.graph_params);
+    shape.staged_bytes = st.graph_step.staged_bytes;
+    shape.output_bytes = outputs_for(st.graph_step.params.batch_size, st.graph_step.params.tokens_per_req).total;
+    shape.kernel_blocks = chain_kernel_blocks(st.graph_step.params);
     return status::success();
 }
 

@@ -178,7 +178,7 @@ TEST(RowSampler, FilterCutMatchesReferenceOnRandomRows) {
         cpu::row_sampler sampler(vocab);
         const int32_t top = sampler.argmax(row.data());
         ASSERT_GE(top, 0);
-        const uint64_t kept = sampler.build_distribution(row.data(), top, p);
+        const uint64_t kept = sampler.build_distribution(row.data(), top, request_of(p));
         const std::vector<uint64_t> expected = ds::testing::reference_kept_mass(row, p);
         uint64_t expected_total = 0;
         for (int32_t i = 0; i < vocab; ++i) {
@@ -439,7 +439,10 @@ TEST(Logprobs, WithinOneMillionthOfLongDoubleReference) {
     ASSERT_TRUE(h.run(step_kind::sample, make_step(logits, kVocab, slots, positions)).is_ok());
     for (int32_t b = 0; b < 32; ++b) {
         const std::vector<float> row(logits.begin() + b * kVocab, logits.begin() + (b + 1) * kVocab);
-        const long double expected = ds::testing::reference_logprob(row, h.predict(b, 0));
+        const sampling_params& params = h.backend->pool().params(b + 1);
+        const long double expected = is_greedy(params)
+                                         ? ds::testing::reference_logprob(row, h.predict(b, 0))
+                                         : ds::testing::reference_processed_logprob(row, params, h.predict(b, 0));
         EXPECT_NEAR(h.logprobs[static_cast<size_t>(b)], static_cast<double>(expected), 1e-5);
     }
 }
@@ -487,7 +490,7 @@ TEST(Dtypes, HalfPrecisionRowsSampleLikeTheirFloatValues) {
 
 TEST(ParamPool, SlotZeroIsNeutralAndReleaseRestoresDefaults) {
     param_pool pool(small_config(16, 4, 1, 4));
-    EXPECT_LT(pool.params(0).temperature, kGreedyTemperature);
+    EXPECT_LT(pool.params(0).temperature, exact::kGreedyTemperature);
     EXPECT_FALSE(pool.register_request(0, sampling_params{}).is_ok());
     sampling_params p;
     p.temperature = 0.5f;

@@ -1,27 +1,14 @@
-// The exactness core: Philox known answers, det_exp / det_log accuracy, fixed-point masses.
+// The exactness core: Philox known answers, the integer mass, the shared rules, fixed-point draws.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 
 #include "kernels/det_math.h"
+#include "kernels/exact_rules.h"
 
 namespace dm = ds::detmath;
 
-namespace {
-
-// Distance in units in the last place between two finite floats of the same sign.
-int64_t ulp_distance(float a, float b) {
-    int32_t ia = 0;
-    int32_t ib = 0;
-    std::memcpy(&ia, &a, 4);
-    std::memcpy(&ib, &b, 4);
-    if (ia < 0) ia = INT32_MIN - ia;
-    if (ib < 0) ib = INT32_MIN - ib;
-    return std::llabs(static_cast<int64_t>(ia) - ib);
-}
-
-}  // namespace
 
 // Random123's kat_vectors for philox4x32 with 10 rounds: counter[4], key[2] -> output[4].
 TEST(Philox, MatchesRandom123KnownAnswers) {
@@ -61,71 +48,73 @@ TEST(Philox, KeyLayoutIsSeedPositionDraftPurpose) {
     EXPECT_NE(base, dm::random_bits64(seed, position, 3, dm::draw_purpose::token));
 }
 
-TEST(DetExp, WithinOneUlpOfLongDoubleOverTheUsedRange) {
-    // Every 61st float bit pattern in [-87, 0): about 17 million arguments.
-    int64_t worst = 0;
-    float worst_x = 0.0f;
+TEST(TokenMass, WithinSevenTenMillionthsOfTheExactWeightAboveTwoToThe30) {
+    // x = (l - max) * log2(e) / T over every 61st float in [-28, 0) at three temperatures.
+    namespace ex = ds::exact;
+    double worst = 0.0;
     int64_t checked = 0;
-    const uint32_t lo = dm::float_as_bits(-0.0f) + 1;
-    const uint32_t hi = dm::float_as_bits(dm::kExpMinArg);
-    for (uint32_t bits = lo; bits <= hi; bits += 61) {
-        const float x = dm::bits_as_float(bits);
-        const float expected = static_cast<float>(std::exp(static_cast<long double>(x)));
-        const int64_t d = ulp_distance(dm::det_exp(x), expected);
-        if (d > worst) {
-            worst = d;
-            worst_x = x;
+    for (float temperature : {1.0f, 0.7f, 1.9f}) {
+        const float scale = ex::mass_scale(temperature);
+        for (uint32_t bits = dm::float_as_bits(-0.0f) + 1; bits <= dm::float_as_bits(-28.0f); bits += 61) {
+            const float l = dm::bits_as_float(bits);
+            const long double exact = std::exp(static_cast<long double>(l) / temperature) * 1099511627776.0L;
+            if (exact < 1073741824.0L) continue;  // below 2^30 the floor itself is the larger error
+            const long double got = static_cast<long double>(ex::token_mass(l, 0.0f, scale));
+            worst = std::max(worst, static_cast<double>(std::fabs(got - exact) / exact));
+            ++checked;
         }
-        ++checked;
     }
-    EXPECT_GT(checked, 10'000'000);
-    EXPECT_LE(worst, 1) << "worst argument " << worst_x;
+    EXPECT_GT(checked, 1'000'000);
+    EXPECT_LT(worst, 7e-7);
 }
 
-TEST(DetExp, EdgeCases) {
-    EXPECT_EQ(dm::det_exp(0.0f), 1.0f);
-    EXPECT_EQ(dm::det_exp(-0.0f), 1.0f);
-    EXPECT_EQ(dm::det_exp(3.0f), 1.0f);  // clamped: the sampler only asks for x <= 0
-    EXPECT_EQ(dm::det_exp(-INFINITY), 0.0f);
-    EXPECT_EQ(dm::det_exp(-88.0f), 0.0f);
-    EXPECT_TRUE(std::isnan(dm::det_exp(NAN)));
-    EXPECT_GT(dm::det_exp(dm::kExpMinArg), 0.0f);
+TEST(TokenMass, EdgeCases) {
+    namespace ex = ds::exact;
+    EXPECT_EQ(ex::token_mass(2.5f, 2.5f, ex::kUnitScale), ex::kMassOne);
+    EXPECT_EQ(ex::token_mass(INFINITY, INFINITY, ex::kUnitScale), ex::kMassOne);
+    EXPECT_EQ(ex::token_mass(1.0f, INFINITY, ex::kUnitScale), 0u);
+    EXPECT_EQ(ex::token_mass(-INFINITY, 0.0f, ex::kUnitScale), 0u);
+    EXPECT_EQ(ex::token_mass(NAN, 0.0f, ex::kUnitScale), 0u);
+    EXPECT_EQ(ex::token_mass(-1.0f, 0.0f, 1.0f), ex::kMassOne / 2);  // 2^-1 exactly
+    EXPECT_EQ(ex::token_mass(-40.0f, 0.0f, 1.0f), 1u);               // 2^-40 of the top token
+    EXPECT_EQ(ex::token_mass(-41.0f, 0.0f, 1.0f), 0u);               // below it: no mass
+    EXPECT_EQ(ex::token_mass(-1e-30f, 0.0f, ex::kUnitScale), ex::kMassOne);  // 2^r rounds to 1
+    EXPECT_EQ(ex::min_p_mass_threshold(0.0f), 1u);
+    EXPECT_EQ(ex::min_p_mass_threshold(1.0f), ex::kMassOne);
+    EXPECT_EQ(ex::top_p_mass_target(1.0f, 12345), 12345u);
+    EXPECT_EQ(ex::top_p_mass_target(0.5f, 3), 2u);  // ceil(1.5)
 }
 
-TEST(DetLog, WithinTwoUlpOfLongDouble) {
-    int64_t worst = 0;
-    for (uint32_t bits = 0x00800000u; bits < 0x7f800000u; bits += 97) {
-        const float x = dm::bits_as_float(bits);
-        const float expected = static_cast<float>(std::log(static_cast<long double>(x)));
-        const float got = dm::det_log(x);
-        // Near x = 1 the result is tiny; compare against an absolute floor there.
-        if (std::fabs(expected) < 1e-6f) {
-            EXPECT_NEAR(got, expected, 1e-12f) << x;
-            continue;
-        }
-        worst = std::max(worst, ulp_distance(got, expected));
-    }
-    EXPECT_LE(worst, 2);
-    EXPECT_EQ(dm::det_log(1.0f), 0.0f);
-    EXPECT_EQ(dm::det_log(0.0f), -INFINITY);
-    EXPECT_EQ(dm::det_log(-1.0f), -INFINITY);
-    EXPECT_EQ(dm::det_log(INFINITY), INFINITY);
-    EXPECT_TRUE(std::isnan(dm::det_log(NAN)));
-    EXPECT_NEAR(dm::det_log(1e-42f), std::log(static_cast<double>(1e-42f)), 1e-5);  // subnormal input
+TEST(TokenMass, SumsOfAFullRowCannotWrap) {
+    // The largest vocabulary, every token at the top weight: the sum still fits in 64 bits.
+    const uint64_t sum = static_cast<uint64_t>(ds::exact::kMaxVocab) * ds::exact::kMassOne;
+    EXPECT_EQ(sum / ds::exact::kMassOne, static_cast<uint64_t>(ds::exact::kMaxVocab));
 }
 
-TEST(FixedPoint, MassIsFloorOfWeightTimesTwoToThe40) {
-    EXPECT_EQ(dm::weight_to_mass(1.0f), dm::kMassOne);
-    EXPECT_EQ(dm::weight_to_mass(0.5f), dm::kMassOne / 2);
-    EXPECT_EQ(dm::weight_to_mass(0.0f), 0u);
-    EXPECT_EQ(dm::weight_to_mass(std::ldexp(1.0f, -41)), 0u);  // below 2^-40: no mass
-    EXPECT_EQ(dm::weight_to_mass(std::ldexp(1.0f, -40)), 1u);
-    const float w = 0.3f;
-    EXPECT_EQ(dm::weight_to_mass(w), static_cast<uint64_t>(std::floor(static_cast<long double>(w) * 1099511627776.0L)));
-    EXPECT_EQ(dm::min_p_mass_threshold(0.0f), 0u);
-    EXPECT_EQ(dm::min_p_mass_threshold(1.0f), dm::kMassOne);
-    EXPECT_EQ(dm::top_p_mass_target(1.0f, 12345), 12345u);
-    EXPECT_EQ(dm::top_p_mass_target(0.5f, 3), 2u);  // ceil(1.5)
+TEST(ExactRules, AcceptanceNeverTakesADraftWithoutMass) {
+    namespace ex = ds::exact;
+    EXPECT_FALSE(ex::accepts_draft(0, ex::kMassOne, 0.0, 0.0f, 1.0f));  // threshold_single = 0
+    EXPECT_TRUE(ex::accepts_draft(1, ex::kMassOne, 0.5, 0.0f, 1.0f));
+    EXPECT_TRUE(ex::accepts_draft(ex::kMassOne / 2, ex::kMassOne, 0.5, 1.0f, 1.0f));   // coin <= p
+    EXPECT_FALSE(ex::accepts_draft(ex::kMassOne / 2, ex::kMassOne, 0.6, 1.0f, 1.0f));  // coin > p
+    const ex::residual all = ex::residual_after(100, 100);
+    EXPECT_EQ(all.mass, 100u);
+    EXPECT_FALSE(all.excludes_draft);
+    const ex::residual rest = ex::residual_after(100, 30);
+    EXPECT_EQ(rest.mass, 70u);
+    EXPECT_TRUE(rest.excludes_draft);
+}
+
+TEST(ExactRules, PenaltiesCountDraftsBeforeTheRow) {
+    namespace ex = ds::exact;
+    const ex::penalties p{0.5f, 1.5f, 2.0f};
+    EXPECT_EQ(ex::penalised_logit(4.0f, 2, p), 4.0f / 2.0f - 3.0f - 0.5f);
+    EXPECT_EQ(ex::penalised_logit(-4.0f, 1, p), -8.0f - 1.5f - 0.5f);
+    const int32_t drafts[] = {7, 3, 7, 9};
+    EXPECT_EQ(ex::occurrences(drafts, 4, 7), 2);
+    EXPECT_EQ(ex::occurrences(drafts, 2, 7), 1);
+    EXPECT_TRUE(ex::first_occurrence(drafts, 1));
+    EXPECT_FALSE(ex::first_occurrence(drafts, 2));
 }
 
 TEST(FixedPoint, MulHigh64IsFloorOfUniformTimesMass) {

@@ -4,11 +4,10 @@
 #include <cmath>
 #include <numeric>
 
-#include "kernels/det_math.h"
+#include "kernels/exact_rules.h"
 
 namespace ds::testing {
 
-namespace dm = ds::detmath;
 
 int32_t reference_argmax(const std::vector<float>& row) {
     int32_t best = -1;
@@ -26,8 +25,7 @@ std::vector<uint64_t> reference_kept_mass(const std::vector<float>& row, const s
     if (top < 0) return mass;
     for (int32_t i = 0; i < v; ++i) {
         if (std::isnan(row[i]) || row[i] == -INFINITY) continue;
-        mass[i] = row[i] == row[top] ? dm::kMassOne
-                                     : dm::weight_to_mass(dm::det_exp((row[i] - row[top]) / params.temperature));
+        mass[i] = ds::exact::token_mass(row[i], row[top], ds::exact::mass_scale(params.temperature));
     }
     std::vector<int32_t> order;
     for (int32_t i = 0; i < v; ++i) {
@@ -39,11 +37,11 @@ std::vector<uint64_t> reference_kept_mass(const std::vector<float>& row, const s
     if (params.top_k > 0) keep = std::min(keep, static_cast<size_t>(params.top_k));
     uint64_t top_k_mass = 0;
     for (size_t i = 0; i < keep; ++i) top_k_mass += mass[order[i]];
-    const uint64_t target = dm::top_p_mass_target(params.top_p, top_k_mass);
+    const uint64_t target = ds::exact::top_p_mass_target(params.top_p, top_k_mass);
     uint64_t prefix = 0;
     size_t shortest = 0;
     while (shortest < keep && prefix < target) prefix += mass[order[shortest++]];
-    const uint64_t min_mass = dm::min_p_mass_threshold(params.min_p);
+    const uint64_t min_mass = ds::exact::min_p_mass_threshold(params.min_p);
     std::vector<uint64_t> kept(row.size(), 0);
     for (size_t i = 0; i < shortest; ++i) {
         const int32_t token = order[i];
@@ -60,6 +58,17 @@ long double reference_logprob(const std::vector<float>& row, int32_t token) {
         sum += std::exp(static_cast<long double>(l) - row[top]);
     }
     return static_cast<long double>(row[token]) - row[top] - std::log(sum);
+}
+
+long double reference_processed_logprob(const std::vector<float>& row, const sampling_params& params,
+                                        int32_t token) {
+    const std::vector<uint64_t> kept = reference_kept_mass(row, params);
+    const int32_t top = reference_argmax(row);
+    long double sum = 0.0L;
+    for (size_t i = 0; i < row.size(); ++i) {
+        if (kept[i] > 0) sum += std::exp((static_cast<long double>(row[i]) - row[top]) / params.temperature);
+    }
+    return (static_cast<long double>(row[token]) - row[top]) / params.temperature - std::log(sum);
 }
 
 std::vector<double> reference_distribution(const std::vector<float>& row, const sampling_params& params) {

@@ -1,4 +1,4 @@
-// Test oracles, written from the definitions in DESIGN.md §2 as plainly as possible (full sort,
+// Test oracles, written from the definitions in docs/semantics.md as plainly as possible (full sort,
 // no partial selection), so the optimised backends can be checked against them.
 #pragma once
 
@@ -27,5 +27,10 @@ int32_t reference_argmax(const std::vector<float>& row);
 
 // log_softmax(row)[token] in long double.
 long double reference_logprob(const std::vector<float>& row, int32_t token);
+
+// The processed log-probability of `token` for a stochastic request: log of its probability
+// under exp((l - max) / T) restricted to the kept tokens, in long double.
+long double reference_processed_logprob(const std::vector<float>& row, const sampling_params& params,
+                                        int32_t token);
 
 }  // namespace ds::testing

@@ -1,0 +1,90 @@
+#include "kernels/cuda/call_launcher.h"
+
+#include <algorithm>
+
+#include "kernels/cuda/call_entry.h"
+#include "kernels/cuda/chain_kernel.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace ds::cuda {
+
+std::size_t call_workspace_bytes(int32_t batch, int32_t tokens_per_req, int32_t vocab) {
+    return chain_kernel_workspace_bytes(int64_t{batch} * tokens_per_req, batch, vocab);
+}
+
+namespace {
+
+// The streaming kernel reads neither penalties nor bias, and in raw mode no mask may change what
+// it reads (docs/semantics.md, "Log-probabilities").
+bool can_stream(const sampling_call& call) {
+    return call.all_greedy_hint && call.params.logit_bias.empty() &&
+           !(call.logprobs == logprob_mode::raw && call.bitmask != nullptr);
+}
+
+}  // namespace
+
+status plan_call(const sampling_call& call, workspace_ref workspace, int streaming_blocks, replay_coins coins,
+                 chain_kernel_params& params) {
+    const int32_t bs = call.batch_size;
+    const int32_t n = call.tokens_per_req;
+    const std::size_t needed = call_workspace_bytes(bs, n, call.logits.vocab);
+    if (workspace.data == nullptr || workspace.bytes < needed) {
+        return status::invalid(fmt::format("workspace.bytes = {}: expected at least {} (workspace_bytes)",
+                                           workspace.data == nullptr ? 0 : workspace.bytes, needed));
+    }
+    if (reinterpret_cast<uintptr_t>(workspace.data) % 256 != 0) {
+        return status::invalid("workspace.data: expected an address aligned to 256 bytes");
+    }
+    params = chain_kernel_params{};
+    params.logits = call.logits.data;
+    params.dtype = call.logits.dtype;
+    params.row_stride = call.logits.row_stride;
+    params.vocab = call.logits.vocab;
+    params.batch_size = bs;
+    params.tokens_per_req = n;
+    params.candidates = n > 1 ? call.candidates : nullptr;
+    params.coins = coins.coins;
+    params.final_coins = coins.final_coins;
+    params.bitmask = call.bitmask;
+    params.thresholds = call.thresholds;
+    params.logprobs = call.logprobs;
+    params.outputs = call.outputs;
+    chain_workspace::layout(workspace.data, int64_t{bs} * n, bs, call.logits.vocab, params.workspace);
+    const int64_t rows = int64_t{bs} * n;
+    params.stream_segments =
+        can_stream(call) ? static_cast<int32_t>(std::clamp<int64_t>(streaming_blocks / std::max<int64_t>(rows, 1), 1,
+                                                                    max_stream_segments(call.logits.vocab)))
+                         : 0;
+    if (const char* problem = params.check()) return {status_code::internal, problem};
+    return status::success();
+}
+
+status enqueue_call(const sampling_call& call, const chain_kernel_params& params, cudaStream_t stream) {
+    CUDA_TRY(launch_step(call, params, stream));
+    return status::success();
+}
+
+status run_call(const sampling_call& call, workspace_ref workspace, cudaStream_t stream) {
+    int device = 0;
+    int streaming_blocks = 1;
+    CUDA_TRY(cudaGetDevice(&device));
+    CUDA_TRY(prepare_chain_kernel());
+    CUDA_TRY(streaming_kernel_capacity(device, streaming_blocks));
+    chain_kernel_params params;
+    DS_TRY(plan_call(call, workspace, streaming_blocks, {}, params));
+    return enqueue_call(call, params, stream);
+}
+
+}  // namespace ds::cuda
+
+namespace ds::cuda {
+
+std::size_t call_workspace_size(int32_t batch, int32_t tokens_per_req, int32_t vocab) {
+    return call_workspace_bytes(batch, tokens_per_req, vocab);
+}
+
+status run_call_on(const sampling_call& call, workspace_ref workspace, void* stream) {
+    return run_call(call, workspace, static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,34 @@
+// Enqueues a sampling_call on a CUDA stream: the engine-facing API's device path and the CUDA
+// backend's staged steps both go through here, so they run the same kernels in the same way.
+// Nothing is allocated and nothing waits: the call only enqueues work on the stream.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <distsample/sampling.h>
+
+#include "kernels/cuda/chain_kernel_params.h"
+
+namespace ds::cuda {
+
+// Workspace bytes for a call of `batch` requests of N rows over `vocab` tokens.
+std::size_t call_workspace_bytes(int32_t batch, int32_t tokens_per_req, int32_t vocab);
+
+// Replacements for the Philox draws (tests and replays through a backend step).
+struct replay_coins {
+    const double* coins = nullptr;        // [batch, N - 1]
+    const double* final_coins = nullptr;  // [batch]
+};
+
+// Kernel parameters for `call` over `workspace`; `streaming_blocks` is what the GPU holds of the
+// streaming kernel at once (streaming_kernel_capacity), used when every request is plain greedy.
+status plan_call(const sampling_call& call, workspace_ref workspace, int streaming_blocks, replay_coins coins,
+                 chain_kernel_params& params);
+
+// Enqueues the planned call on `stream`.
+status enqueue_call(const sampling_call& call, const chain_kernel_params& params, cudaStream_t stream);
+
+// The engine API's device path: plans for the current device and enqueues.
+status run_call(const sampling_call& call, workspace_ref workspace, cudaStream_t stream);
+
+}  // namespace ds::cuda
