@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/deliver_again.h"
+#include "actors/forwarding.h"
 #include "actors/log.h"
 #include "actors/messages.h"
 #include "actors/rank_engine.h"
@@ -256,26 +257,11 @@ remote_rank_actor_type::behavior_type rank_process_front(remote_rank_actor_type:
     self->link_to(worker);  // each ends with the other
     auto forward = [self, worker](auto& msg) { self->delegate(worker, std::move(msg)); };
     return {
-        [forward](form_msg& m) -> caf::result<op_ack> {
-            forward(m);
-            return caf::delegated<op_ack>{};
-        },
-        [forward](register_msg& m) -> caf::result<op_ack> {
-            forward(m);
-            return caf::delegated<op_ack>{};
-        },
-        [forward](release_msg& m) -> caf::result<op_ack> {
-            forward(m);
-            return caf::delegated<op_ack>{};
-        },
-        [forward](health_msg& m) -> caf::result<op_ack> {
-            forward(m);
-            return caf::delegated<op_ack>{};
-        },
-        [forward](remote_step_msg& m) -> caf::result<remote_result> {
-            forward(m);
-            return caf::delegated<remote_result>{};
-        },
+        forwarding<form_msg, op_ack>(forward),
+        forwarding<register_msg, op_ack>(forward),
+        forwarding<release_msg, op_ack>(forward),
+        forwarding<health_msg, op_ack>(forward),
+        forwarding<remote_step_msg, remote_result>(forward),
         [self, worker](remote_commit_msg& m) { self->send(worker, std::move(m)); },
         [forward, delays](remote_fault_plan_msg& m) -> caf::result<op_ack> {
             delays->wake_all();

@@ -90,6 +90,11 @@ struct raw_connection {
         socket.connect(boost::asio::generic::stream_protocol::endpoint(at));
     }
 
+    // Takes over a TCP socket the test connected itself.
+    explicit raw_connection(int connected_tcp_socket) {
+        socket.assign(boost::asio::generic::stream_protocol(AF_INET, IPPROTO_TCP), connected_tcp_socket);
+    }
+
     void send(const std::string& bytes) { boost::asio::write(socket, boost::asio::buffer(bytes)); }
 
     // The next reply frame; false at end of stream, or when nothing came within `wait`.
