@@ -282,21 +282,30 @@ caf::expected<caf::actor> connect(caf::actor_system& system, const std::string& 
     }
 }
 
-// Whether a coordinator still runs at host:port: it answers a connection within `wait`, and its
-// actor is not gone within `wait` either (one that is shutting down still answers for a moment).
+// Whether a coordinator still runs at host:port, asked until `wait` has passed: its membership
+// actor answers a join (a join with no rank, which it refuses: any answer shows it is there). A
+// coordinator shutting down may still accept a connection, but its actor is gone.
 bool coordinator_still_runs(caf::actor_system& system, const std::string& host, uint16_t port,
                             std::chrono::milliseconds wait) {
     caf::scoped_actor self{system};
-    caf::strong_actor_ptr found;
-    self->request(system.middleman().actor_handle(), wait, caf::connect_atom::value, host, port)
-        .receive([&](const caf::node_id&, caf::strong_actor_ptr& handle,
-                     const std::set<std::string>&) { found = std::move(handle); },
-                 [](caf::error&) {});
-    if (!found) return false;
-    self->monitor(found);
-    bool gone = false;
-    self->receive([&](caf::down_msg&) { gone = true; }, caf::after(wait) >> [] {});
-    return !gone;
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    bool answered = false;
+    while (!answered && std::chrono::steady_clock::now() < deadline) {
+        caf::strong_actor_ptr found;
+        self->request(system.middleman().actor_handle(), wait, caf::connect_atom::value, host, port)
+            .receive([&](const caf::node_id&, caf::strong_actor_ptr& handle,
+                         const std::set<std::string>&) { found = std::move(handle); },
+                     [](caf::error&) {});
+        if (found) {
+            self->request(caf::actor_cast<caf::actor>(found), wait, join_msg{-1, 0, 0, dist_mode::swap, {}})
+                .receive([&](op_ack&) { answered = true; },
+                         [&](caf::error& e) {
+                             answered = e != caf::sec::request_receiver_down && e != caf::sec::request_timeout;
+                         });
+        }
+        if (!answered) std::this_thread::sleep_for(std::chrono::milliseconds{100});
+    }
+    return answered;
 }
 
 // The coordinator's actor is gone: it shut down, or it dropped this process (its heartbeats
@@ -304,7 +313,7 @@ bool coordinator_still_runs(caf::actor_system& system, const std::string& host, 
 status why_the_coordinator_left(caf::actor_system& system, int32_t rank, const std::string& host, uint16_t port,
                                 const caf::error& reason, const topology_config& topology) {
     if (reason != caf::exit_reason::user_shutdown &&
-        coordinator_still_runs(system, host, port, topology.connection_timeout)) {
+        coordinator_still_runs(system, host, port, topology.join_timeout)) {
         return {status_code::aborted,
                 fmt::format("rank {}: evicted by the coordinator at {}:{}, which dropped this process ({}; e.g. it "
                             "was stopped past topology.connection_timeout_ms): exiting to be restarted",
