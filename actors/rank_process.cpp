@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 #include <caf/io/all.hpp>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <set>
@@ -308,12 +310,17 @@ bool coordinator_still_runs(caf::actor_system& system, const std::string& host, 
     return answered;
 }
 
+// Set by SIGCONT: this process was stopped, and its heartbeats with it.
+std::atomic<bool> continued_after_stop{false};
+
+void note_continued(int) { continued_after_stop.store(true); }
+
 // The coordinator's actor is gone: it shut down, or it dropped this process (its heartbeats
 // stopped, e.g. while the process was stopped) and runs on without it: evicted.
 status why_the_coordinator_left(caf::actor_system& system, int32_t rank, const std::string& host, uint16_t port,
                                 const caf::error& reason, const topology_config& topology) {
     if (reason != caf::exit_reason::user_shutdown &&
-        coordinator_still_runs(system, host, port, topology.join_timeout)) {
+        (continued_after_stop.load() || coordinator_still_runs(system, host, port, topology.connection_timeout))) {
         return {status_code::aborted,
                 fmt::format("rank {}: evicted by the coordinator at {}:{}, which dropped this process ({}; e.g. it "
                             "was stopped past topology.connection_timeout_ms): exiting to be restarted",
@@ -332,6 +339,10 @@ status run_rank_process(caf::actor_system& system, const group_config& config, i
         return {status_code::aborted, fmt::format("rank {}: cannot reach the coordinator at {}:{}: {}", rank, host,
                                                   port, caf::to_string(coordinator.error()))};
     }
+    struct sigaction on_continue {};
+    on_continue.sa_handler = note_continued;
+    on_continue.sa_flags = SA_RESTART;
+    ::sigaction(SIGCONT, &on_continue, nullptr);
     auto delays = std::make_shared<wakeable_sleep>();
     auto worker = system.spawn<caf::detached>(rank_process_behavior, config, rank, source, delays);
     auto front = system.spawn(rank_process_front, worker, delays);
