@@ -89,7 +89,7 @@ void print_floors(const std::vector<case_result>& results, double bandwidth) {
     std::printf("  %-66s %8.1f us\n", "step overhead: staging copy + empty kernel + output copy", f.step_overhead_us);
     std::printf("  %-66s %8.1f us\n", "arithmetic, argmax pass: compare/select per token, no memory",
                 f.arithmetic.argmax_pass_us);
-    std::printf("  %-66s %8.1f us\n", "arithmetic, mass pass: (l - m) / T, det_exp, floor(w 2^40), 3 sums",
+    std::printf("  %-66s %8.1f us\n", "arithmetic, mass pass: exact::token_mass, 3 sums",
                 f.arithmetic.mass_pass_us);
     std::printf(
         "\nlower bound = max(read probe, arithmetic) + step overhead, probed at each case's rows and graph shape;\n"

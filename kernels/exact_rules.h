@@ -46,22 +46,26 @@ DS_HD float exp2_reduced(float r) {
     return fmaf(p, r, 1.0f);
 }
 
-// Q = floor(2^((l - max_logit) * scale) * 2^40) for l <= max_logit; 2^40 for l == max_logit
+// Q = floor(2^((l - max_logit) * scale) * 2^40) for l <= max_logit; 2^40 for l >= max_logit
 // (also when both are +inf); 0 for -inf and NaN and for weights below 2^-40 of the top token's.
 // No division and no float-to-integer conversion: the integer part of x comes from the bits of
 // x + 1.5 * 2^23 (round to nearest), and Q is the 24-bit mantissa of 2^r shifted into place.
 DS_HD uint64_t token_mass(float l, float max_logit, float scale) {
-    if (l == max_logit) return kMassOne;
     constexpr float kRoundingShift = 12582912.0f;  // 1.5 * 2^23
-    const float x = fmaxf((l - max_logit) * scale, -64.0f);  // NaN and -inf become -64: mass 0
-    const float shifted = x + kRoundingShift;                // the nearest integer n, in its low bits
-    const float r = x - (shifted - kRoundingShift);          // exact, in [-0.5, 0.5]
+    // Into [-64, 0], so every shift below is defined: NaN and -inf become -64 (mass 0), a logit
+    // above the maximum (never the case in a row) 0.
+    const float x = fminf(fmaxf((l - max_logit) * scale, -64.0f), 0.0f);
+    const float shifted = x + kRoundingShift;        // the nearest integer n, in its low bits
+    const float r = x - (shifted - kRoundingShift);  // exact, in [-0.5, 0.5]
     const int32_t n = static_cast<int32_t>(dm::float_as_bits(shifted) - 0x4B400000u);
+    // 2^r = mantissa * 2^(e - 23) with e in {-1, 0}, so Q = floor(mantissa * 2^(n + e + 17)): the
+    // mantissa placed 23 bits up, then shifted down by 6 - n - e (in [6, 71]; 63 already clears it).
     const uint32_t bits = dm::float_as_bits(exp2_reduced(r));
-    const uint64_t mantissa = (bits & 0x007FFFFFu) | 0x00800000u;
-    const int32_t shift = n + static_cast<int32_t>(bits >> 23) - 127 + 17;  // n + e + (40 - 23)
-    if (shift >= 0) return mantissa << shift;
-    return shift > -24 ? mantissa >> -shift : 0;
+    const uint64_t placed = static_cast<uint64_t>((bits & 0x007FFFFFu) | 0x00800000u) << 23;
+    const int32_t down = 6 - n - (static_cast<int32_t>(bits >> 23) - 127);
+    const uint64_t q = placed >> (down < 63 ? down : 63);
+    // Selected rather than branched on, so a GPU warp never diverges here.
+    return l == max_logit ? kMassOne : q;
 }
 
 // ceil(min_p * 2^40), at least 1: tokens below it are dropped (min_p in [0, 1]).

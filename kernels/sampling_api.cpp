@@ -3,6 +3,9 @@
 #include <distsample/sampling.h>
 #include <fmt/format.h>
 
+#include <cstring>
+#include <utility>
+
 #include "kernels/cpu/commit.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/validation.h"
@@ -110,6 +113,36 @@ status verify(const sampling_call& call, workspace_ref workspace, stream_ref str
         return status::invalid("candidates: expected batch_size rows of tokens_per_req ids (anchor, then drafts)");
     }
     return run(call, workspace, stream);
+}
+
+status copy_outputs(const sampling_outputs& from, const sampling_outputs& to, int32_t batch_size,
+                    int32_t tokens_per_req, bool from_device, stream_ref stream) {
+    if (batch_size < 0 || tokens_per_req < 1) {
+        return status::invalid(fmt::format("batch_size = {}, tokens_per_req = {}: expected >= 0 and >= 1", batch_size,
+                                           tokens_per_req));
+    }
+    const auto rows = static_cast<std::size_t>(batch_size) * static_cast<std::size_t>(tokens_per_req);
+    const auto bs = static_cast<std::size_t>(batch_size);
+    const std::pair<const void*, void*> pairs[] = {{from.predict, to.predict},
+                                                   {from.accept_index, to.accept_index},
+                                                   {from.accept_length, to.accept_length},
+                                                   {from.logprobs, to.logprobs},
+                                                   {from.row_error, to.row_error}};
+    const std::size_t bytes[] = {rows * 4, rows * 4, bs * 4, rows * 4, bs};
+    for (int i = 0; i < 5; ++i) {
+        if (pairs[i].first == nullptr || pairs[i].second == nullptr || bytes[i] == 0) continue;
+        if (!from_device) {
+            std::memcpy(pairs[i].second, pairs[i].first, bytes[i]);
+            continue;
+        }
+#if defined(DISTSAMPLE_HAVE_CUDA)
+        DS_TRY(cuda::copy_to_host_async(pairs[i].second, pairs[i].first, bytes[i], stream.native));
+#else
+        (void)stream;
+        return {status_code::unsupported, "from_device = true: this build of distsample has no CUDA"};
+#endif
+    }
+    return status::success();
 }
 
 status commit_call::check() const {

@@ -18,6 +18,9 @@
 #                             insist on the direct path, where a GPUDirect transport exists)
 #   tools/gpu-run.sh exec [--ucx-cu13] COMMAND...
 #                             on the GPU machine: one command with the bundle's libraries (and NCCL)
+#   tools/gpu-run.sh python   on the GPU machine (carry .gpu-bundle and .whl): install the distsample
+#                             wheel and pytest from .whl (built here: see bench/RESULTS.md), run the
+#                             Python tests on CUDA tensors and the Python benchmark
 #   tools/gpu-run.sh bench    on the GPU machine: the sampling benchmark and its PyTorch peers
 #   tools/gpu-run.sh verify   on the GPU machine: everything an issue touching kernels needs, in one
 #                             device call: run, compute-sanitizer memcheck and racecheck on the CUDA
@@ -38,7 +41,13 @@ bundle() {
   if (($# > 0)); then
     cmake --build build-gpu -j"$(nproc)" --target "$@"
     local target
-    for target in "$@"; do cp "build-gpu/bin/$target" "$BUNDLE/bin/"; done
+    for target in "$@"; do
+      if [[ $target == distsample_c ]]; then
+        cp build-gpu/lib/libdistsample.so "$BUNDLE/lib/"
+      else
+        cp "build-gpu/bin/$target" "$BUNDLE/bin/"
+      fi
+    done
   else
     cmake --build build-gpu -j"$(nproc)"
     # What `run` and `verify` use: a call carries at most 64 MiB, and every binary holds its own
@@ -142,18 +151,41 @@ bench() {
   python3 bench/peers_torch.py "$out/ours.json" | tee "$out/peers.txt"
 }
 
+# On the GPU machine: the wheels in .whl (the package and pytest) into /tmp/site.
+python_tests() {
+  local out=${OUT:-/tmp/gpu-run} failed=0
+  mkdir -p "$out"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  echo "== the installed wheel: import, then a sample on CUDA"
+  env -u DISTSAMPLE_LIBRARY PYTHONPATH=/tmp/site python3 -c "import distsample, torch; \
+l = 2 * torch.randn(4, 128256, device='cuda'); print(distsample.__file__, distsample.sample(l, top_k=50, seed=1).tolist())" \
+    || failed=1
+  echo "== pytest tests/python (CUDA tensors)"
+  PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 DISTSAMPLE_LIBRARY=$PWD/$BUNDLE/lib/libdistsample.so PYTHONPATH=/tmp/site \
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/python >"$out/pytest.log" 2>&1 || failed=1
+  tail -n 15 "$out/pytest.log"
+  echo "== bench/bench_python_sampling.py"
+  PYTHONPATH=/tmp/site timeout 150 python3 bench/bench_python_sampling.py --json "$out/python_bench.json" \
+    | tee "$out/python_bench.txt" || failed=1
+  return "$failed"
+}
+
 sanitize() {
   local out=${OUT:-/tmp/gpu-run} tool failed=0
   local sanitizer
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  local test
   for tool in memcheck racecheck; do
-    echo "== compute-sanitizer --tool $tool test_cuda_backend (12 random batches)"
-    if ! DS_GPU_TRIALS=12 "$sanitizer" --tool "$tool" --error-exitcode 9 "$BUNDLE/bin/test_cuda_backend" --gtest_brief=1 \
-        >"$out/sanitizer-$tool.log" 2>&1; then
-      failed=1
-      echo "FAILED: $tool"
-    fi
-    tail -n 2 "$out/sanitizer-$tool.log"
+    for test in test_cuda_backend test_sampling_api_gpu; do
+      [[ -x $BUNDLE/bin/$test ]] || continue
+      echo "== compute-sanitizer --tool $tool $test (${DS_SANITIZER_TRIALS:-12} random batches)"
+      if ! DS_GPU_TRIALS=${DS_SANITIZER_TRIALS:-12} "$sanitizer" --tool "$tool" --error-exitcode 9 "$BUNDLE/bin/$test" --gtest_brief=1 \
+          >"$out/sanitizer-$tool-$test.log" 2>&1; then
+        failed=1
+        echo "FAILED: $tool $test"
+      fi
+      tail -n 2 "$out/sanitizer-$tool-$test.log"
+    done
   done
   return "$failed"
 }
@@ -162,6 +194,7 @@ verify() {
   local out=${OUT:-/tmp/gpu-run} failed=0
   mkdir -p "$out"
   run || failed=1
+  python_tests || failed=1
   sanitize || failed=1
   bench || failed=1
   echo "== coordinator overhead ($(nproc) cores)"
@@ -176,6 +209,8 @@ case "${1:-}" in
   run) shift; run "$@" ;;
   exec) shift; use_gpu_machine_libraries; [[ ${1:-} == --ucx-cu13 ]] && { shift; use_ucx_cu13; }; "$@" ;;
   bench) bench ;;
+  python) use_gpu_machine_libraries; python_tests ;;
+  sanitize) use_gpu_machine_libraries; sanitize ;;
   verify) verify ;;
-  *) echo "usage: $0 bundle [target...] | bundle-ucx [wheel] | run [--ucx-cu13] [command...] | exec [--ucx-cu13] command... | bench | verify" >&2; exit 2 ;;
+  *) echo "usage: $0 bundle [target...] | bundle-ucx [wheel] | run [--ucx-cu13] [command...] | exec [--ucx-cu13] command... | bench | python | sanitize | verify" >&2; exit 2 ;;
 esac

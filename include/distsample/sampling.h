@@ -162,6 +162,12 @@ status sample(const sampling_call& call, workspace_ref workspace, stream_ref str
 // Chain verification of the drafts (docs/semantics.md, Verify).
 status verify(const sampling_call& call, workspace_ref workspace, stream_ref stream = {});
 
+// Enqueues copies of a call's outputs (`from`, where the call ran) into `to` (host memory; pinned
+// for the copies to be asynchronous) on `stream`: for callers that want host results. Outputs
+// null in either are skipped. On the host, copies at once.
+status copy_outputs(const sampling_outputs& from, const sampling_outputs& to, int32_t batch_size,
+                    int32_t tokens_per_req, bool from_device, stream_ref stream = {});
+
 // Adds each request's emitted tokens (predict[b * N, b * N + accept_length[b])) to the seen-token
 // lists of its slot, held by the caller in fixed-capacity form: tokens and counts
 // [max_slots, capacity], sizes [max_slots]. Slot 0 is skipped. A list that would exceed its

@@ -22,6 +22,7 @@
 #include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/block_primitives.cuh"
@@ -137,11 +138,28 @@ __device__ void load_raw_chunk(const chain_kernel_params& p, int64_t row, int32_
     } else {
         const uint16_t* source = static_cast<const uint16_t*>(p.logits) + offset;
         const bool bf16 = p.dtype == logits_dtype::bf16;
-        for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) {
-            chunk[i] = bf16 ? dm::bf16_bits_to_float(source[i]) : dm::fp16_bits_to_float(source[i]);
+        auto widen = [bf16](uint16_t bits) {
+            return bf16 ? dm::bf16_bits_to_float(bits) : dm::fp16_bits_to_float(bits);
+        };
+        if ((reinterpret_cast<uintptr_t>(source) & 15) == 0 && count % 8 == 0) {
+            // Eight halves per 16-byte load, widened into two float4s.
+            for (int32_t q = threadIdx.x; q < count / 8; q += kBlockThreads) {
+                const uint4 v = __ldg(reinterpret_cast<const uint4*>(source) + q);
+                const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+                float wide[8];
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    wide[2 * k] = widen(static_cast<uint16_t>(words[k]));
+                    wide[2 * k + 1] = widen(static_cast<uint16_t>(words[k] >> 16));
+                }
+                reinterpret_cast<float4*>(chunk)[2 * q] = make_float4(wide[0], wide[1], wide[2], wide[3]);
+                reinterpret_cast<float4*>(chunk)[2 * q + 1] = make_float4(wide[4], wide[5], wide[6], wide[7]);
+            }
+        } else {
+            for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) chunk[i] = widen(source[i]);
         }
     }
-    __syncthreads();  // the float4 path stored other threads' elements
+    __syncthreads();  // the vector paths stored other threads' elements
 }
 
 // The drafts row j of request b counts as emitted before it: drafts 1..j.
@@ -286,9 +304,8 @@ __device__ radix_result radix_select(const Mass& mass_at, int32_t count, bool by
 // listed in token order; kept mass after min_p. As cpu::row_sampler on the (mass desc, token asc)
 // order.
 template <class Mass>
-__device__ selected_cut select_cut(const Mass& mass_at, const cut_candidate* list, int32_t count,
-                                   const request_view& r, bool top_k_active, uint64_t mass_total, uint64_t min_mass,
-                                   kernel_shared& sh) {
+__device__ selected_cut select_cut(const Mass& mass_at, const cut_candidate* list, int32_t count, const request_view& r,
+                                   bool top_k_active, uint64_t mass_total, uint64_t min_mass, kernel_shared& sh) {
     if (count <= kSortCapacity) {
         uint64_t* keys = sh.data.keys;
         for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) {
@@ -367,8 +384,7 @@ __device__ float emitted_logprob(const chain_kernel_params& p, const request_vie
     }
     const double shifted = exact::shifted_logit(logit, __ldcg(&s.max_logit));
     if (r.greedy()) return static_cast<float>(exact::log_probability(shifted, 1.0f, __ldcg(&s.softmax_sum)));
-    return static_cast<float>(
-        exact::log_probability(shifted, r.temperature, exact::mass_weight(__ldcg(&s.kept_mass))));
+    return static_cast<float>(exact::log_probability(shifted, r.temperature, exact::mass_weight(__ldcg(&s.kept_mass))));
 }
 
 // The last block of request b to finish: walk the chain from the rows' results and write the
@@ -379,9 +395,9 @@ __device__ void walk_chain(const chain_kernel_params& p, const request_view& r, 
     const int32_t n = p.tokens_per_req;
     const int64_t base = static_cast<int64_t>(b) * n;
     const chain_workspace& ws = p.workspace;
-    const uint8_t error = r.error != kRowOk ? r.error
+    const uint8_t error = r.error != kRowOk                                           ? r.error
                           : *static_cast<volatile uint32_t*>(&ws.control->fault) != 0 ? kRowErrorKernelFault
-                                                                                       : kRowOk;
+                                                                                      : kRowOk;
     int32_t accepted = 0;
     int32_t final_token = -1;
     for (int32_t k = 0; error == kRowOk && k < n; ++k) {
@@ -394,10 +410,10 @@ __device__ void walk_chain(const chain_kernel_params& p, const request_view& r, 
         if (r.greedy()) {
             draft_accepted = has_next_draft && next_draft == top;
         } else if (has_next_draft) {
-            const double coin = p.coins != nullptr ? p.coins[static_cast<int64_t>(b) * (n - 1) + k]
-                                                   : dm::bits_to_unit_double(dm::random_bits64(
-                                                         r.seed, r.position, static_cast<uint32_t>(k + 1),
-                                                         dm::draw_purpose::coin));
+            const double coin = p.coins != nullptr
+                                    ? p.coins[static_cast<int64_t>(b) * (n - 1) + k]
+                                    : dm::bits_to_unit_double(dm::random_bits64(
+                                          r.seed, r.position, static_cast<uint32_t>(k + 1), dm::draw_purpose::coin));
             draft_accepted = exact::accepts_draft(__ldcg(&s.draft_mass), __ldcg(&s.kept_mass), coin,
                                                   p.thresholds.single, p.thresholds.acc);
         }
@@ -417,8 +433,8 @@ __device__ void walk_chain(const chain_kernel_params& p, const request_view& r, 
             float logprob = __int_as_float(0x7fc00000);  // NaN
             if (emitted && token >= 0) {
                 // An accepted draft is the next row's draft: its logit was published there.
-                const float l = k < accepted ? __ldcg(&ws.sync[base + k].draft_logit)
-                                             : __ldcg(&ws.results[base + k].stop_logit);
+                const float l =
+                    k < accepted ? __ldcg(&ws.sync[base + k].draft_logit) : __ldcg(&ws.results[base + k].stop_logit);
                 logprob = emitted_logprob(p, r, base + k, token, l);
             }
             out.logprobs[base + k] = logprob;
@@ -484,8 +500,7 @@ __device__ double rescaled_sum(int32_t chunks, float best, const Max& chunk_max,
 
 // sh.totals.top / max_logit / softmax_sum / raw_max / raw_sum from the chunks' partials. Warp 0
 // combines, in a fixed order for a given chunk count.
-__device__ void combine_maxima(const chunk_partial* partials, int32_t chunks, logprob_needs needs,
-                               row_totals& totals) {
+__device__ void combine_maxima(const chunk_partial* partials, int32_t chunks, logprob_needs needs, row_totals& totals) {
     if (threadIdx.x < 32) {
         float best = 0.0f;
         int32_t top = -1;
@@ -504,7 +519,9 @@ __device__ void combine_maxima(const chunk_partial* partials, int32_t chunks, lo
         if (needs.softmax && top >= 0) {
             softmax = rescaled_sum(
                 chunks, best,
-                [&](int32_t c) { return __ldcg(&partials[c].max_index) < 0 ? -HUGE_VALF : __ldcg(&partials[c].max_logit); },
+                [&](int32_t c) {
+                    return __ldcg(&partials[c].max_index) < 0 ? -HUGE_VALF : __ldcg(&partials[c].max_logit);
+                },
                 [&](int32_t c) { return __ldcg(&partials[c].softmax_sum); });
         }
         double raw = 0.0;
@@ -550,8 +567,8 @@ __device__ void combine_masses(const chunk_partial* partials, int32_t chunks, ke
 
 // A greedy row's last block to arrive combines the chunks' maxima: the row's argmax is also the
 // token its request emits if the chain stops there.
-__device__ void combine_greedy_row(const chunk_partial* partials, int32_t chunks, logprob_needs needs,
-                                   row_sync& sync, row_result& result, row_totals& totals, bool& shared_flag) {
+__device__ void combine_greedy_row(const chunk_partial* partials, int32_t chunks, logprob_needs needs, row_sync& sync,
+                                   row_result& result, row_totals& totals, bool& shared_flag) {
     if (!arrive_last(&sync.maxima_arrived, static_cast<uint32_t>(chunks), shared_flag)) return;
     combine_maxima(partials, chunks, needs, totals);
     if (threadIdx.x == 0) {
@@ -788,10 +805,12 @@ __device__ void chunk_softmax(const float* chunk_logits, int32_t count, int32_t 
 }
 
 // Phase 2 of a sampled row: the chunk's masses at the row's maximum, summed (and histogrammed
-// when a top-k/top-p cut is possible), published for the row.
-__device__ void publish_masses(const row_context& ctx, const float* chunk_logits, int32_t count, bool maybe_cut,
-                               chunk_partial& mine, kernel_shared& sh) {
-    if (maybe_cut) {
+// when a top-k/top-p cut is possible: kHistogram), published for the row. A row with no cut and
+// no min_p needs only the total (every token with mass passes min_p): !kAllSums.
+template <bool kAllSums, bool kHistogram>
+__device__ void publish_masses(const row_context& ctx, const float* chunk_logits, int32_t count, chunk_partial& mine,
+                               kernel_shared& sh) {
+    if (kHistogram) {
         for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) sh.histogram[i] = 0;
         __syncthreads();
     }
@@ -801,19 +820,23 @@ __device__ void publish_masses(const row_context& ctx, const float* chunk_logits
 #pragma unroll
         for (int k = 0; k < kSliceTokens; ++k) {
             const uint64_t q = mass_of(values[k], max_logit, ctx.scale);
-            sums.add(q, ctx.min_mass);
-            if (maybe_cut && q > 0) atomicAdd(&sh.histogram[mass_bin(q)], 1u);
+            if constexpr (kAllSums) {
+                sums.add(q, ctx.min_mass);
+                if (kHistogram && q > 0) atomicAdd(&sh.histogram[mass_bin(q)], 1u);
+            } else {
+                sums.total += q;
+            }
         }
     });
-    const uint64_t nonzero = block_sum(sums.nonzero, sh.scratch);
     const uint64_t mass_total = block_sum(sums.total, sh.scratch);
-    const uint64_t min_p_mass = block_sum(sums.min_p, sh.scratch);
+    const uint64_t nonzero = kAllSums ? block_sum(sums.nonzero, sh.scratch) : 0;
+    const uint64_t min_p_mass = kAllSums ? block_sum(sums.min_p, sh.scratch) : mass_total;
     if (threadIdx.x == 0) {
         mine.nonzero = nonzero;
         mine.mass_total = mass_total;
         mine.min_p_mass = min_p_mass;
     }
-    if (maybe_cut) {
+    if (kHistogram) {
         uint32_t* row_histogram = ctx.p.workspace.mass_histograms + ctx.row * kMassHistogramBins;
         for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) {
             if (sh.histogram[i] != 0) atomicAdd(&row_histogram[i], sh.histogram[i]);
@@ -828,7 +851,13 @@ __device__ void sample_row(const row_context& ctx, int32_t first, int32_t count,
     row_sync& sync = ctx.p.workspace.sync[ctx.row];
     chunk_partial* row_partials = ctx.p.workspace.partials + ctx.row * ctx.chunks;
     const bool maybe_cut = r.top_k >= 0 || r.top_p < 1.0f;
-    publish_masses(ctx, sh.data.chunk, count, maybe_cut, row_partials[chunk], sh);
+    if (maybe_cut) {
+        publish_masses<true, true>(ctx, sh.data.chunk, count, row_partials[chunk], sh);
+    } else if (ctx.min_mass > 1) {
+        publish_masses<true, false>(ctx, sh.data.chunk, count, row_partials[chunk], sh);
+    } else {
+        publish_masses<false, false>(ctx, sh.data.chunk, count, row_partials[chunk], sh);
+    }
     if (!maybe_cut) {
         // Kept: every token that passes min_p. The last block to arrive draws.
         if (arrive_last(&sync.partials_arrived, static_cast<uint32_t>(ctx.chunks), sh.flag)) {
@@ -907,9 +936,8 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
         if (sh.totals.top < 0) {
             if (chunk == 0 && threadIdx.x == 0) ws.results[row].top = -1;
         } else {
-            const row_context ctx{p,     r,     exact::mass_scale(r.temperature), row,
-                                  b,     j,     chunks,
-                                  draft, exact::min_p_mass_threshold(r.min_p)};
+            const row_context ctx{p,      r,     exact::mass_scale(r.temperature),    row, b, j,
+                                  chunks, draft, exact::min_p_mass_threshold(r.min_p)};
             sample_row(ctx, first, count, sh);
         }
     }
@@ -919,12 +947,16 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
 }
 
 // ---- The streaming kernel: greedy requests without penalties or bias ------------------------------
-// A thread reads 4-token vectors kStreamStride apart, kStreamUnroll of them in flight, keeping its
-// running argmax (and, for logprobs, a running softmax sum) in registers; one block reduction at
-// the end of the segment.
-constexpr int32_t kStreamStride = kBlockThreads * kSliceTokens;
+// A thread reads 16-byte vectors (W tokens: 4 fp32 or 8 bf16/fp16) a block round apart,
+// kStreamUnroll of them in flight, keeping its running argmax (and, for logprobs, a running
+// softmax sum) in registers; one block reduction at the end of the segment.
 constexpr int kStreamUnroll = 8;
-static_assert(kStreamSegmentQuantum == kStreamStride, "segments start on a whole block round");
+template <int W>
+__host__ __device__ constexpr int32_t stream_stride() {
+    return kBlockThreads * W;
+}
+static_assert(kStreamSegmentQuantum % stream_stride<4>() == 0 && kStreamSegmentQuantum % stream_stride<8>() == 0,
+              "segments start on a whole block round");
 
 struct streaming_shared {
     block_scratch scratch;
@@ -932,35 +964,40 @@ struct streaming_shared {
     bool flag;
 };
 
-// Tokens [at, at + 4) of `row` as floats, masked (bitmask); tokens at or past `end` read as -inf.
-// `at` is a multiple of 4, so the four share one bitmask word.
+// Tokens [at, at + W) of `row` as floats, masked (bitmask); tokens at or past `end` read as -inf.
+// `at` is a multiple of W (which divides 32), so the W tokens share one bitmask word.
+template <int W>
 __device__ __forceinline__ void stream_slice(const chain_kernel_params& p, int64_t row, int32_t at, int32_t end,
-                                             float (&v)[kSliceTokens]) {
+                                             float (&v)[W]) {
     const int64_t offset = row * p.row_stride + at;
-    const bool whole = at + kSliceTokens <= end;
-    if (p.dtype == logits_dtype::f32) {
+    const bool whole = at + W <= end;
+    if constexpr (W == 4) {
         const float* source = static_cast<const float*>(p.logits) + offset;
         if (whole && (reinterpret_cast<uintptr_t>(source) & 15) == 0) {
             const float4 q = __ldcs(reinterpret_cast<const float4*>(source));
             v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
         } else {
 #pragma unroll
-            for (int k = 0; k < kSliceTokens; ++k) v[k] = at + k < end ? source[k] : -HUGE_VALF;
+            for (int k = 0; k < W; ++k) v[k] = at + k < end ? source[k] : -HUGE_VALF;
         }
     } else {
         const uint16_t* source = static_cast<const uint16_t*>(p.logits) + offset;
-        uint16_t halves[kSliceTokens];
-        if (whole && (reinterpret_cast<uintptr_t>(source) & 7) == 0) {
-            const uint2 q = __ldcs(reinterpret_cast<const uint2*>(source));
-            halves[0] = static_cast<uint16_t>(q.x), halves[1] = static_cast<uint16_t>(q.x >> 16);
-            halves[2] = static_cast<uint16_t>(q.y), halves[3] = static_cast<uint16_t>(q.y >> 16);
+        uint16_t halves[W];
+        if (whole && (reinterpret_cast<uintptr_t>(source) & 15) == 0) {
+            const uint4 q = __ldcs(reinterpret_cast<const uint4*>(source));
+            const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                halves[2 * k] = static_cast<uint16_t>(words[k]);
+                halves[2 * k + 1] = static_cast<uint16_t>(words[k] >> 16);
+            }
         } else {
 #pragma unroll
-            for (int k = 0; k < kSliceTokens; ++k) halves[k] = at + k < end ? source[k] : 0;
+            for (int k = 0; k < W; ++k) halves[k] = at + k < end ? source[k] : 0;
         }
         const bool bf16 = p.dtype == logits_dtype::bf16;
 #pragma unroll
-        for (int k = 0; k < kSliceTokens; ++k) {
+        for (int k = 0; k < W; ++k) {
             v[k] = at + k >= end ? -HUGE_VALF
                    : bf16        ? dm::bf16_bits_to_float(halves[k])
                                  : dm::fp16_bits_to_float(halves[k]);
@@ -969,12 +1006,13 @@ __device__ __forceinline__ void stream_slice(const chain_kernel_params& p, int64
     if (p.bitmask != nullptr && at < end) {
         const uint32_t word = p.bitmask[row * ((p.vocab + 31) / 32) + (at >> 5)];
 #pragma unroll
-        for (int k = 0; k < kSliceTokens; ++k) {
+        for (int k = 0; k < W; ++k) {
             if (((word >> ((at + k) & 31)) & 1u) == 0) v[k] = -HUGE_VALF;
         }
     }
 }
 
+template <int W>
 __global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_kernel_params p) {
     __shared__ streaming_shared sh;
     const chain_workspace& ws = p.workspace;
@@ -1000,17 +1038,17 @@ __global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_k
     int32_t best_index = -1;
     float softmax_max = -HUGE_VALF;  // the running softmax sum is relative to this
     double softmax = 0.0;
-    for (int32_t at = first + static_cast<int32_t>(threadIdx.x) * kSliceTokens; at < end;
-         at += kStreamStride * kStreamUnroll) {
-        float values[kStreamUnroll][kSliceTokens];
+    constexpr int32_t stride = stream_stride<W>();
+    for (int32_t at = first + static_cast<int32_t>(threadIdx.x) * W; at < end; at += stride * kStreamUnroll) {
+        float values[kStreamUnroll][W];
 #pragma unroll
-        for (int u = 0; u < kStreamUnroll; ++u) stream_slice(p, row, at + u * kStreamStride, end, values[u]);
+        for (int u = 0; u < kStreamUnroll; ++u) stream_slice<W>(p, row, at + u * stride, end, values[u]);
 #pragma unroll
         for (int u = 0; u < kStreamUnroll; ++u) {
 #pragma unroll
-            for (int k = 0; k < kSliceTokens; ++k) {
+            for (int k = 0; k < W; ++k) {
                 const float value = values[u][k];
-                const int32_t token = at + u * kStreamStride + k;
+                const int32_t token = at + u * stride + k;
                 keep_if_larger(value, token, best, best_index);
                 if (token == draft && token < end) sync.draft_logit = value;  // past `end`: the next segment's
                 if (with_logprobs) {
@@ -1043,10 +1081,15 @@ __global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_k
     if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * segments), sh.flag)) walk_chain(p, r, b);
 }
 
-// Every request of the call, its values checked, for the chain kernels to read.
-__global__ void resolve_requests_kernel(sampling_call call, request_view* requests) {
-    const int32_t b = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
-    if (b < call.batch_size) requests[b] = resolve_request(call, b);
+// Clears the workspace's counters and resolves every request of the call, its values checked,
+// for the chain kernels to read: one launch before the step's kernel.
+__global__ void prepare_step_kernel(sampling_call call, chain_workspace workspace) {
+    const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    auto* counters = reinterpret_cast<uint4*>(workspace.control);  // 256-byte aligned, whole uint4s
+    const auto words = static_cast<int64_t>(workspace.counter_bytes / sizeof(uint4));
+    for (int64_t i = thread; i < words; i += threads) counters[i] = make_uint4(0, 0, 0, 0);
+    if (thread < call.batch_size) workspace.requests[thread] = resolve_request(call, static_cast<int32_t>(thread));
 }
 
 }  // namespace
@@ -1056,7 +1099,7 @@ cudaError_t streaming_kernel_capacity(int device, int& resident_blocks) {
     int per_sm = 0;
     cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, streaming_greedy_kernel, kBlockThreads, 0);
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, streaming_greedy_kernel<4>, kBlockThreads, 0);
     resident_blocks = sms * per_sm;
     return e;
 }
@@ -1078,14 +1121,17 @@ unsigned chain_kernel_blocks(const chain_kernel_params& params) {
 }
 
 cudaError_t launch_step(const sampling_call& call, const chain_kernel_params& params, cudaStream_t stream) {
-    cudaError_t e = cudaMemsetAsync(params.workspace.control, 0, params.workspace.counter_bytes, stream);
-    if (e != cudaSuccess) return e;
-    constexpr int kResolveThreads = 128;
-    const int resolve_blocks = (params.batch_size + kResolveThreads - 1) / kResolveThreads;
-    resolve_requests_kernel<<<resolve_blocks, kResolveThreads, 0, stream>>>(call, params.workspace.requests);
+    constexpr int64_t kPrepareThreads = 256;
+    constexpr int64_t kWordsPerThread = 8;  // counters cleared per thread
+    const int64_t words = static_cast<int64_t>(params.workspace.counter_bytes / 16);
+    const int64_t threads = std::max<int64_t>(params.batch_size, (words + kWordsPerThread - 1) / kWordsPerThread);
+    prepare_step_kernel<<<static_cast<unsigned>((threads + kPrepareThreads - 1) / kPrepareThreads), kPrepareThreads, 0,
+                          stream>>>(call, params.workspace);
     const unsigned blocks = chain_kernel_blocks(params);
-    if (params.stream_segments > 0) {
-        streaming_greedy_kernel<<<blocks, kBlockThreads, 0, stream>>>(params);
+    if (params.stream_segments > 0 && params.dtype == logits_dtype::f32) {
+        streaming_greedy_kernel<4><<<blocks, kBlockThreads, 0, stream>>>(params);
+    } else if (params.stream_segments > 0) {
+        streaming_greedy_kernel<8><<<blocks, kBlockThreads, 0, stream>>>(params);
     } else {
         chain_kernel<<<blocks, kBlockThreads, sizeof(kernel_shared), stream>>>(params);
     }

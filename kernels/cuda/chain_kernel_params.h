@@ -35,7 +35,7 @@ DS_HD int32_t chunks_per_row(int32_t vocab) { return (vocab + kChunkTokens - 1) 
 // keep the whole step resident on the GPU at once; threads stream their tokens through
 // registers with several loads in flight, with no shared-memory copy and no barrier. Segments
 // are whole multiples of kStreamSegmentQuantum tokens and at least kMinStreamSegmentTokens.
-constexpr int32_t kStreamSegmentQuantum = 1024;  // one 4-token vector per thread of a block
+constexpr int32_t kStreamSegmentQuantum = 2048;  // one 16-byte vector (8 bf16 tokens) per thread of a block
 constexpr int32_t kMinStreamSegmentTokens = 4096;
 
 DS_HD int32_t max_stream_segments(int32_t vocab) {
@@ -101,14 +101,14 @@ struct launch_control {
 // first, so one memset before the launch clears them all.
 struct chain_workspace {
     launch_control* control = nullptr;
-    row_sync* sync = nullptr;                  // [rows]
-    uint32_t* request_blocks_done = nullptr;   // [batch]
-    uint32_t* mass_histograms = nullptr;       // [rows, kMassHistogramBins]
-    size_t counter_bytes = 0;                  // the bytes from `control` to the end of the histograms
-    request_view* requests = nullptr;          // [batch] resolved from the call before the launch
-    chunk_partial* partials = nullptr;         // [rows, max(chunks_per_row, max_stream_segments)]
-    row_result* results = nullptr;             // [rows]
-    cut_candidate* candidates = nullptr;       // [rows, vocab]
+    row_sync* sync = nullptr;                 // [rows]
+    uint32_t* request_blocks_done = nullptr;  // [batch]
+    uint32_t* mass_histograms = nullptr;      // [rows, kMassHistogramBins]
+    size_t counter_bytes = 0;                 // the bytes from `control` to the end of the histograms
+    request_view* requests = nullptr;         // [batch] resolved from the call before the launch
+    chunk_partial* partials = nullptr;        // [rows, max(chunks_per_row, max_stream_segments)]
+    row_result* results = nullptr;            // [rows]
+    cut_candidate* candidates = nullptr;      // [rows, vocab]
 
     // Bytes for `rows` rows of `vocab` tokens and `batch` requests; with base != null, also points
     // every member into [base, base + bytes).
@@ -125,11 +125,10 @@ struct chain_workspace {
         carve(out.sync, row_count);
         carve(out.request_blocks_done, static_cast<size_t>(batch));
         carve(out.mass_histograms, row_count * kMassHistogramBins);
-        out.counter_bytes = at;
+        out.counter_bytes = (at + 15) / 16 * 16;  // whole 16-byte words (the next member starts later)
         carve(out.requests, static_cast<size_t>(batch));
-        const int32_t partials_per_row = chunks_per_row(vocab) > max_stream_segments(vocab)
-                                             ? chunks_per_row(vocab)
-                                             : max_stream_segments(vocab);
+        const int32_t partials_per_row =
+            chunks_per_row(vocab) > max_stream_segments(vocab) ? chunks_per_row(vocab) : max_stream_segments(vocab);
         carve(out.partials, row_count * static_cast<size_t>(partials_per_row));
         carve(out.results, row_count);
         carve(out.candidates, row_count * static_cast<size_t>(vocab));
@@ -146,14 +145,14 @@ struct chain_kernel_params {
     int32_t vocab = 0;
     int32_t batch_size = 0;
     int32_t tokens_per_req = 1;
-    const int32_t* candidates = nullptr;   // [batch * N] or null for sample
-    const double* coins = nullptr;         // [batch * (N-1)] or null (Philox)
-    const double* final_coins = nullptr;   // [batch] or null (Philox)
-    const uint32_t* bitmask = nullptr;     // [rows * ceil(V/32)] or null
+    const int32_t* candidates = nullptr;  // [batch * N] or null for sample
+    const double* coins = nullptr;        // [batch * (N-1)] or null (Philox)
+    const double* final_coins = nullptr;  // [batch] or null (Philox)
+    const uint32_t* bitmask = nullptr;    // [rows * ceil(V/32)] or null
     verify_thresholds thresholds;
     logprob_mode logprobs = logprob_mode::none;
-    chain_workspace workspace;             // workspace.requests resolved before the launch
-    sampling_outputs outputs;              // device memory; logprobs and row_error may be null
+    chain_workspace workspace;  // workspace.requests resolved before the launch
+    sampling_outputs outputs;   // device memory; logprobs and row_error may be null
     // Every request greedy, none with penalties or bias: the streaming kernel runs with this many
     // segments per row, in [1, max_stream_segments(vocab)] (same tokens). 0: the chain kernel.
     int32_t stream_segments = 0;

@@ -10,10 +10,10 @@
 #include "kernels/cuda/block_primitives.cuh"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/token_math.cuh"
+#include "kernels/exact_rules.h"
 
 namespace ds::cuda {
 
-namespace dm = ds::detmath;
 
 namespace {
 
@@ -98,7 +98,7 @@ struct arithmetic_probe_params {
     int32_t vocab = 0;
     float max_logit = 0.0f;   // every row's maximum: the made logit of token 0
     float logit_step = 0.0f;  // made logit of token t: max_logit - t * logit_step
-    float temperature = 1.0f;
+    float scale = exact::kUnitScale;  // exact::mass_scale(temperature)
     uint64_t min_mass = 1;              // as the chain kernel's for min_p = 0
     uint64_t* block_results = nullptr;  // one per block, so nothing is optimised away
 };
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kBlockThreads) mass_pass_probe_kernel(arithmet
     for_each_made_slice(p, first, min(kChunkTokens, p.vocab - first), [&](int32_t, const float(&values)[kSliceTokens]) {
 #pragma unroll
         for (int k = 0; k < kSliceTokens; ++k) {
-            sums.add(dm::weight_to_mass(weight_of(values[k], p.max_logit, p.temperature)), p.min_mass);
+            sums.add(exact::token_mass(values[k], p.max_logit, p.scale), p.min_mass);
         }
     });
     const uint64_t nonzero = block_sum(sums.nonzero, scratch);
@@ -284,8 +284,8 @@ status probe_exact_arithmetic(int64_t rows, int32_t vocab, float temperature, in
     params.vocab = vocab;
     params.max_logit = 20.0f;
     params.logit_step = 40.0f / static_cast<float>(vocab);  // a row spans 40 nats, like an LLM's
-    params.temperature = temperature;
-    params.min_mass = std::max(uint64_t{1}, dm::min_p_mass_threshold(0.0f));
+    params.scale = exact::mass_scale(temperature);
+    params.min_mass = exact::min_p_mass_threshold(0.0f);
     params.block_results = static_cast<uint64_t*>(block_results.get());
     const auto grid = static_cast<unsigned>(blocks);
     s = time_arithmetic_kernel(mass_pass_probe_kernel, grid, params, iterations, stream.get(), result.mass_pass_us);

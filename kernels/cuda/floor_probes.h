@@ -27,7 +27,7 @@ status probe_step_overhead(const graph_shape& shape, int iterations, double& mic
 
 // The chain kernel's per-token arithmetic over `rows` rows of `vocab` tokens, in its chunks and
 // rounds, on logits made in registers (no memory read): the mass pass of a temperature-only row
-// (division by the temperature, det_exp, weight_to_mass, three integer sums) and, apart, the
+// (exact::token_mass at the row's scale, three integer sums) and, apart, the
 // argmax pass (a compare and select per token).
 struct arithmetic_probe_result {
     double mass_pass_us = 0.0;

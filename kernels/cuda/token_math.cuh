@@ -19,12 +19,6 @@ constexpr int kSlices = kPerThread / kSliceTokens;  // rounds
 static_assert(kPerThread % kSliceTokens == 0 && kPerThread <= 64, "whole float4s; one 64-bit candidate mask");
 static_assert(kSlices % 4 == 0, "rounds are counted four at a time in 16-bit fields");
 
-// Computed for every token and then selected (no branch per token), like det_exp.
-__device__ __forceinline__ float weight_of(float logit, float max_logit, float temperature) {
-    const float w = ds::detmath::det_exp((logit - max_logit) / temperature);
-    return logit == max_logit ? 1.0f : (logit > -HUGE_VALF ? w : 0.0f);
-}
-
 // A thread's running argmax. Strict: the lowest index wins ties; NaN and -inf never win.
 __device__ __forceinline__ void keep_if_larger(float value, int32_t token, float& best, int32_t& best_index) {
     if (value > best) {

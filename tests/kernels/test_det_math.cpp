@@ -73,6 +73,8 @@ TEST(TokenMass, EdgeCases) {
     EXPECT_EQ(ex::token_mass(2.5f, 2.5f, ex::kUnitScale), ex::kMassOne);
     EXPECT_EQ(ex::token_mass(INFINITY, INFINITY, ex::kUnitScale), ex::kMassOne);
     EXPECT_EQ(ex::token_mass(1.0f, INFINITY, ex::kUnitScale), 0u);
+    EXPECT_EQ(ex::token_mass(INFINITY, 0.0f, ex::kUnitScale), ex::kMassOne);  // above the maximum
+    EXPECT_EQ(ex::token_mass(3.0f, 0.0f, ex::kUnitScale), ex::kMassOne);
     EXPECT_EQ(ex::token_mass(-INFINITY, 0.0f, ex::kUnitScale), 0u);
     EXPECT_EQ(ex::token_mass(NAN, 0.0f, ex::kUnitScale), 0u);
     EXPECT_EQ(ex::token_mass(-1.0f, 0.0f, 1.0f), ex::kMassOne / 2);  // 2^-1 exactly

@@ -1,11 +1,15 @@
 // Distribution tests with fixed seeds (so they are deterministic): sampled tokens follow the
-// filtered target distribution, and target-only verification with thresholds 1.0 emits its first
-// token exactly as plain sampling would, whatever the draft.
+// filtered target distribution, target-only verification with thresholds 1.0 emits its first
+// token exactly as plain sampling would, whatever the draft, and later tokens of a chain see the
+// accepted drafts as emitted (penalties).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <tuple>
 
+#include "kernels/exact_rules.h"
 #include "support/backend_harness.h"
 #include "support/chi_square.h"
 #include "support/reference_sampler.h"
@@ -129,6 +133,57 @@ INSTANTIATE_TEST_SUITE_P(Filters, FilteredDistribution, ::testing::ValuesIn(kCas
                          [](const ::testing::TestParamInfo<filter_case>& param_info) {
                              return std::string(param_info.param.name);
                          });
+
+// Penalties at every verify position: given that the draft was accepted as the first token, the
+// second emitted token must follow the target with that draft counted as emitted, exactly as
+// sampling it step by step after committing the first token would.
+TEST(PenalisedVerify, SecondTokenSeesTheAcceptedDraftAsEmitted) {
+    const std::vector<float> row = test_row();
+    sampling_params p;
+    p.frequency_penalty = 1.2f;
+    p.presence_penalty = 0.4f;
+    p.repetition_penalty = 1.3f;
+    const std::vector<double> first = expected_distribution(row, p);
+    const auto draft = static_cast<int32_t>(std::max_element(first.begin(), first.end()) - first.begin());
+    std::vector<float> penalised = row;  // the draft emitted once before row 1
+    penalised[static_cast<size_t>(draft)] =
+        exact::penalised_logit(row[static_cast<size_t>(draft)], 1, {p.presence_penalty, p.frequency_penalty,
+                                                                    p.repetition_penalty});
+    const std::vector<double> second = expected_distribution(penalised, p);
+
+    backend_harness h(small_config(kVocab, kBatch, 3, kBatch + 1, 2));
+    std::vector<float> logits;
+    for (int32_t r = 0; r < kBatch * 3; ++r) logits.insert(logits.end(), row.begin(), row.end());
+    std::vector<int32_t> slots(kBatch);
+    std::vector<int64_t> positions(kBatch, 1000);
+    std::vector<int32_t> candidates;
+    for (int32_t b = 0; b < kBatch; ++b) {
+        slots[static_cast<size_t>(b)] = b + 1;
+        // Anchor, the likely draft, then a draft the second row rarely accepts.
+        candidates.insert(candidates.end(), {0, draft, (draft + 1) % kVocab});
+    }
+    std::vector<int64_t> first_counts(kVocab, 0), second_counts(kVocab, 0);
+    for (int32_t round = 0; round < 3 * kDraws / kBatch; ++round) {
+        for (int32_t b = 0; b < kBatch; ++b) {
+            p.seed = static_cast<uint64_t>(round) * kBatch + static_cast<uint64_t>(b) + 1;
+            h.register_request(b + 1, p);
+        }
+        const step_input step = ds::testing::make_step(logits, kVocab, slots, positions, 3, &candidates);
+        ASSERT_TRUE(h.run(step_kind::verify, step).is_ok());
+        for (int32_t b = 0; b < kBatch; ++b) {
+            ++first_counts[static_cast<size_t>(h.predict(b, 0))];
+            if (h.predict(b, 0) == draft) ++second_counts[static_cast<size_t>(h.predict(b, 1))];
+        }
+    }
+    for (const auto& [name, counts, expected] :
+         {std::tuple{"first", first_counts, first}, std::tuple{"second", second_counts, second}}) {
+        const ds::testing::chi_square_result r = ds::testing::chi_square_test(counts, expected);
+        EXPECT_EQ(r.unexpected, 0) << name;
+        EXPECT_GT(r.p_value, kMinPValue) << name << " chi2=" << r.statistic << " dof=" << r.dof;
+    }
+    // Without the draft counted, row 1 would follow `first`: that must be rejected.
+    EXPECT_LT(ds::testing::chi_square_test(second_counts, first).p_value, kMinPValue);
+}
 
 TEST(ChiSquare, PValuesMatchKnownQuantiles) {
     EXPECT_NEAR(ds::testing::chi_square_p_value(3.841, 1), 0.05, 1e-3);

@@ -1,0 +1,269 @@
+"""Where a call runs and the arrays it points at: host memory (numpy arrays or torch CPU tensors) or
+one CUDA device (torch tensors). numpy and torch are used only when the caller brings them."""
+
+import contextlib
+import sys
+
+_NO_CONTEXT = contextlib.nullcontext()
+_DTYPE_NAMES = {}
+
+
+def dtype_name(dtype):
+    """'float32' for numpy's and torch's float32 alike."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES.setdefault(dtype, str(dtype).rpartition(".")[2])
+    return name
+
+
+def _is_ndarray(x):
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(x, np.ndarray)
+
+
+def _is_tensor(x):
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def describe(x):
+    """(pointer, dtype name, shape, strides in elements, location) of a numpy array or torch tensor,
+    or None for anything else. The location is 'cpu' or the tensor's device."""
+    if _is_tensor(x):
+        location = x.device
+        return x.data_ptr(), dtype_name(x.dtype), tuple(x.shape), x.stride(), location
+    if _is_ndarray(x):
+        size = x.itemsize
+        strides = tuple(s // size if s % size == 0 else 0 for s in x.strides)
+        return x.ctypes.data, x.dtype.name, x.shape, strides, "cpu"
+    return None
+
+
+def pointer(x):
+    """The data pointer of an array this package allocated."""
+    return x.data_ptr() if _is_tensor(x) else x.ctypes.data
+
+
+def is_contiguous(shape, strides):
+    if 0 in shape:
+        return True
+    expected = 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _dtypes_text(dtypes):
+    return dtypes[0] if len(dtypes) == 1 else ", ".join(dtypes[:-1]) + " or " + dtypes[-1]
+
+
+class Space:
+    """What one call's arrays must be like, and how it allocates: from the logits (space_of) or a
+    Sampler's device (space_for)."""
+
+    on_device = False
+
+    def where_text(self):
+        raise NotImplementedError
+
+    def holds(self, location):
+        raise NotImplementedError
+
+    def array(self, name, x, dtypes, shape, what=None):
+        """The pointer of a contiguous array `x` of this space with one of `dtypes` and `shape`;
+        TypeError or ValueError naming `name` otherwise (`what`: what was expected, when `x` is
+        not an array at all)."""
+        d = describe(x)
+        if d is None:
+            what = what or f"a {self.word} {self.where_text()}"
+            raise TypeError(f"{name}: expected {what}, got {type(x).__name__}")
+        ptr, dtype, xshape, strides, location = d
+        if not self.holds(location):
+            raise ValueError(f"{name}: expected a {self.word} {self.where_text()} like logits, got {location}")
+        if dtype not in dtypes:
+            raise TypeError(f"{name}: expected {_dtypes_text(dtypes)}, got {dtype}")
+        if tuple(xshape) != shape:
+            raise ValueError(f"{name}: expected shape {shape}, got {tuple(xshape)}")
+        if not is_contiguous(xshape, strides):
+            raise ValueError(f"{name}: expected a contiguous {self.word} (strides {tuple(strides)} for shape {shape})")
+        return ptr
+
+    def host_values(self, x):
+        """The values of a host array (for checks that keep pointers in bounds), or None on a device."""
+        return None
+
+    def context(self, stream):
+        """(context manager, raw stream handle) for a call on `stream` (None: the current stream)."""
+        if stream is not None:
+            raise ValueError(f"stream: expected None for logits in host memory (CPU calls are synchronous), got {stream!r}")
+        return _NO_CONTEXT, None
+
+    def workspace(self, nbytes):
+        """(owner, pointer aligned to 256 bytes) of at least nbytes of scratch."""
+        if self.on_device:  # CUDA allocations are 256-byte aligned; checked all the same
+            owner = self.empty((max(nbytes, 1),), "uint8")
+            ptr = pointer(owner)
+            if ptr % 256 == 0:
+                return owner, ptr
+        owner = self.empty((nbytes + 255,), "uint8")
+        return owner, (pointer(owner) + 255) & ~255
+
+
+class NumpySpace(Space):
+    """Host memory; allocates numpy arrays. Takes numpy arrays and torch CPU tensors."""
+
+    word = "numpy array"
+
+    def __init__(self):
+        import numpy
+
+        self._np = numpy
+
+    def where_text(self):
+        return "in host memory"
+
+    def holds(self, location):
+        return location == "cpu" or getattr(location, "type", None) == "cpu"
+
+    def empty(self, shape, dtype):
+        return self._np.empty(shape, dtype=dtype)
+
+    def zeros(self, shape, dtype):
+        return self._np.zeros(shape, dtype=dtype)
+
+    def upload(self, name, values, dtype):
+        return self._np.array(values, dtype=dtype)
+
+    def host_values(self, x):
+        return self._np.asarray(x) if _is_ndarray(x) else x.numpy()
+
+    def to_host(self, x):
+        return x
+
+
+class TorchSpace(Space):
+    """torch tensors on one device (CPU or CUDA); allocations go through torch's allocators."""
+
+    word = "tensor"
+
+    def __init__(self, device):
+        import torch
+
+        self._torch = torch
+        self.device = device
+        self.on_device = device.type == "cuda"
+        self._dtypes = {}
+        self._dtypes_of = {}  # dtype names -> torch dtypes, for the fast path of array()
+        self._tensor = torch.Tensor
+        if self.on_device:
+            self._index = device.index if device.index is not None else torch.cuda.current_device()
+            self.device = torch.device("cuda", self._index)
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            self._current_stream = raw if raw is not None else (
+                lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+    def where_text(self):
+        return f"on {self.device}"
+
+    def holds(self, location):
+        if self.on_device:
+            return location == self.device
+        return location == "cpu" or getattr(location, "type", None) == "cpu"
+
+    def _dtype(self, name):
+        dtype = self._dtypes.get(name)
+        if dtype is None:
+            dtype = self._dtypes[name] = getattr(self._torch, name)
+        return dtype
+
+    def empty(self, shape, dtype):
+        return self._torch.empty(shape, dtype=self._dtype(dtype), device=self.device)
+
+    def zeros(self, shape, dtype):
+        return self._torch.zeros(shape, dtype=self._dtype(dtype), device=self.device)
+
+    def upload(self, name, values, dtype):
+        torch = self._torch
+        if not self.on_device:
+            return torch.tensor(values, dtype=self._dtype(dtype))
+        if torch.cuda.is_current_stream_capturing():
+            raise ValueError(
+                f"{name}: Python lists cannot be uploaded inside a CUDA graph capture; pass tensors on {self.device}"
+            )
+        host = torch.tensor(values, dtype=self._dtype(dtype), pin_memory=True)
+        return host.to(self.device, non_blocking=True)
+
+    def array(self, name, x, dtypes, shape, what=None):
+        if type(x) is self._tensor and x.device == self.device and x.shape == shape and x.is_contiguous():
+            dtype = self._dtypes_of.get(dtypes)
+            if dtype is None:
+                dtype = self._dtypes_of[dtypes] = tuple(getattr(self._torch, d, None) for d in dtypes)
+            if x.dtype in dtype:
+                return x.data_ptr()
+        return Space.array(self, name, x, dtypes, shape, what)
+
+    def host_values(self, x):
+        if self.on_device:
+            return None
+        return x.numpy() if _is_tensor(x) else x
+
+    def to_host(self, x):
+        return x.cpu()
+
+    def context(self, stream):
+        if not self.on_device:
+            return Space.context(self, stream)
+        torch = self._torch
+        if stream is None:
+            if torch.cuda.current_device() == self._index:
+                return _NO_CONTEXT, self._current_stream(self._index)
+            return torch.cuda.device(self._index), self._current_stream(self._index)
+        if isinstance(stream, int) and not isinstance(stream, bool):
+            stream = torch.cuda.ExternalStream(stream, device=self.device)
+        elif not isinstance(stream, torch.cuda.Stream):
+            raise TypeError(f"stream: expected None, a torch.cuda.Stream or a cudaStream_t handle (int), got {type(stream).__name__}")
+        if stream.device != self.device:
+            raise ValueError(f"stream: expected a stream of {self.device} like logits, got one of {stream.device}")
+        return torch.cuda.stream(stream), stream.cuda_stream
+
+
+_spaces = {}
+
+
+def _cached(key, make):
+    space = _spaces.get(key)
+    if space is None:
+        space = _spaces[key] = make()
+    return space
+
+
+def space_of(logits):
+    """The space of a call whose logits are `logits`."""
+    if _is_tensor(logits):
+        device = logits.device
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"logits: expected a tensor on the CPU or a CUDA device, got {device}")
+        return _cached(device, lambda: TorchSpace(device))
+    if _is_ndarray(logits):
+        return _cached("numpy", NumpySpace)
+    raise TypeError(f"logits: expected a torch tensor or a numpy array, got {type(logits).__name__}")
+
+
+def space_for(device):
+    """A Sampler's space: numpy arrays for the string 'cpu', torch tensors for a torch.device or a
+    CUDA device name."""
+    if isinstance(device, str) and device == "cpu":
+        return _cached("numpy", NumpySpace)
+    if isinstance(device, str) or type(device).__name__ == "device":
+        import torch
+
+        try:
+            device = torch.device(device)
+        except RuntimeError as e:
+            raise ValueError(f"device = {device!r}: expected 'cpu', 'cuda' or 'cuda:N' ({e})") from None
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device = {device}: expected 'cpu', 'cuda' or 'cuda:N'")
+        return _cached(device, lambda: TorchSpace(device))
+    raise TypeError(f"device: expected 'cpu', 'cuda:N' or a torch.device, got {type(device).__name__}")

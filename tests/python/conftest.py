@@ -1,0 +1,20 @@
+"""The package under test is python/distsample of this checkout, loading $DISTSAMPLE_LIBRARY (default:
+build/lib/libdistsample.so); `distsample kernel` is $DISTSAMPLE_CLI (default: build/bin/distsample)."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "python"))
+os.environ.setdefault("DISTSAMPLE_LIBRARY", str(ROOT / "build" / "lib" / "libdistsample.so"))
+
+
+@pytest.fixture(scope="session")
+def cli():
+    path = os.environ.get("DISTSAMPLE_CLI", str(ROOT / "build" / "bin" / "distsample"))
+    if not os.path.isfile(path):
+        pytest.skip(f"no distsample CLI at {path} (set DISTSAMPLE_CLI)")
+    return path
