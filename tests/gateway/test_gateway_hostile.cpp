@@ -229,12 +229,13 @@ TEST(GatewayHostile, OutOfFileDescriptorsTheAcceptLoopBacksOffAndRecovers) {
     address.sin_family = AF_INET;
     address.sin_port = htons(gw.gateway->tcp_port());
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    // Made before: without a free descriptor UBSan cannot check the vptr of a new message type.
+    const std::string request = stats_frame();
     double cpu_used = 0.0;
     {
         descriptors_exhausted exhausted;
         // Queued in the listen backlog: the server's accept fails with EMFILE while this lasts.
         ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-        const std::string request = stats_frame();
         ASSERT_EQ(::send(client, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
         const double cpu_before = cpu_seconds();
         std::this_thread::sleep_for(milliseconds(1000));
