@@ -1,4 +1,4 @@
-// The coordinator (DESIGN.md §5): one per group, on CAF's shared scheduler (it never blocks).
+// The coordinator (docs/architecture.md, The coordinator): one per group, on CAF's shared scheduler (it never blocks).
 // Jobs (steps, registrations, releases) run one at a time in arrival order, so every client's
 // replies come in submission order and a rank never sees a registration overtake a step. A step
 // is validated, planned (pad_bs, reqs_per_rank, shards), fanned out to the ranks with response

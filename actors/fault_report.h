@@ -1,4 +1,4 @@
-// The fault report (issue 7): what became of every fault a plan injected. A caller that runs
+// The fault report (docs/faults.md, The fault report): what became of every fault a plan injected. A caller that runs
 // steps under a fault plan records each answered step here; since the plan says which faults
 // fired where (config/fault_plan.h), every injected fault is accounted for as detected (a desync
 // event or a failed step naming its rank) or masked by design (a delay within the timeout, a

@@ -1,4 +1,4 @@
-// Per-subsystem loggers of the actor runtime (DESIGN.md §6), on stderr: "distsample.coordinator"
+// Per-subsystem loggers of the actor runtime (docs/architecture.md, Logs), on stderr: "distsample.coordinator"
 // (desync events, failed steps) and "distsample.rank" (rank-local failures).
 #pragma once
 

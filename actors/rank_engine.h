@@ -17,7 +17,8 @@
 namespace ds {
 
 // The desync faults (config/fault_plan.h): a changed first token, a changed first accept length
-// (DESIGN.md §4 catches both by the digest). Used by in-process ranks and rank processes alike.
+// (the digest catches both: docs/architecture.md, Rank-0 policy and desync events). Used by
+// in-process ranks and rank processes alike.
 void alter_outputs(bool token, bool accept_length, int32_t vocab, int32_t n, step_outputs& out);
 
 // The transport faults of step `step` on rank `rank` of `world`: its own, and the stale

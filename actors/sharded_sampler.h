@@ -1,6 +1,6 @@
-// Exact sharded sampling (DESIGN.md §2, §4.2): the logits never move. Rank r only reads its vocab
-// shard; the ranks agree on each row's distribution through integer collectives, all rows of a
-// step at once:
+// Exact sharded sampling (docs/semantics.md, Sharded; docs/architecture.md, Modes): the logits
+// never move. Rank r only reads its vocab shard; the ranks agree on each row's distribution through
+// integer collectives, all rows of a step at once:
 //   1. all_reduce(max) of an order-preserving (logit, -index) key: the global max m and argmax;
 //   2. masses Q with the global m on every shard; all_gather of each rank's log_softmax partial
 //      normaliser per row (unit-temperature mass), nonzero count and mass per stochastic row and, for rows with a top-k
@@ -21,7 +21,7 @@
 //      every emitted token sends its shifted logit (one all_reduce max);
 //   6. processed logprobs from those, the kept masses and the normalisers gathered in 2.
 // Every rank ends with the same outputs, equal to the CPU backend on the full rows; logprobs
-// agree to float rounding of the summation order (the one float output, DESIGN.md §2).
+// agree within float rounding (the one float output: docs/semantics.md, Log-probabilities).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Where one step's rank results meet (DESIGN.md §5). Each rank files its result here: a rank
+// Where one step's rank results meet (docs/architecture.md, The step board). Each rank files its result here: a rank
 // actor from its own thread, a rank process through the membership actor, and the coordinator
 // again from every answer it takes (a second filing for a rank is ignored). The filing that
 // completes the set settles the step on the spot: it compares the digests with rank 0's under the

@@ -1,4 +1,4 @@
-// Sampling kernels on the GPU against the memory floor, measured in one run (issue 3):
+// Sampling kernels on the GPU against the memory floor, measured in one run:
 //   floor = bytes of logits read once / device copy bandwidth (read + write) measured here.
 // Each case captures one step (staging copy, kernel, packed output copy) in a CUDA graph and
 // times replays. Then the floor probes (kernels/cuda/floor_probes.h), in the same run and at each
@@ -82,7 +82,7 @@ void print_floors(const std::vector<case_result>& results, double bandwidth) {
     const case_floors& f = full.floors;
     std::printf("\nfloors measured in this run (rows = %lld, the greedy step's graph shape):\n",
                 static_cast<long long>(full.rows));
-    std::printf("  %-66s %8.1f us\n", "copy floor: logits bytes / copy bandwidth (the issue's floor)", full.floor_us);
+    std::printf("  %-66s %8.1f us\n", "copy floor: logits bytes / copy bandwidth", full.floor_us);
     std::printf("  %-66s %8.1f us  %.2f x copy floor, %.2f TB/s read (%d float4 loads/thread, %u blocks)\n",
                 "read probe: best plain read of the logits", f.read.microseconds, f.read.microseconds / full.floor_us,
                 f.read.terabytes_per_second, f.read.loads_in_flight, f.read.blocks);

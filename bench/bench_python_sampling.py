@@ -9,10 +9,15 @@ replayed; the kernel alone (the C call on a prepared ds_call with a preallocated
 columns: µs per call the host spends issuing an eager distsample.sample and the bare C call; their
 difference is the Python overhead per call above the kernel's own launch (target < 15 µs).
 
-    python3 bench/bench_python_sampling.py [--iters 200] [--json results.json]
+--cpu measures that overhead alone without a GPU: the same calls on CPU tensors of V = 64 (the C
+call is then short), seeds and positions per row as above or all parameters Python numbers, host
+time by blocks of calls interleaved with blocks of the bare C call, the fastest block of each.
 
-Needs torch with CUDA and the package (`pip install ./python`, or PYTHONPATH=python with
-DISTSAMPLE_LIBRARY=build/lib/libdistsample.so) built with CUDA."""
+    python3 bench/bench_python_sampling.py [--iters 200] [--json results.json]
+    python3 bench/bench_python_sampling.py --cpu [--iters 2000]
+
+Needs torch (with CUDA and a libdistsample.so built with CUDA, but for --cpu) and the package
+(`pip install ./python`, or PYTHONPATH=python with DISTSAMPLE_LIBRARY=build/lib/libdistsample.so)."""
 
 import argparse
 import json
@@ -87,6 +92,23 @@ def host_us(fn, iters):
     return elapsed * 1e6 / iters
 
 
+def bare_call(logits, kw):
+    """The kernel alone: the ds_call of distsample.sample(logits, **kw) packed once, its outputs and
+    workspace allocated once. Returns the call, the outputs, and the workspace to keep alive."""
+    c = _call.Call(logits, None, None)
+    call, arrays = c.with_params(kw.get("temperature", 1.0), kw.get("top_k", -1), kw.get("top_p", 1.0), 0.0,
+                                 kw["seed"], kw["position"], 0.0, 0.0, 1.0, None, None, None, (1.0, 1.0), None, False,
+                                 None)
+    (workspace, ptr), nbytes = c.workspace, c.workspace_size
+    fn, stream = c.function, c.stream
+
+    def kernel():
+        if fn(call, ptr, nbytes, stream):
+            raise RuntimeError(distsample._native.LIB.ds_last_error().decode())
+
+    return kernel, arrays, workspace
+
+
 def measure(kind, bs, dtype, case, params, iters, gen):
     logits = make_logits(kind, bs, dtype, gen)
     seeds = torch.arange(bs, dtype=torch.int64, device="cuda")
@@ -96,17 +118,7 @@ def measure(kind, bs, dtype, case, params, iters, gen):
     def eager():
         return distsample.sample(logits, **kw)
 
-    # The kernel alone: the same ds_call packed once, its outputs and workspace allocated once.
-    c = _call.Call(logits, None, None)
-    call, arrays = c.with_params(kw.get("temperature", 1.0), kw.get("top_k", -1), kw.get("top_p", 1.0), 0.0, seeds,
-                                  positions, 0.0, 0.0, 1.0, None, None, None, (1.0, 1.0), None, False, None)
-    (workspace, ptr), nbytes = c.workspace, c.workspace_size
-    fn, stream = c.function, c.stream
-
-    def kernel():
-        if fn(call, ptr, nbytes, stream):
-            raise RuntimeError(distsample._native.LIB.ds_last_error().decode())
-
+    kernel, arrays, workspace = bare_call(logits, kw)
     eager()  # the library's one-time set-up happens outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -144,12 +156,75 @@ def print_table(rows):
           f"the GPU timeline: median {gaps[len(gaps) // 2]:.1f} µs, max {gaps[-1]:.1f} µs.")
 
 
+CPU_VOCAB = 64
+
+
+def interleaved_host_us(fns, iters, rounds=15):
+    """µs per call of each of `fns` on the host (CPU calls are synchronous): `rounds` blocks of
+    `iters` calls each, the functions' blocks interleaved so that load from elsewhere on the machine
+    falls on all alike; the fastest block of each."""
+    best = [float("inf")] * len(fns)
+    for fn in fns:
+        for _ in range(20):
+            fn()
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            t0 = time.process_time()
+            for _ in range(iters):
+                fn()
+            best[i] = min(best[i], (time.process_time() - t0) * 1e6 / iters)
+    return best
+
+
+def measure_cpu(bs, case, params, per_row, iters, gen):
+    logits = 2 * torch.randn(bs, CPU_VOCAB, generator=gen)
+    if per_row:
+        kw = dict(params, seed=torch.arange(bs, dtype=torch.int64), position=torch.zeros(bs, dtype=torch.int64))
+    else:
+        kw = dict(params, seed=1, position=0)
+
+    def eager():
+        return distsample.sample(logits, **kw)
+
+    kernel, arrays, workspace = bare_call(logits, kw)
+    kernel()
+    assert torch.equal(arrays[0], eager()), "the bare C call differs from the eager call"
+    eager_us, kernel_us = interleaved_host_us((eager, kernel), iters)
+    del workspace
+    return dict(case=case, bs=bs, seeds="per row" if per_row else "number", eager_host_us=eager_us,
+                kernel_host_us=kernel_us, python_overhead_us=eager_us - kernel_us)
+
+
+def cpu_main(args):
+    gen = torch.Generator().manual_seed(0)
+    rows = [measure_cpu(bs, case, params, per_row, args.iters, gen) for case, params in CASES.items()
+            for per_row in (True, False) for bs in (int(b) for b in args.batch_sizes.split(","))]
+    print(f"CPU tensors, torch {torch.__version__}, Python {sys.version.split()[0]}, V = {CPU_VOCAB}, fastest of "
+          f"15 blocks of {args.iters} calls\n")
+    head = f"{'case':<22}{'seed, position':<16}{'bs':>5}{'host eager':>11}{'host C':>8}{'py ovh':>8}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['case']:<22}{r['seeds']:<16}{r['bs']:>5}{r['eager_host_us']:>11.1f}{r['kernel_host_us']:>8.1f}"
+              f"{r['python_overhead_us']:>8.1f}")
+    overheads = sorted(r["python_overhead_us"] for r in rows)
+    print(f"\nµs per call. Python overhead per eager call on CPU tensors (host time above the bare C call): median "
+          f"{overheads[len(overheads) // 2]:.1f} µs, max {overheads[-1]:.1f} µs.")
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iters", type=int, default=200, help="calls per measurement")
+    parser.add_argument("--iters", type=int, help="calls per measurement (default 200, 2000 with --cpu)")
     parser.add_argument("--batch-sizes", default="1,32,256")
+    parser.add_argument("--cpu", action="store_true", help="the Python overhead alone, on CPU tensors")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON ('-' for stdout)")
     args = parser.parse_args()
+    if args.cpu:
+        args.iters = args.iters or 2000
+        write_json(args.json, {"device": "cpu", "vocab": CPU_VOCAB, "iters": args.iters, "rows": cpu_main(args)})
+        return
+    args.iters = args.iters or 200
     if not torch.cuda.is_available() or not distsample.has_cuda():
         sys.exit("needs a CUDA device and a libdistsample.so built with CUDA")
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -161,13 +236,16 @@ def main():
                     rows.append(measure(kind, bs, dtype, case, params, args.iters, gen))
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, V = {VOCAB}, {args.iters} calls each\n")
     print_table(rows)
-    if args.json:
-        text = json.dumps({"device": torch.cuda.get_device_name(), "vocab": VOCAB, "iters": args.iters, "rows": rows},
-                          indent=1)
-        if args.json == "-":
+    write_json(args.json, {"device": torch.cuda.get_device_name(), "vocab": VOCAB, "iters": args.iters, "rows": rows})
+
+
+def write_json(path, results):
+    if path:
+        text = json.dumps(results, indent=1)
+        if path == "-":
             print(text)
         else:
-            Path(args.json).write_text(text + "\n")
+            Path(path).write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-// Coordinator overhead per step (issue 4): TP = 4 rank actors on the local transport, bs = 64,
+// Coordinator overhead per step (docs/benchmarks.md): TP = 4 rank actors on the local transport, bs = 64,
 // N = 4, V = 32000, CPU backend. Two figures per mode, p50 and p99:
 //   coordinator overhead = step latency (submit -> reply, at the caller) - the slowest rank's
 //       time inside its step (measured in the rank): the actors, the coordinator and the futures;
@@ -10,11 +10,11 @@
 // the messaging cost without the rank threads competing for the cores. Each swap case runs twice:
 // with the default configuration (threads sleep when idle) and with `spin_us` = kSpinUs as
 // scheduler_spin_us, reply_spin_us and rank_spin_us (idle threads poll first;
-// config/group_config.h); the issue's step also with kStepSpinUs, longer than the step, which
+// config/group_config.h); the bs 64 step also with kStepSpinUs, longer than the step, which
 // needs a core per polling thread (TP + 2) to mean anything. The
-// coordinator overhead is printed against issue 4's target (p50 <= 50 us, p99 <= 200 us). No GPU
+// coordinator overhead is printed against its target (p50 <= 50 us, p99 <= 200 us). No GPU
 // is needed. Last, the bytes each mode's
-// collectives move per step at issue 5's shape (pad_bs = 64, N = 4, V = 128256, TP = 4), from the
+// collectives move per step at a large shape (pad_bs = 64, N = 4, V = 128256, TP = 4), from the
 // ranks' transport counters: exact sharded mode against the vocab swap.
 #include <benchmark/benchmark.h>
 #include <distsample/group.h>
@@ -40,7 +40,7 @@ constexpr int32_t kN = 4;
 constexpr int32_t kVocab = 32000;
 constexpr int32_t kLargeVocab = 128256;
 constexpr int32_t kSpinUs = 2000;
-// Longer than the issue's step takes on 16 cores (about 75 ms), so no thread sleeps during it.
+// Longer than the bs 64 step takes on 16 cores (about 75 ms), so no thread sleeps during it.
 constexpr int32_t kStepSpinUs = 250'000;
 constexpr double kTargetP50Us = 50;
 constexpr double kTargetP99Us = 200;

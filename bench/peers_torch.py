@@ -1,4 +1,4 @@
-"""PyTorch peers of bench_cuda_sampling, in the same run (issue 3).
+"""PyTorch peers of bench_cuda_sampling, in the same run (docs/benchmarks.md).
 
 Usage (on the GPU machine): python3 bench/peers_torch.py ours.json
 Reads our figures, times the PyTorch way of doing each case on the same shapes with CUDA events,

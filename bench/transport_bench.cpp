@@ -12,7 +12,7 @@
 //
 // The process forks TP-1 ranks; they meet through a TCP rendezvous on 127.0.0.1. Rank 0 prints
 // the figures. With peer error handling on (the default of the transport), Debian's UCX 1.13 uses
-// tcp even between processes of one machine (DESIGN.md §8); off lets it pick shared memory.
+// tcp even between processes of one machine (docs/deployment.md, UCX settings); off lets it pick shared memory.
 #include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>

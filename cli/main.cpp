@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
     // Group settings: a config file, then DISTSAMPLE_* variables, then --set and the flags below
     // (each flag is the override of one config key).
     auto add_group_options = [](CLI::App* cmd, ds::cli::group_options& group) {
-        cmd->add_option("--config", group.config_file, "JSON configuration file (see README, Configuration)");
+        cmd->add_option("--config", group.config_file, "JSON configuration file (see docs/configuration.md)");
         cmd->add_option("--set", group.overrides, "Override a configuration key: KEY=VALUE (repeatable)");
         auto flag = [cmd, &group](const char* name, const char* key, const char* help) {
             cmd->add_option_function<std::string>(
@@ -50,8 +50,8 @@ int main(int argc, char** argv) {
             [&group](const std::vector<std::string>& faults) {
                 for (const std::string& f : faults) group.overrides.push_back("faults.inject=" + f);
             },
-            "Inject a fault: kind:rank=R[:steps=A-B][:p=P][:ms=D] (repeatable; config key faults.inject; README, Fault "
-            "injection)");
+            "Inject a fault: kind:rank=R[:steps=A-B][:p=P][:ms=D] (repeatable; config key faults.inject; "
+            "docs/faults.md)");
         flag("--fault-seed", "faults.seed", "Seed of the faults' per-step coins (config key faults.seed)");
     };
     for (CLI::App* cmd : {step_sample_cmd, step_verify_cmd}) add_group_options(cmd, step.group);
@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
     check_cmd->add_option("--set", check.overrides, "Override a configuration key: KEY=VALUE (repeatable)");
 
     ds::cli::faults_report_options faults_report;
-    CLI::App* faults_cmd = app.add_subcommand("faults", "Fault injection (README, Fault injection)");
+    CLI::App* faults_cmd = app.add_subcommand("faults", "Fault injection (docs/faults.md)");
     faults_cmd->require_subcommand(1);
     CLI::App* faults_report_cmd =
         faults_cmd->add_subcommand("report", "Print a run's fault report: a table per fault kind, or --json");

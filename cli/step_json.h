@@ -1,6 +1,6 @@
-// The JSON form of one sampling or verification step, as read by `distsample kernel ...` (and,
-// later, `distsample step ...`). Input and output layouts are documented in README
-// ("Replaying a step").
+// The JSON form of one sampling or verification step, as read by `distsample kernel`,
+// `distsample step` and `distsample coordinator`. Input and output layouts are documented in
+// docs/protocol.md ("JSON steps").
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-// The effective group configuration, built in one place (DESIGN.md §5), later sources winning:
+// The effective group configuration, built in one place (docs/configuration.md), later sources winning:
 //   1. the defaults of group_config,
 //   2. a JSON file (one object; keys below),
 //   3. DISTSAMPLE_<KEY> environment variables (DISTSAMPLE_TP=2, DISTSAMPLE_MODE=sharded, ...),

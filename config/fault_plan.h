@@ -1,4 +1,4 @@
-// A fault plan (issue 7): which faults to inject into which rank at which steps. Whether a fault
+// A fault plan (docs/faults.md): which faults to inject into which rank at which steps. Whether a fault
 // fires on a step is a pure function of (plan seed, fault index, step id), so a run with the same
 // plan and the same steps replays the same faults, whatever the timing.
 //

@@ -1,6 +1,7 @@
-// The gateway's settings (docs/gateway.md), in the "gateway" section of the same configuration as
-// the group (config/config_keys.h): the file's "gateway" object, DISTSAMPLE_GATEWAY_<KEY>
-// variables, then "gateway.<key>=value" overrides, then the flags of `distsample serve`.
+// The gateway's settings (docs/gateway.md, docs/configuration.md), in the "gateway" section of the
+// same configuration as the group (config/config_keys.h): the file's "gateway" object,
+// DISTSAMPLE_GATEWAY_<KEY> variables, then "gateway.<key>=value" overrides, then the flags of
+// `distsample serve`.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,9 +1,9 @@
 // The configuration of a group of TP rank actors and how a step is laid out over them.
 //
-// How a step of bs requests is laid out over TP ranks (DESIGN.md §1, §4). Batch-DP ("swap") pads
-// the batch to pad_bs = ceil(bs / TP) * TP; the phantom rows name slot 0 (neutral) and rank r
-// samples requests [r * reqs_per_rank, (r + 1) * reqs_per_rank). Rank r always holds the vocab
-// shard [r * V/TP, (r + 1) * V/TP).
+// How a step of bs requests is laid out over TP ranks (docs/architecture.md, The coordinator and
+// Modes). Batch-DP ("swap") pads the batch to pad_bs = ceil(bs / TP) * TP; the phantom rows name
+// slot 0 (neutral) and rank r samples requests [r * reqs_per_rank, (r + 1) * reqs_per_rank). Rank r
+// always holds the vocab shard [r * V/TP, (r + 1) * V/TP).
 #pragma once
 
 #include <chrono>
@@ -14,7 +14,7 @@
 
 namespace ds {
 
-// How the ranks sample a step (DESIGN.md §4).
+// How the ranks sample a step (docs/architecture.md, Modes).
 enum class dist_mode {
     gathered,  // all-gather the full logits, every rank samples every row (reference)
     swap,      // all-to-all vocab swap, each rank verifies its requests, packed all-gather
@@ -35,8 +35,9 @@ struct group_limits {
     int32_t max_pad_bs() const { return (max_batch + tp - 1) / tp * tp; }
 };
 
-// What the coordinator does with the ranks' outputs (DESIGN.md §4). Every policy compares each
-// rank's output digest with rank 0's and records a desync event on a difference.
+// What the coordinator does with the ranks' outputs (docs/architecture.md, Rank-0 policy and
+// desync events). Every policy compares each rank's output digest with rank 0's and records a
+// desync event on a difference.
 enum class rank0_policy {
     always,       // answer with rank 0's outputs and make every rank commit them
     never,        // trust no rank: a difference fails the step with a `mismatch` error

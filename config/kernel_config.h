@@ -1,5 +1,5 @@
 // Sizes a sampling backend is built for. Every buffer is allocated once from these at
-// construction, so no step allocates (DESIGN.md §3, §6).
+// construction, so no step allocates (docs/architecture.md, Sampling backends).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Where the processes of a multi-process group run and how they meet (issue 5), in the "topology"
+// Where the processes of a multi-process group run and how they meet (docs/deployment.md), in the "topology"
 // section of the same configuration as the group (config/config_keys.h): the file's "topology"
 // object, DISTSAMPLE_TOPOLOGY_<KEY> variables, then "topology.<key>=value" overrides, then the
 // flags of `distsample coordinator` and `distsample rank` (--listen, --coordinator, --rank).

@@ -1,7 +1,7 @@
-// The scheduler gateway (docs/gateway.md): a Boost.Asio server on TCP and a Unix socket in front of
-// a ds::group, plus a small HTTP listener for /metrics and /healthz. It wires the parts:
-// connections (gateway/connection.h), the request handlers with their dispatcher and completion
-// threads (gateway/handlers.h), the HTTP endpoint (gateway/http_endpoint.h).
+// The scheduler gateway (docs/protocol.md, docs/gateway.md): a Boost.Asio server on TCP and a Unix
+// socket in front of a ds::group, plus a small HTTP listener for /metrics and /healthz. It wires
+// the parts: connections (gateway/connection.h), the request handlers with their dispatcher and
+// completion threads (gateway/handlers.h), the HTTP endpoint (gateway/http_endpoint.h).
 //
 // Threads: `io_threads` Asio threads read and write frames and never wait for a step; the
 // dispatcher and the completion thread of the request handlers.

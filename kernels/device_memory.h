@@ -1,5 +1,5 @@
 // GPU memory and pinned host memory for code outside kernels/ (the ucx transport, the rank
-// engine), which includes no CUDA headers (DESIGN.md §6): a move-only owner, and the copies that
+// engine), which includes no CUDA headers (docs/architecture.md, Modules): a move-only owner, and the copies that
 // staging needs. In a build without CUDA every call returns status unsupported.
 #pragma once
 

@@ -1,6 +1,7 @@
-// Per-slot sampling state of one rank (DESIGN.md §3): parameters, logit bias and the counts of
-// tokens already emitted (for penalties). Slot 0 is reserved, neutral and never registered, so
-// phantom (padding) rows that name it sample greedily from unmodified logits.
+// Per-slot sampling state of one rank (docs/semantics.md, Requests, slots, positions):
+// parameters, logit bias and the counts of tokens already emitted (for penalties). Slot 0 is
+// reserved, neutral and never registered, so phantom (padding) rows that name it sample greedily
+// from unmodified logits.
 //
 // Storage is allocated once at construction; registering, releasing and recording tokens never
 // allocate.

@@ -95,7 +95,7 @@ status sampling_call::check() const {
 
 std::size_t workspace_bytes(const sampling_call& call) {
 #if defined(DISTSAMPLE_HAVE_CUDA)
-    if (call.logits.on_device) return cuda::call_workspace_size(call.batch_size, call.tokens_per_req, call.logits.vocab);
+    if (call.logits.on_device) return cuda::call_workspace_size(call);
 #endif
     return cpu::call_workspace_bytes(call.logits.vocab);
 }

@@ -24,7 +24,7 @@ class sampling_backend {
     // One token per request: predict [bs] then accept_length [bs] (all 1) in out.packed;
     // accept_index[b] = b. Requires step.tokens_per_req == 1.
     virtual status sample(const step_input& step, const step_output& out) = 0;
-    // Chain verification of step.candidates against bs * N logits rows (DESIGN.md §3).
+    // Chain verification of step.candidates against bs * N logits rows (docs/semantics.md, Verify).
     virtual status verify(const step_input& step, const step_output& out) = 0;
 
     // Adds every request's emitted tokens (predict[b*N, b*N + accept_length)) to its slot's

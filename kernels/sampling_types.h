@@ -58,7 +58,7 @@ struct step_input {
 };
 
 // Outputs of a step, in caller-owned memory. The packed buffer holds predict [bs*N] followed by
-// accept_length [bs], so one copy returns both (DESIGN.md §3).
+// accept_length [bs], so one copy returns both (docs/semantics.md, Outputs).
 struct step_output {
     int32_t* packed = nullptr;        // [bs*N + bs]
     int32_t* accept_index = nullptr;  // [bs*N] flat row ids of accepted positions, -1 after

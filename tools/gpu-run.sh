@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU runs, the same way every session (DESIGN.md §7):
+# GPU runs (docs/deployment.md, Running on a GPU machine):
 #   tools/gpu-run.sh bundle [TARGET...]
 #                             here: build for sm_90 into build-gpu/ and bundle the binaries (the
 #                             tests and what verify runs, or only the named targets) and the

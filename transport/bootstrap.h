@@ -1,7 +1,8 @@
 // How the ranks of a transport group meet before their first collective: each rank contributes
-// one opaque blob (UCX: worker address and rkey; NCCL: the unique id) and receives every rank's
-// blob in rank order. Small and pluggable: a TCP rendezvous today (tcp_bootstrap.h), CAF messages
-// once ranks join a remote coordinator.
+// one opaque blob (UCX: worker address, rkeys and buffer addresses; NCCL: rank 0's unique id) and
+// receives every rank's blob in rank order. The implementation is a TCP rendezvous
+// (tcp_bootstrap.h); a coordinator of rank processes opens one per epoch and sends its address to
+// the ranks over CAF (actors/remote_ranks.h).
 #pragma once
 
 #include <cstdint>

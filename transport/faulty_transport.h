@@ -1,4 +1,4 @@
-// A decorator that injects transport faults into any backend (issue 7) and checks the payloads of
+// A decorator that injects transport faults into any backend (docs/faults.md) and checks the payloads of
 // the collectives whose result is a copy of what some rank sent.
 //
 // Faults are armed per step by the rank (from its fault plan): a delay before the step's first

@@ -1,9 +1,10 @@
-// The one narrow interface between rank actors (DESIGN.md §5): the collectives a distributed
-// sampling step needs. Backends: `local` (ranks as threads of one process) today; UCX and NCCL
-// implement the same calls. Every call is collective (all ranks of the group make it, in the same
-// order, with the same sizes), blocks until the group has finished it, and is bounded by the
-// group's timeout. After abort() or a timeout every pending and later call fails until the group
-// starts a new epoch.
+// The one narrow interface between ranks (docs/architecture.md, Transports): the collectives a
+// distributed sampling step needs. Backends: `local` (ranks as threads of one process), `ucx`
+// (rank processes, or rank threads) and `nccl` (one rank process per GPU); transport_factory.h
+// picks one. Every call is collective (all ranks of the group make it, in the same order, with the
+// same sizes), blocks until the group has finished it, and is bounded by the group's timeout.
+// After abort() or a timeout every pending and later call fails: ranks as threads go on in a new
+// epoch (transport_group.h), rank processes with new endpoints.
 #pragma once
 
 #include <chrono>
@@ -51,7 +52,7 @@ class transport {
     // stage logits to match.
     virtual bool swaps_device_logits() const { return false; }
 
-    // Vocab swap (the seed's batch-DP all-to-all): every rank holds `shard`, its vocab slice
+    // Vocab swap (the batch-DP all-to-all): every rank holds `shard`, its vocab slice
     // [rank * V/TP, (rank+1) * V/TP) of the step's rows. This rank receives the full-vocab rows
     // [first_row, first_row + row_count) assembled from every rank's slice. Rows at or past
     // `shard.rows` are phantom rows (padding) and come back as zeros. The returned view points

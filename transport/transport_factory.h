@@ -1,4 +1,4 @@
-// The one place a transport is chosen (DESIGN.md §5): `auto | local | ucx | nccl`, from
+// The one place a transport is chosen (docs/architecture.md, Transports): `auto | local | ucx | nccl`, from
 // group_config::transport, which config_file.h loads from a file, DISTSAMPLE_TRANSPORT, --set or
 // --transport. Asking for a backend this build or this layout cannot use fails at start-up with
 // a message saying why and what to set instead.
@@ -7,7 +7,7 @@
 //   auto       local                               ucx
 //   local      local                               error: use ucx
 //   ucx        ucx_group (ucx between threads)     ucx
-//   nccl       error: not built                    error: not built
+//   nccl       error: one process per GPU          nccl (error when not built)
 #pragma once
 
 #include <memory>

@@ -1,4 +1,4 @@
-// The ranks of one group as threads of this process (the embedded coordinator, DESIGN.md §5),
+// The ranks of one group as threads of this process (the embedded coordinator, docs/architecture.md),
 // whatever backend moves their data. Each rank's thread uses its endpoint; the coordinator aborts
 // the group when a step fails (waking ranks that wait in collectives), names the ranks the others
 // wait for, and starts a new epoch per step so a failed step does not poison the next one.

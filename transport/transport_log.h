@@ -1,5 +1,5 @@
-// The transport's logger, "distsample.transport" on stderr (DESIGN.md §6: one logger per
-// subsystem): which backend and which UCX transports a group chose, peer failures.
+// The transport's logger, "distsample.transport" on stderr (docs/architecture.md,
+// Logs): which backend and which UCX transports a group chose, peer failures.
 #pragma once
 
 #include <spdlog/spdlog.h>

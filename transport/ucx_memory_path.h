@@ -1,4 +1,5 @@
-// Which memory the ucx transport swaps logits in (config key ucx_device_memory, issue 5):
+// Which memory the ucx transport swaps logits in (config key ucx_device_memory;
+// docs/deployment.md, GPU memory over UCX):
 //
 //   backend   requested   UCX reports CUDA memory    path
 //   cpu       auto         any                       host    (as always: the backend reads host rows)

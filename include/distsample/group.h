@@ -26,7 +26,7 @@
 
 namespace ds {
 
-// A rank whose outputs differed from rank 0's (DESIGN.md §4).
+// A rank whose outputs differed from rank 0's (docs/architecture.md, Rank-0 policy and desync events).
 struct desync_event {
     uint64_t step = 0;
     int32_t rank = 0;

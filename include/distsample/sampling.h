@@ -26,11 +26,18 @@
 
 #include <distsample/status.h>
 
+// Functions the shared library libdistsample.so exports (it hides everything else).
+#if defined(__GNUC__)
+#define DS_API __attribute__((visibility("default")))
+#else
+#define DS_API
+#endif
+
 namespace ds {
 
 enum class logits_dtype : int { f32 = 0, bf16 = 1, f16 = 2 };
-const char* dtype_name(logits_dtype dtype);
-std::size_t dtype_size(logits_dtype dtype);
+DS_API const char* dtype_name(logits_dtype dtype);
+DS_API std::size_t dtype_size(logits_dtype dtype);
 
 // Rows of logits over the full vocabulary (or over one rank's vocab shard). Row r starts at
 // data + r * row_stride elements; row_stride >= vocab. `on_device` marks CUDA device memory; in a
@@ -82,8 +89,8 @@ struct request_sources {
     param<float> presence_penalty = param<float>::uniform(0.0f);
     param<float> frequency_penalty = param<float>::uniform(0.0f);
     param<float> repetition_penalty = param<float>::uniform(1.0f);
-    token_list<float> logit_bias;   // added to the logits of the listed tokens
-    token_list<int32_t> seen;       // distinct tokens already generated and their counts (penalties)
+    token_list<float> logit_bias;  // added to the logits of the listed tokens
+    token_list<int32_t> seen;      // distinct tokens already generated and their counts (penalties)
 };
 
 // Acceptance knobs of target-only chain verification (docs/semantics.md, Verify). 1.0 / 1.0 is
@@ -120,17 +127,17 @@ struct sampling_outputs {
 
 // One sample or verify call (TensorRT-LLM's params-struct shape: inputs, outputs, check()).
 struct sampling_call {
-    logits_view logits;                  // [batch_size * tokens_per_req rows, vocab]
+    logits_view logits;  // [batch_size * tokens_per_req rows, vocab]
     int32_t batch_size = 0;
-    int32_t tokens_per_req = 1;          // N: 1 for sample; anchor + N - 1 drafts for verify
+    int32_t tokens_per_req = 1;  // N: 1 for sample; anchor + N - 1 drafts for verify
     request_sources params;
     // Optional [bs] slot of each request: the per-row arrays of `params` and its lists are then
     // indexed by slot (state kept per slot by the caller), not by request.
     const int32_t* slots = nullptr;
     int32_t num_slots = 0;  // with slots: the length of the slot-indexed arrays (slots out of range flag the row)
     param<int64_t> positions = param<int64_t>::uniform(0);  // per request: sequence length before the step
-    const int32_t* candidates = nullptr;  // [bs, N] verify: the anchor then the drafts
-    const uint32_t* bitmask = nullptr;    // [bs * N, ceil(V / 32)] bit 1 = allowed; null = all
+    const int32_t* candidates = nullptr;                    // [bs, N] verify: the anchor then the drafts
+    const uint32_t* bitmask = nullptr;                      // [bs * N, ceil(V / 32)] bit 1 = allowed; null = all
     verify_thresholds thresholds;
     logprob_mode logprobs = logprob_mode::none;
     // Every request is greedy with no penalties and no bias (a promise the caller can make without
@@ -140,7 +147,7 @@ struct sampling_call {
     sampling_outputs outputs;
 
     // Shapes, pointers and scalar ranges; names the field and the allowed range.
-    status check() const;
+    DS_API status check() const;
 };
 
 // A non-owning CUDA stream (cudaStream_t); null is the legacy default stream. Ignored on the host.
@@ -155,18 +162,18 @@ struct workspace_ref {
 };
 
 // Bytes of workspace a call of this shape needs (batch size, N, vocabulary, where).
-std::size_t workspace_bytes(const sampling_call& call);
+DS_API std::size_t workspace_bytes(const sampling_call& call);
 
 // One token per request (tokens_per_req == 1); accept_length all 1, accept_index[b] = b.
-status sample(const sampling_call& call, workspace_ref workspace, stream_ref stream = {});
+DS_API status sample(const sampling_call& call, workspace_ref workspace, stream_ref stream = {});
 // Chain verification of the drafts (docs/semantics.md, Verify).
-status verify(const sampling_call& call, workspace_ref workspace, stream_ref stream = {});
+DS_API status verify(const sampling_call& call, workspace_ref workspace, stream_ref stream = {});
 
 // Enqueues copies of a call's outputs (`from`, where the call ran) into `to` (host memory; pinned
 // for the copies to be asynchronous) on `stream`: for callers that want host results. Outputs
 // null in either are skipped. On the host, copies at once.
-status copy_outputs(const sampling_outputs& from, const sampling_outputs& to, int32_t batch_size,
-                    int32_t tokens_per_req, bool from_device, stream_ref stream = {});
+DS_API status copy_outputs(const sampling_outputs& from, const sampling_outputs& to, int32_t batch_size,
+                           int32_t tokens_per_req, bool from_device, stream_ref stream = {});
 
 // Adds each request's emitted tokens (predict[b * N, b * N + accept_length[b])) to the seen-token
 // lists of its slot, held by the caller in fixed-capacity form: tokens and counts
@@ -187,8 +194,8 @@ struct commit_call {
     uint8_t* row_error = nullptr;  // optional [bs]
     bool on_device = false;
 
-    status check() const;
+    DS_API status check() const;
 };
-status commit_tokens(const commit_call& call, stream_ref stream = {});
+DS_API status commit_tokens(const commit_call& call, stream_ref stream = {});
 
 }  // namespace ds

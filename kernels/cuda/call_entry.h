@@ -9,7 +9,7 @@
 
 namespace ds::cuda {
 
-std::size_t call_workspace_size(int32_t batch, int32_t tokens_per_req, int32_t vocab);
+std::size_t call_workspace_size(const sampling_call& call);
 status run_call_on(const sampling_call& call, workspace_ref workspace, void* stream);
 status commit_tokens_on(const commit_call& call, void* stream);
 // Enqueues a device-to-host copy on `stream`.

@@ -9,8 +9,13 @@
 
 namespace ds::cuda {
 
-std::size_t call_workspace_bytes(int32_t batch, int32_t tokens_per_req, int32_t vocab) {
-    return chain_kernel_workspace_bytes(int64_t{batch} * tokens_per_req, batch, vocab);
+std::size_t call_workspace_bytes(int32_t batch, int32_t tokens_per_req, int32_t vocab, bool cut_lists) {
+    return chain_kernel_workspace_bytes(int64_t{batch} * tokens_per_req, batch, vocab, cut_lists);
+}
+
+bool cut_possible(const sampling_call& call) {
+    const request_sources& p = call.params;
+    return p.top_k.values != nullptr || p.top_k.scalar != -1 || p.top_p.values != nullptr || p.top_p.scalar < 1.0f;
 }
 
 namespace {
@@ -28,7 +33,8 @@ status plan_call(const sampling_call& call, workspace_ref workspace, int streami
                  chain_kernel_params& params) {
     const int32_t bs = call.batch_size;
     const int32_t n = call.tokens_per_req;
-    const std::size_t needed = call_workspace_bytes(bs, n, call.logits.vocab);
+    const bool cut_lists = cut_possible(call);
+    const std::size_t needed = call_workspace_bytes(bs, n, call.logits.vocab, cut_lists);
     if (workspace.data == nullptr || workspace.bytes < needed) {
         return status::invalid(fmt::format("workspace.bytes = {}: expected at least {} (workspace_bytes)",
                                            workspace.data == nullptr ? 0 : workspace.bytes, needed));
@@ -50,16 +56,12 @@ status plan_call(const sampling_call& call, workspace_ref workspace, int streami
     params.thresholds = call.thresholds;
     params.logprobs = call.logprobs;
     params.outputs = call.outputs;
-    chain_workspace::layout(workspace.data, int64_t{bs} * n, bs, call.logits.vocab, params.workspace);
+    chain_workspace::layout(workspace.data, int64_t{bs} * n, bs, call.logits.vocab, cut_lists, params.workspace);
     const int64_t rows = int64_t{bs} * n;
-    // Two waves of the blocks the GPU holds at once: the read probe of bench_cuda_sampling reads
-    // fastest with a grid of twice the resident blocks (bench/RESULTS.md).
-    constexpr int64_t kStreamWaves = 2;
     params.stream_segments =
-        can_stream(call)
-            ? static_cast<int32_t>(std::clamp<int64_t>(kStreamWaves * streaming_blocks / std::max<int64_t>(rows, 1), 1,
-                                                       max_stream_segments(call.logits.vocab)))
-            : 0;
+        can_stream(call) ? static_cast<int32_t>(std::clamp<int64_t>(streaming_blocks / std::max<int64_t>(rows, 1), 1,
+                                                                    max_stream_segments(call.logits.vocab)))
+                         : 0;
     if (const char* problem = params.check()) return {status_code::internal, problem};
     return status::success();
 }
@@ -109,8 +111,8 @@ status run_call(const sampling_call& call, workspace_ref workspace, cudaStream_t
 
 namespace ds::cuda {
 
-std::size_t call_workspace_size(int32_t batch, int32_t tokens_per_req, int32_t vocab) {
-    return call_workspace_bytes(batch, tokens_per_req, vocab);
+std::size_t call_workspace_size(const sampling_call& call) {
+    return call_workspace_bytes(call.batch_size, call.tokens_per_req, call.logits.vocab, cut_possible(call));
 }
 
 status run_call_on(const sampling_call& call, workspace_ref workspace, void* stream) {

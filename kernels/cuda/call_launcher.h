@@ -11,8 +11,13 @@
 
 namespace ds::cuda {
 
-// Workspace bytes for a call of `batch` requests of N rows over `vocab` tokens.
-std::size_t call_workspace_bytes(int32_t batch, int32_t tokens_per_req, int32_t vocab);
+// Workspace bytes for a call of `batch` requests of N rows over `vocab` tokens; `cut_lists` when
+// a request may have a top-k or top-p cut (cut_possible).
+std::size_t call_workspace_bytes(int32_t batch, int32_t tokens_per_req, int32_t vocab, bool cut_lists);
+
+// Whether a request of `call` may have a top-k or top-p cut: per-row arrays, or scalars other
+// than "no cut".
+bool cut_possible(const sampling_call& call);
 
 // Replacements for the Philox draws (tests and replays through a backend step).
 struct replay_coins {

@@ -947,16 +947,12 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
 }
 
 // ---- The streaming kernel: greedy requests without penalties or bias ------------------------------
-// A thread reads 16-byte vectors (W tokens: 4 fp32 or 8 bf16/fp16) a block round apart,
-// kStreamUnroll of them in flight, keeping its running argmax (and, for logprobs, a running
-// softmax sum) in registers; one block reduction at the end of the segment.
+// A thread reads 4-token vectors kStreamStride apart, kStreamUnroll of them in flight, keeping its
+// running argmax (and, for logprobs, a running softmax sum) in registers; one block reduction at
+// the end of the segment.
+constexpr int32_t kStreamStride = kBlockThreads * kSliceTokens;
 constexpr int kStreamUnroll = 8;
-template <int W>
-__host__ __device__ constexpr int32_t stream_stride() {
-    return kBlockThreads * W;
-}
-static_assert(kStreamSegmentQuantum % stream_stride<4>() == 0 && kStreamSegmentQuantum % stream_stride<8>() == 0,
-              "segments start on a whole block round");
+static_assert(kStreamSegmentQuantum == kStreamStride, "segments start on a whole block round");
 
 struct streaming_shared {
     block_scratch scratch;
@@ -964,40 +960,35 @@ struct streaming_shared {
     bool flag;
 };
 
-// Tokens [at, at + W) of `row` as floats, masked (bitmask); tokens at or past `end` read as -inf.
-// `at` is a multiple of W (which divides 32), so the W tokens share one bitmask word.
-template <int W>
+// Tokens [at, at + 4) of `row` as floats, masked (bitmask); tokens at or past `end` read as -inf.
+// `at` is a multiple of 4, so the four share one bitmask word.
 __device__ __forceinline__ void stream_slice(const chain_kernel_params& p, int64_t row, int32_t at, int32_t end,
-                                             float (&v)[W]) {
+                                             float (&v)[kSliceTokens]) {
     const int64_t offset = row * p.row_stride + at;
-    const bool whole = at + W <= end;
-    if constexpr (W == 4) {
+    const bool whole = at + kSliceTokens <= end;
+    if (p.dtype == logits_dtype::f32) {
         const float* source = static_cast<const float*>(p.logits) + offset;
         if (whole && (reinterpret_cast<uintptr_t>(source) & 15) == 0) {
             const float4 q = __ldcs(reinterpret_cast<const float4*>(source));
             v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
         } else {
 #pragma unroll
-            for (int k = 0; k < W; ++k) v[k] = at + k < end ? source[k] : -HUGE_VALF;
+            for (int k = 0; k < kSliceTokens; ++k) v[k] = at + k < end ? source[k] : -HUGE_VALF;
         }
     } else {
         const uint16_t* source = static_cast<const uint16_t*>(p.logits) + offset;
-        uint16_t halves[W];
-        if (whole && (reinterpret_cast<uintptr_t>(source) & 15) == 0) {
-            const uint4 q = __ldcs(reinterpret_cast<const uint4*>(source));
-            const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                halves[2 * k] = static_cast<uint16_t>(words[k]);
-                halves[2 * k + 1] = static_cast<uint16_t>(words[k] >> 16);
-            }
+        uint16_t halves[kSliceTokens];
+        if (whole && (reinterpret_cast<uintptr_t>(source) & 7) == 0) {
+            const uint2 q = __ldcs(reinterpret_cast<const uint2*>(source));
+            halves[0] = static_cast<uint16_t>(q.x), halves[1] = static_cast<uint16_t>(q.x >> 16);
+            halves[2] = static_cast<uint16_t>(q.y), halves[3] = static_cast<uint16_t>(q.y >> 16);
         } else {
 #pragma unroll
-            for (int k = 0; k < W; ++k) halves[k] = at + k < end ? source[k] : 0;
+            for (int k = 0; k < kSliceTokens; ++k) halves[k] = at + k < end ? source[k] : 0;
         }
         const bool bf16 = p.dtype == logits_dtype::bf16;
 #pragma unroll
-        for (int k = 0; k < W; ++k) {
+        for (int k = 0; k < kSliceTokens; ++k) {
             v[k] = at + k >= end ? -HUGE_VALF
                    : bf16        ? dm::bf16_bits_to_float(halves[k])
                                  : dm::fp16_bits_to_float(halves[k]);
@@ -1006,13 +997,12 @@ __device__ __forceinline__ void stream_slice(const chain_kernel_params& p, int64
     if (p.bitmask != nullptr && at < end) {
         const uint32_t word = p.bitmask[row * ((p.vocab + 31) / 32) + (at >> 5)];
 #pragma unroll
-        for (int k = 0; k < W; ++k) {
+        for (int k = 0; k < kSliceTokens; ++k) {
             if (((word >> ((at + k) & 31)) & 1u) == 0) v[k] = -HUGE_VALF;
         }
     }
 }
 
-template <int W>
 __global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_kernel_params p) {
     __shared__ streaming_shared sh;
     const chain_workspace& ws = p.workspace;
@@ -1038,17 +1028,17 @@ __global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_k
     int32_t best_index = -1;
     float softmax_max = -HUGE_VALF;  // the running softmax sum is relative to this
     double softmax = 0.0;
-    constexpr int32_t stride = stream_stride<W>();
-    for (int32_t at = first + static_cast<int32_t>(threadIdx.x) * W; at < end; at += stride * kStreamUnroll) {
-        float values[kStreamUnroll][W];
+    for (int32_t at = first + static_cast<int32_t>(threadIdx.x) * kSliceTokens; at < end;
+         at += kStreamStride * kStreamUnroll) {
+        float values[kStreamUnroll][kSliceTokens];
 #pragma unroll
-        for (int u = 0; u < kStreamUnroll; ++u) stream_slice<W>(p, row, at + u * stride, end, values[u]);
+        for (int u = 0; u < kStreamUnroll; ++u) stream_slice(p, row, at + u * kStreamStride, end, values[u]);
 #pragma unroll
         for (int u = 0; u < kStreamUnroll; ++u) {
 #pragma unroll
-            for (int k = 0; k < W; ++k) {
+            for (int k = 0; k < kSliceTokens; ++k) {
                 const float value = values[u][k];
-                const int32_t token = at + u * stride + k;
+                const int32_t token = at + u * kStreamStride + k;
                 keep_if_larger(value, token, best, best_index);
                 if (token == draft && token < end) sync.draft_logit = value;  // past `end`: the next segment's
                 if (with_logprobs) {
@@ -1099,7 +1089,7 @@ cudaError_t streaming_kernel_capacity(int device, int& resident_blocks) {
     int per_sm = 0;
     cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, streaming_greedy_kernel<4>, kBlockThreads, 0);
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, streaming_greedy_kernel, kBlockThreads, 0);
     resident_blocks = sms * per_sm;
     return e;
 }
@@ -1109,9 +1099,9 @@ cudaError_t prepare_chain_kernel() {
                                 static_cast<int>(sizeof(kernel_shared)));
 }
 
-size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t vocab) {
+size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t vocab, bool cut_lists) {
     chain_workspace unused;
-    return chain_workspace::layout(nullptr, max_rows, max_batch, vocab, unused);
+    return chain_workspace::layout(nullptr, max_rows, max_batch, vocab, cut_lists, unused);
 }
 
 unsigned chain_kernel_blocks(const chain_kernel_params& params) {
@@ -1128,10 +1118,8 @@ cudaError_t launch_step(const sampling_call& call, const chain_kernel_params& pa
     prepare_step_kernel<<<static_cast<unsigned>((threads + kPrepareThreads - 1) / kPrepareThreads), kPrepareThreads, 0,
                           stream>>>(call, params.workspace);
     const unsigned blocks = chain_kernel_blocks(params);
-    if (params.stream_segments > 0 && params.dtype == logits_dtype::f32) {
-        streaming_greedy_kernel<4><<<blocks, kBlockThreads, 0, stream>>>(params);
-    } else if (params.stream_segments > 0) {
-        streaming_greedy_kernel<8><<<blocks, kBlockThreads, 0, stream>>>(params);
+    if (params.stream_segments > 0) {
+        streaming_greedy_kernel<<<blocks, kBlockThreads, 0, stream>>>(params);
     } else {
         chain_kernel<<<blocks, kBlockThreads, sizeof(kernel_shared), stream>>>(params);
     }

@@ -10,7 +10,7 @@ namespace ds::cuda {
 
 // Bytes of chain_kernel_params::workspace for steps of up to max_rows rows and max_batch requests
 // (aligned to 256 bytes at its start).
-size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t vocab);
+size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t vocab, bool cut_lists);
 
 // Once per process and device before the first launch: lets the kernel use its shared memory.
 cudaError_t prepare_chain_kernel();

@@ -35,7 +35,7 @@ DS_HD int32_t chunks_per_row(int32_t vocab) { return (vocab + kChunkTokens - 1) 
 // keep the whole step resident on the GPU at once; threads stream their tokens through
 // registers with several loads in flight, with no shared-memory copy and no barrier. Segments
 // are whole multiples of kStreamSegmentQuantum tokens and at least kMinStreamSegmentTokens.
-constexpr int32_t kStreamSegmentQuantum = 2048;  // one 16-byte vector (8 bf16 tokens) per thread of a block
+constexpr int32_t kStreamSegmentQuantum = 1024;  // one 4-token vector per thread of a block
 constexpr int32_t kMinStreamSegmentTokens = 4096;
 
 DS_HD int32_t max_stream_segments(int32_t vocab) {
@@ -111,8 +111,10 @@ struct chain_workspace {
     cut_candidate* candidates = nullptr;      // [rows, vocab]
 
     // Bytes for `rows` rows of `vocab` tokens and `batch` requests; with base != null, also points
-    // every member into [base, base + bytes).
-    static size_t layout(void* base, int64_t rows, int32_t batch, int32_t vocab, chain_workspace& out) {
+    // every member into [base, base + bytes). Without `cut_lists` (no request can have a top-k or
+    // top-p cut) the candidate lists, 8 bytes per token of every row, are left out.
+    static size_t layout(void* base, int64_t rows, int32_t batch, int32_t vocab, bool cut_lists,
+                         chain_workspace& out) {
         size_t at = 0;
         auto carve = [&](auto*& member, size_t count) {
             using element = std::remove_reference_t<decltype(*member)>;
@@ -131,7 +133,7 @@ struct chain_workspace {
             chunks_per_row(vocab) > max_stream_segments(vocab) ? chunks_per_row(vocab) : max_stream_segments(vocab);
         carve(out.partials, row_count * static_cast<size_t>(partials_per_row));
         carve(out.results, row_count);
-        carve(out.candidates, row_count * static_cast<size_t>(vocab));
+        carve(out.candidates, cut_lists ? row_count * static_cast<size_t>(vocab) : 0);
         return at;
     }
 };

@@ -203,8 +203,7 @@ struct cuda_backend::impl {
     }
 
     // Validates the step and stages it; fills the staged call and its launch.
-    status stage(const step_input& step, step_kind kind, bool with_logprobs, staged_step& staged,
-                 replay_coins& coins) {
+    status stage(const step_input& step, step_kind kind, bool with_logprobs, staged_step& staged, replay_coins& coins) {
         DS_TRY(validate_step(step, kind, config));
         const int32_t bs = step.batch_size;
         const int32_t n = step.tokens_per_req;
@@ -222,8 +221,8 @@ struct cuda_backend::impl {
         call.batch_size = bs;
         call.tokens_per_req = n;
         call.candidates = kind == step_kind::verify ? carve.put(step.candidates, rows) : nullptr;
-        call.bitmask =
-            carve.put(step.bitmask, step.bitmask != nullptr ? rows * static_cast<size_t>(bitmask_words(step.logits.vocab)) : 0);
+        call.bitmask = carve.put(
+            step.bitmask, step.bitmask != nullptr ? rows * static_cast<size_t>(bitmask_words(step.logits.vocab)) : 0);
         call.thresholds = step.thresholds;
         call.logprobs = with_logprobs ? logprob_mode::processed : logprob_mode::none;
         bool plain_greedy = true;
@@ -339,7 +338,8 @@ status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_ba
     DS_TRY(state->staging_device.allocate(state->max_staging_bytes()));
     DS_TRY(state->staging_host.allocate(state->max_staging_bytes()));
     DS_TRY(state->host_logits_copy.allocate(rows * vocab * sizeof(float)));
-    DS_TRY(state->workspace.allocate(call_workspace_bytes(config.max_batch, config.max_tokens_per_req, config.vocab_size)));
+    DS_TRY(state->workspace.allocate(
+        call_workspace_bytes(config.max_batch, config.max_tokens_per_req, config.vocab_size, true)));
     DS_TRY(state->outputs_device.allocate(max_out.total));
     DS_TRY(state->outputs_host.allocate(max_out.total));
     out.reset(new cuda_backend(std::move(state)));

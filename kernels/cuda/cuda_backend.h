@@ -1,5 +1,5 @@
 // The CUDA sampling backend: the same operations and the same tokens as the CPU backend
-// (DESIGN.md §2), on an NVIDIA GPU. Plain C++ interface; the CUDA state lives in the .cu file.
+// (docs/semantics.md), on an NVIDIA GPU. Plain C++ interface; the CUDA state lives in the .cu file.
 //
 // Per step: the requests' parameters, candidates, coins and bitmask are packed into a pinned
 // staging buffer and copied to the device in one transfer; host logits are copied too (device

@@ -1,4 +1,4 @@
-// CUDA error handling at the kernels/ boundary (DESIGN.md §6): a failed call becomes a status
+// CUDA error handling at the kernels/ boundary (docs/architecture.md, Modules): a failed call becomes a status
 // naming the call, the file and the line, after the sticky error is cleared so later calls start
 // clean. Plus RAII owners of device and pinned host memory (move-only), a stream, an event timer and a
 // captured CUDA graph.

@@ -12,8 +12,8 @@ namespace dm = ds::detmath;
 
 namespace {
 
-__global__ void det_math_kernel(const float* logits, const float* scales, int64_t n, uint64_t seed,
-                                uint64_t* mass_out, uint64_t* bits_out) {
+__global__ void det_math_kernel(const float* logits, const float* scales, int64_t n, uint64_t seed, uint64_t* mass_out,
+                                uint64_t* bits_out) {
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
         mass_out[i] = exact::token_mass(logits[i], 0.0f, scales[i]);

@@ -14,7 +14,6 @@
 
 namespace ds::cuda {
 
-
 namespace {
 
 constexpr int kMaxGridMultiple = 4;  // read probe grids: 1..4 times the resident blocks
@@ -96,9 +95,9 @@ __global__ void empty_kernel() {}
 // ---- Exactness arithmetic ------------------------------------------------------------------------
 struct arithmetic_probe_params {
     int32_t vocab = 0;
-    float max_logit = 0.0f;   // every row's maximum: the made logit of token 0
-    float logit_step = 0.0f;  // made logit of token t: max_logit - t * logit_step
-    float scale = exact::kUnitScale;  // exact::mass_scale(temperature)
+    float max_logit = 0.0f;             // every row's maximum: the made logit of token 0
+    float logit_step = 0.0f;            // made logit of token t: max_logit - t * logit_step
+    float scale = exact::kUnitScale;    // exact::mass_scale(temperature)
     uint64_t min_mass = 1;              // as the chain kernel's for min_p = 0
     uint64_t* block_results = nullptr;  // one per block, so nothing is optimised away
 };

@@ -1,4 +1,4 @@
-// Floor probes for bench_cuda_sampling (issue 3): what this GPU can do at best for each part of a
+// Floor probes for bench_cuda_sampling (docs/benchmarks.md): what this GPU can do at best for each part of a
 // sampling step, measured in the same run as the kernels so their times can be set against what
 // is physically reachable. Each probe is a CUDA graph timed like cuda_backend::time_graph
 // (warm-up, then the mean of `iterations` back-to-back replays). Plain C++: the bench includes it.

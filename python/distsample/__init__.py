@@ -6,7 +6,7 @@ docs/python.md.
     predict, accept_index, accept_length = distsample.verify(logits, candidates, temperature=0.8, seed=seeds)
 """
 
-from ._call import call_with_params
+from ._call import EXACT, call_with_params
 from ._native import LIBRARY_PATH, ROW_INVALID_PARAMS, ROW_KERNEL_FAULT, ROW_NOTHING_ALLOWED, ROW_OK, DistsampleError
 from ._native import LIB as _LIB
 from ._sampler import Sampler
@@ -38,7 +38,7 @@ def sample(logits, *, temperature=1.0, top_k=-1, top_p=1.0, min_p=0.0, seed=0, p
     float32 logprobs [batch_size] (logprobs='raw' or 'processed') and uint8 row_errors [batch_size]
     (row_errors=True): a tuple then. out= gives the arrays to write, in the same order."""
     return call_with_params(logits, None, temperature, top_k, top_p, min_p, seed, position, presence_penalty,
-                            frequency_penalty, repetition_penalty, logit_bias, seen, bitmask, (1.0, 1.0), logprobs,
+                            frequency_penalty, repetition_penalty, logit_bias, seen, bitmask, EXACT, logprobs,
                             row_errors, out, stream)
 
 

@@ -2,6 +2,7 @@
 one CUDA device (torch tensors). numpy and torch are used only when the caller brings them."""
 
 import contextlib
+import operator
 import sys
 
 _NO_CONTEXT = contextlib.nullcontext()
@@ -28,31 +29,18 @@ def _is_tensor(x):
 
 def describe(x):
     """(pointer, dtype name, shape, strides in elements, location) of a numpy array or torch tensor,
-    or None for anything else. The location is 'cpu' or the tensor's device."""
+    or None for anything else. strides is None for a contiguous array (row-major; dimensions of
+    size 1 step by anything), the location 'cpu' or the tensor's device."""
     if _is_tensor(x):
-        location = x.device
-        return x.data_ptr(), dtype_name(x.dtype), tuple(x.shape), x.stride(), location
+        return x.data_ptr(), dtype_name(x.dtype), x.shape, None if x.is_contiguous() else x.stride(), x.device
     if _is_ndarray(x):
-        size = x.itemsize
-        strides = tuple(s // size if s % size == 0 else 0 for s in x.strides)
-        return x.ctypes.data, x.dtype.name, x.shape, strides, "cpu"
+        if x.flags.c_contiguous:
+            strides = None
+        else:
+            size = x.itemsize
+            strides = tuple(s // size if s % size == 0 else 0 for s in x.strides)
+        return x.ctypes.data, dtype_name(x.dtype), x.shape, strides, "cpu"
     return None
-
-
-def pointer(x):
-    """The data pointer of an array this package allocated."""
-    return x.data_ptr() if _is_tensor(x) else x.ctypes.data
-
-
-def is_contiguous(shape, strides):
-    if 0 in shape:
-        return True
-    expected = 1
-    for size, stride in zip(reversed(shape), reversed(strides)):
-        if size != 1 and stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _dtypes_text(dtypes):
@@ -64,6 +52,7 @@ class Space:
     Sampler's device (space_for)."""
 
     on_device = False
+    array_type = None  # the type of this space's arrays
 
     def where_text(self):
         raise NotImplementedError
@@ -71,13 +60,14 @@ class Space:
     def holds(self, location):
         raise NotImplementedError
 
-    def array(self, name, x, dtypes, shape, what=None):
+    def array(self, name, x, dtypes, shape, scalar=None):
         """The pointer of a contiguous array `x` of this space with one of `dtypes` and `shape`;
-        TypeError or ValueError naming `name` otherwise (`what`: what was expected, when `x` is
-        not an array at all)."""
+        TypeError or ValueError naming `name` otherwise (`scalar`: what else `x` may be, a number
+        for a per-row parameter, in the message when `x` is not an array at all)."""
         d = describe(x)
         if d is None:
-            what = what or f"a {self.word} {self.where_text()}"
+            what = (f"{scalar} or a {self.word} of {shape[0]} {dtypes[0]} values (one per row)" if scalar
+                    else f"a {self.word} {self.where_text()}")
             raise TypeError(f"{name}: expected {what}, got {type(x).__name__}")
         ptr, dtype, xshape, strides, location = d
         if not self.holds(location):
@@ -86,7 +76,7 @@ class Space:
             raise TypeError(f"{name}: expected {_dtypes_text(dtypes)}, got {dtype}")
         if tuple(xshape) != shape:
             raise ValueError(f"{name}: expected shape {shape}, got {tuple(xshape)}")
-        if not is_contiguous(xshape, strides):
+        if strides is not None:
             raise ValueError(f"{name}: expected a contiguous {self.word} (strides {tuple(strides)} for shape {shape})")
         return ptr
 
@@ -104,11 +94,21 @@ class Space:
         """(owner, pointer aligned to 256 bytes) of at least nbytes of scratch."""
         if self.on_device:  # CUDA allocations are 256-byte aligned; checked all the same
             owner = self.empty((max(nbytes, 1),), "uint8")
-            ptr = pointer(owner)
+            ptr = self.pointer(owner)
             if ptr % 256 == 0:
                 return owner, ptr
         owner = self.empty((nbytes + 255,), "uint8")
-        return owner, (pointer(owner) + 255) & ~255
+        return owner, (self.pointer(owner) + 255) & ~255
+
+
+class _Scalars(Space):
+    """Where parameters must be numbers (a Sampler's register): arrays are refused."""
+
+    def array(self, name, x, dtypes, shape, scalar=None):
+        raise TypeError(f"{name}: expected {scalar}, got {type(x).__name__}")
+
+
+SCALARS = _Scalars()
 
 
 class NumpySpace(Space):
@@ -120,12 +120,15 @@ class NumpySpace(Space):
         import numpy
 
         self._np = numpy
+        self.array_type = numpy.ndarray
 
     def where_text(self):
         return "in host memory"
 
     def holds(self, location):
         return location == "cpu" or getattr(location, "type", None) == "cpu"
+
+    pointer = operator.attrgetter("ctypes.data")  # of an array this space allocated
 
     def empty(self, shape, dtype):
         return self._np.empty(shape, dtype=dtype)
@@ -154,12 +157,16 @@ class TorchSpace(Space):
         self._torch = torch
         self.device = device
         self.on_device = device.type == "cuda"
-        self._dtypes = {}
+        self._dtypes = {name: getattr(torch, name) for name in ("float32", "int32", "int64", "uint8")}  # what it makes
         self._dtypes_of = {}  # dtype names -> torch dtypes, for the fast path of array()
-        self._tensor = torch.Tensor
+        self.array_type = torch.Tensor
+        self.pointer = torch.Tensor.data_ptr
         if self.on_device:
+            torch.cuda.init()
             self._index = device.index if device.index is not None else torch.cuda.current_device()
             self.device = torch.device("cuda", self._index)
+            # torch's own bindings where this torch has them: torch.cuda's functions wrap them in more Python
+            self._current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
             raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
             self._current_stream = raw if raw is not None else (
                 lambda index: torch.cuda.current_stream(index).cuda_stream)
@@ -172,37 +179,32 @@ class TorchSpace(Space):
             return location == self.device
         return location == "cpu" or getattr(location, "type", None) == "cpu"
 
-    def _dtype(self, name):
-        dtype = self._dtypes.get(name)
-        if dtype is None:
-            dtype = self._dtypes[name] = getattr(self._torch, name)
-        return dtype
-
     def empty(self, shape, dtype):
-        return self._torch.empty(shape, dtype=self._dtype(dtype), device=self.device)
+        # torch.empty takes the size of one dimension as an int faster than as a tuple
+        return self._torch.empty(shape[0] if len(shape) == 1 else shape, dtype=self._dtypes[dtype], device=self.device)
 
     def zeros(self, shape, dtype):
-        return self._torch.zeros(shape, dtype=self._dtype(dtype), device=self.device)
+        return self._torch.zeros(shape, dtype=self._dtypes[dtype], device=self.device)
 
     def upload(self, name, values, dtype):
         torch = self._torch
         if not self.on_device:
-            return torch.tensor(values, dtype=self._dtype(dtype))
+            return torch.tensor(values, dtype=self._dtypes[dtype])
         if torch.cuda.is_current_stream_capturing():
             raise ValueError(
                 f"{name}: Python lists cannot be uploaded inside a CUDA graph capture; pass tensors on {self.device}"
             )
-        host = torch.tensor(values, dtype=self._dtype(dtype), pin_memory=True)
+        host = torch.tensor(values, dtype=self._dtypes[dtype], pin_memory=True)
         return host.to(self.device, non_blocking=True)
 
-    def array(self, name, x, dtypes, shape, what=None):
-        if type(x) is self._tensor and x.device == self.device and x.shape == shape and x.is_contiguous():
+    def array(self, name, x, dtypes, shape, scalar=None):
+        if type(x) is self.array_type and x.device == self.device and x.shape == shape and x.is_contiguous():
             dtype = self._dtypes_of.get(dtypes)
             if dtype is None:
                 dtype = self._dtypes_of[dtypes] = tuple(getattr(self._torch, d, None) for d in dtypes)
             if x.dtype in dtype:
                 return x.data_ptr()
-        return Space.array(self, name, x, dtypes, shape, what)
+        return Space.array(self, name, x, dtypes, shape, scalar)
 
     def host_values(self, x):
         if self.on_device:
@@ -217,7 +219,7 @@ class TorchSpace(Space):
             return Space.context(self, stream)
         torch = self._torch
         if stream is None:
-            if torch.cuda.current_device() == self._index:
+            if self._current_device() == self._index:
                 return _NO_CONTEXT, self._current_stream(self._index)
             return torch.cuda.device(self._index), self._current_stream(self._index)
         if isinstance(stream, int) and not isinstance(stream, bool):
@@ -232,20 +234,24 @@ class TorchSpace(Space):
 _spaces = {}
 
 
-def _cached(key, make):
+def _cached(key, make, *args):
     space = _spaces.get(key)
     if space is None:
-        space = _spaces[key] = make()
+        space = _spaces[key] = make(*args)
     return space
+
+
+def _torch_space_of(device):
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"logits: expected a tensor on the CPU or a CUDA device, got {device}")
+    return _cached(device, TorchSpace, device)
 
 
 def space_of(logits):
     """The space of a call whose logits are `logits`."""
     if _is_tensor(logits):
         device = logits.device
-        if device.type not in ("cpu", "cuda"):
-            raise ValueError(f"logits: expected a tensor on the CPU or a CUDA device, got {device}")
-        return _cached(device, lambda: TorchSpace(device))
+        return _spaces.get(device) or _torch_space_of(device)
     if _is_ndarray(logits):
         return _cached("numpy", NumpySpace)
     raise TypeError(f"logits: expected a torch tensor or a numpy array, got {type(logits).__name__}")
@@ -265,5 +271,5 @@ def space_for(device):
             raise ValueError(f"device = {device!r}: expected 'cpu', 'cuda' or 'cuda:N' ({e})") from None
         if device.type not in ("cpu", "cuda"):
             raise ValueError(f"device = {device}: expected 'cpu', 'cuda' or 'cuda:N'")
-        return _cached(device, lambda: TorchSpace(device))
+        return _cached(device, TorchSpace, device)
     raise TypeError(f"device: expected 'cpu', 'cuda:N' or a torch.device, got {type(device).__name__}")

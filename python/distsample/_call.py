@@ -5,13 +5,14 @@ import math
 import numbers
 
 from . import _native
-from ._arrays import describe, pointer, space_of
+from ._arrays import describe, space_of
 
 _INT32_MAX = (1 << 31) - 1
 _FLT_MAX = 3.4028234663852886e38
 _LOGITS_DTYPES = {"float32": _native.DTYPE_F32, "bfloat16": _native.DTYPE_BF16, "float16": _native.DTYPE_F16}
 NO_LIST = (0, 0, 0, 0, 0)
-_workspace_bytes = {}  # (on_device, batch_size, N, vocab) -> bytes
+EXACT = (1.0, 1.0)  # threshold_single and threshold_acc of exact rejection sampling, and of sample()
+_workspace_bytes = {}  # (on_device, batch_size, N, vocab, cut) -> bytes
 
 
 def _float32(value):
@@ -21,51 +22,68 @@ def _float32(value):
     return value if not abs(value) > _FLT_MAX else math.copysign(math.inf, value)
 
 
+# The parameter converters run for every parameter of every call: they take the common cases first,
+# a Python number of the exact type and an array of the space's own type, which skips isinstance
+# against the numbers ABCs (that costs more than the rest of a check).
+
+
 def real(name, value, space, n):
-    """(scalar, pointer) of a float parameter: a number, or a float32 array of n values."""
-    if type(value) is float or type(value) is int or isinstance(value, numbers.Real):
+    """(scalar, pointer) of a float parameter: a number, or a float32 array of n values in `space`
+    (SCALARS: a number only)."""
+    if (type(value) is float or type(value) is int) and -_FLT_MAX <= value <= _FLT_MAX:
+        return value, 0
+    if type(value) is not space.array_type and isinstance(value, numbers.Real):
         return _float32(value), 0
-    return 0.0, _per_row(name, value, space, n, ("float32",), "a number")
+    return 0.0, space.array(name, value, ("float32",), (n,), "a number")
 
 
 def _integer(name, value, space, n, dtypes, lo, hi, expected):
     """(scalar, pointer) of an integer parameter in [lo, hi], or an array of n values of `dtypes`."""
-    if type(value) is int or isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    if type(value) is not space.array_type and isinstance(value, numbers.Real):  # an Integral is a Real
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            raise TypeError(f"{name} = {value!r}: expected an integer")
         value = int(value)
         if not lo <= value <= hi:
             raise ValueError(f"{name} = {value}: expected {expected}")
         return value, 0
-    if isinstance(value, numbers.Real) or isinstance(value, bool):
-        raise TypeError(f"{name} = {value!r}: expected an integer")
-    return 0, _per_row(name, value, space, n, dtypes, "an integer")
-
-
-def _per_row(name, value, space, n, dtypes, scalar):
-    if space is None:
-        raise TypeError(f"{name}: expected {scalar}, got {type(value).__name__}")
-    return space.array(name, value, dtypes, (n,), f"{scalar} or a {space.word} of {n} {dtypes[0]} values (one per row)")
+    return 0, space.array(name, value, dtypes, (n,), "an integer")
 
 
 def seed(value, space, n):
     """The 64 bits of a seed as an int64, or an int64 (or uint64) array of n seeds."""
+    if type(value) is int and 0 <= value < 1 << 63:
+        return value, 0
     scalar, ptr = _integer("seed", value, space, n, ("int64", "uint64"), -(1 << 63), (1 << 64) - 1,
                            "an integer in [0, 2**64) (or a negative int64)")
     return (scalar - (1 << 64) if scalar >= 1 << 63 else scalar), ptr
 
 
 def top_k(value, space, n):
+    if type(value) is int and -(1 << 31) <= value <= _INT32_MAX:
+        return value, 0
     return _integer("top_k", value, space, n, ("int32",), -(1 << 31), _INT32_MAX,
                     "-1 (no limit) or an integer in [1, 2**31)")
 
 
 def position(name, value, space, n):
+    if type(value) is int and 0 <= value < 1 << 63:
+        return value, 0
     return _integer(name, value, space, n, ("int64",), 0, (1 << 63) - 1, "an integer in [0, 2**63)")
 
 
-def threshold(name, value):
+def _threshold(name, value):
+    if type(value) is float and -_FLT_MAX <= value <= _FLT_MAX:
+        return value
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return _float32(value)
     raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+
+
+def thresholds(values):
+    """(threshold_single, threshold_acc) as float32 numbers; EXACT, which sample() passes, as it is."""
+    if values is EXACT:
+        return values
+    return _threshold("threshold_single", values[0]), _threshold("threshold_acc", values[1])
 
 
 def _row_stride(shape, strides, vocab):
@@ -104,13 +122,14 @@ def list_entry(name, token, value, vocab, bias):
 class Call:
     """A call being built: its space, logits and shape, and the arrays made for it."""
 
+    __slots__ = ("space", "context", "stream", "keep", "logits", "dtype", "candidates", "batch_size", "n", "vocab",
+                 "row_stride", "workspace", "workspace_size")
+
     def __init__(self, logits, candidates, stream):
-        self.space = space = space_of(logits)
+        self.space = space = space_of(logits)  # the logits' own: they are where the call runs
         self.context, self.stream = space.context(stream)
         self.keep = []  # arrays made here that the call points at
-        ptr, dtype, shape, strides, location = describe(logits)
-        if not space.holds(location):
-            raise ValueError(f"logits: expected a {space.word} {space.where_text()}, got {location}")
+        ptr, dtype, shape, strides, _ = describe(logits)
         self.dtype = _LOGITS_DTYPES.get(dtype)
         if self.dtype is None or (dtype == "bfloat16" and space.word == "numpy array"):
             expected = ("float32, bfloat16 or float16" if space.word == "tensor"
@@ -134,18 +153,16 @@ class Call:
                                  f"batch_size, N = {self.batch_size}, {self.n} (candidates), got shape {tuple(shape)}")
         self.vocab = shape[-1]
         self.logits = ptr
-        self.row_stride = _row_stride(shape, strides, self.vocab)
+        self.row_stride = self.vocab if strides is None else _row_stride(shape, strides, self.vocab)
 
     def upload(self, name, values, dtype):
         array = self.space.upload(name, values, dtype)
         self.keep.append(array)
-        return pointer(array)
+        return self.space.pointer(array)
 
     def token_list(self, name, value, values_dtype):
-        """A ds_token_list of per-request lists: None, a list of dicts {token: value} (one per request)
-        or a CSR tuple (offsets, tokens, values)."""
-        if value is None:
-            return NO_LIST
+        """A ds_token_list of per-request lists: a list of dicts {token: value} (one per request) or a
+        CSR tuple (offsets, tokens, values)."""
         space, n = self.space, self.batch_size
         if isinstance(value, tuple):
             if len(value) != 3:
@@ -203,7 +220,7 @@ class Call:
         bs, n, space = self.batch_size, self.n, self.space
         if out is None and logprobs is None and not row_errors and not self.candidates:
             tokens = space.empty((bs,), "int32")
-            return [tokens], [pointer(tokens)], 0
+            return [tokens], [space.pointer(tokens)], 0
         per_token = (bs,) if self.candidates == 0 else (bs, n)
         specs = [(name, per_token if name != "accept_length" else (bs,), "int32") for name in names]
         if logprobs is not None:
@@ -212,7 +229,7 @@ class Call:
             specs.append(("row_errors", (bs,), "uint8"))
         if out is None:
             arrays = [space.empty(shape, dtype) for _, shape, dtype in specs]
-            return arrays, [pointer(a) for a in arrays], _native.LOGPROBS[logprobs]
+            return arrays, [space.pointer(a) for a in arrays], _native.LOGPROBS[logprobs]
         if len(specs) == 1 and not isinstance(out, (tuple, list)):
             out = [out]
         if not isinstance(out, (tuple, list)) or len(out) != len(specs):
@@ -223,7 +240,7 @@ class Call:
         for (name, shape, dtype), array in zip(specs, out):
             if array is None:
                 array = space.empty(shape, dtype)
-                pointers.append(pointer(array))
+                pointers.append(space.pointer(array))
             else:
                 pointers.append(space.array(f"out ({name})", array, (dtype,), shape))
             arrays.append(array)
@@ -237,7 +254,9 @@ class Call:
         bs = self.batch_size
         names = ("predict", "accept_index", "accept_length") if self.candidates else ("tokens",)
         arrays, ptrs, mode = self.outputs(out, logprobs, row_errors, names)
-        nbytes = workspace_bytes(self.space.on_device, bs, self.n, self.vocab)
+        # Per-row top-k or top-p, or a cut in the scalars: the workspace holds the cut's candidate lists.
+        cut = k != (-1, 0) or reals[1] != (1.0, 0)
+        nbytes = workspace_bytes(self.space.on_device, bs, self.n, self.vocab, cut)
         if self.candidates:
             self.workspace = self.space.workspace(nbytes)
             outputs = ptrs[:3]
@@ -247,9 +266,8 @@ class Call:
             outputs = [ptrs[0], self.workspace[1] + at, self.workspace[1] + at + 4 * bs]
         self.workspace_size = nbytes
         outputs += [ptrs[len(names)] if mode else 0, ptrs[-1] if row_errors else 0]
-        call = _native.Call()
-        _native.CALL_PACKER.pack_into(
-            call, 0, self.logits, self.dtype, self.space.on_device, self.vocab, self.row_stride, bs, self.n,
+        call = _native.CALL_PACKER.pack(
+            self.logits, self.dtype, self.space.on_device, self.vocab, self.row_stride, bs, self.n,
             *reals[0], *reals[1], *reals[2], *reals[3], *reals[4], *reals[5], *k, *s, *positions, *bias, *seen, slots,
             num_slots, self.candidates, bitmask, thresholds[0], thresholds[1], mode, hint, *outputs)
         return call, arrays, outputs
@@ -257,7 +275,7 @@ class Call:
     @property
     def function(self):
         """ds_verify or ds_sample."""
-        return _native.LIB.ds_verify if self.candidates else _native.LIB.ds_sample
+        return _native.VERIFY if self.candidates else _native.SAMPLE
 
     def launch(self, call):
         """Runs the packed call (on CUDA: enqueues it on the stream). The workspace is released after:
@@ -268,7 +286,7 @@ class Call:
             _native.raise_for(code)
 
     def with_params(self, temperature, top_k_, top_p, min_p, seed_, position_, presence_penalty, frequency_penalty,
-                    repetition_penalty, logit_bias, seen, bitmask, thresholds, logprobs, row_errors, out):
+                    repetition_penalty, logit_bias, seen, bitmask, thresholds_, logprobs, row_errors, out):
         """The packed call of sample() and verify() (every parameter a scalar or one value per
         request) and the arrays of its result."""
         space, bs = self.space, self.batch_size
@@ -279,14 +297,13 @@ class Call:
         k = top_k(top_k_, space, bs)
         s = seed(seed_, space, bs)
         positions = position("position", position_, space, bs)
-        bias = self.token_list("logit_bias", logit_bias, "float32")
-        seen_list = self.token_list("seen", seen, "int32")
+        bias = NO_LIST if logit_bias is None else self.token_list("logit_bias", logit_bias, "float32")
+        seen_list = NO_LIST if seen is None else self.token_list("seen", seen, "int32")
         mask = self.bitmask(bitmask)
         greedy = reals[0] == (0.0, 0) or k == (1, 0)
         hint = greedy and reals[3] == (0.0, 0) and reals[4] == (0.0, 0) and reals[5] == (1.0, 0) and bias == NO_LIST
-        thresholds = (threshold("threshold_single", thresholds[0]), threshold("threshold_acc", thresholds[1]))
-        call, arrays, _ = self.pack(reals, k, s, positions, bias, seen_list, 0, 0, mask, thresholds, int(hint), out,
-                                    logprobs, row_errors)
+        call, arrays, _ = self.pack(reals, k, s, positions, bias, seen_list, 0, 0, mask, thresholds(thresholds_),
+                                    int(hint), out, logprobs, row_errors)
         return call, arrays
 
 
@@ -301,21 +318,21 @@ _SOMEWHERE = 256  # a non-null address for the pointers of a call that is only c
 def _checked_call(vocab, on_device, batch_size, n, reals=_DEFAULT_REALS, k=(-1, 0), s=(0, 0)):
     """A ds_call of this shape and these scalars whose arrays are never read: for
     ds_workspace_bytes, and for the checks of an empty call."""
-    call = _native.Call()
     p = _SOMEWHERE if batch_size else 0
-    _native.CALL_PACKER.pack_into(
-        call, 0, p, _native.DTYPE_F32, on_device, vocab, vocab, batch_size, n, *reals[0], *reals[1], *reals[2],
+    return _native.CALL_PACKER.pack(
+        p, _native.DTYPE_F32, on_device, vocab, vocab, batch_size, n, *reals[0], *reals[1], *reals[2],
         *reals[3], *reals[4], *reals[5], *k, *s, 0, 0, *NO_LIST, *NO_LIST, 0, 0, p if n > 1 else 0, 0, 1.0, 1.0, 0,
         0, p, p, p, 0, 0)
-    return call
 
 
-def workspace_bytes(on_device, batch_size, n, vocab):
-    """ds_workspace_bytes of a call of this shape, remembered (0 for a shape the library refuses)."""
-    key = (on_device, batch_size, n, vocab)
+def workspace_bytes(on_device, batch_size, n, vocab, cut):
+    """ds_workspace_bytes of a call of this shape (with `cut`: whose requests may have a top-k or
+    top-p cut), remembered (0 for a shape the library refuses)."""
+    key = (on_device, batch_size, n, vocab, cut)
     nbytes = _workspace_bytes.get(key)
     if nbytes is None:
-        nbytes = _native.LIB.ds_workspace_bytes(_checked_call(vocab, on_device, batch_size, n))
+        k = (-1, _SOMEWHERE) if cut else (-1, 0)  # a per-row top-k: any cut is possible
+        nbytes = _native.LIB.ds_workspace_bytes(_checked_call(vocab, on_device, batch_size, n, k=k))
         if nbytes:
             if len(_workspace_bytes) > 4096:
                 _workspace_bytes.clear()
@@ -330,10 +347,14 @@ def check_scalars(vocab, reals, k, s):
         _native.raise_for(code)
 
 
-def call_with_params(logits, candidates, *params):
+def call_with_params(logits, candidates, temperature, top_k_, top_p, min_p, seed_, position_, presence_penalty,
+                     frequency_penalty, repetition_penalty, logit_bias, seen, bitmask, thresholds, logprobs, row_errors,
+                     out, stream):
     """sample() and verify(): Call.with_params's arguments after the logits and candidates, then the stream."""
-    c = Call(logits, candidates, params[-1])
+    c = Call(logits, candidates, stream)
     with c.context:
-        call, arrays = c.with_params(*params[:-1])
+        call, arrays = c.with_params(temperature, top_k_, top_p, min_p, seed_, position_, presence_penalty,
+                                     frequency_penalty, repetition_penalty, logit_bias, seen, bitmask, thresholds,
+                                     logprobs, row_errors, out)
         c.launch(call)
     return result(arrays)

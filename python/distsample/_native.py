@@ -58,8 +58,9 @@ class Commit(ctypes.Structure):
 
 def _packer(struct_type):
     """A struct.Struct that writes every leaf field of `struct_type`, in declaration order, at the
-    offsets ctypes gives them: one pack_into fills a call (setting ctypes fields one by one costs
-    several times more, and this runs on every call)."""
+    offsets ctypes gives them: one pack makes a call's bytes, which the library's functions take
+    as the struct's address (filling a ctypes instance costs more, field by field several times
+    more, and this runs on every call)."""
     codes = {_i32: "i", _i64: "q", _f32: "f", _ptr: "Q"}
     fmt, at = "<", 0
 
@@ -107,19 +108,21 @@ def _load():
     if version != ABI_VERSION:
         raise ImportError(f"distsample: {path} has C ABI version {version}, this package expects {ABI_VERSION}")
     lib.ds_has_cuda.restype = ctypes.c_int
-    lib.ds_workspace_bytes.argtypes = [ctypes.POINTER(Call)]
+    # a ds_call or ds_commit is passed as its bytes (CALL_PACKER.pack, COMMIT_PACKER.pack)
+    lib.ds_workspace_bytes.argtypes = [_ptr]
     lib.ds_workspace_bytes.restype = ctypes.c_size_t
     for name in ("ds_sample", "ds_verify"):
         fn = getattr(lib, name)
-        fn.argtypes = [ctypes.POINTER(Call), _ptr, ctypes.c_size_t, _ptr]
+        fn.argtypes = [_ptr, _ptr, ctypes.c_size_t, _ptr]
         fn.restype = ctypes.c_int
-    lib.ds_commit_tokens.argtypes = [ctypes.POINTER(Commit), _ptr]
+    lib.ds_commit_tokens.argtypes = [_ptr, _ptr]
     lib.ds_commit_tokens.restype = ctypes.c_int
     lib.ds_last_error.restype = ctypes.c_char_p
     return lib, path
 
 
 LIB, LIBRARY_PATH = _load()
+SAMPLE, VERIFY = LIB.ds_sample, LIB.ds_verify
 
 
 def raise_for(code):

@@ -5,7 +5,7 @@ import numbers
 from collections import Counter
 
 from . import _arrays, _call, _native
-from ._arrays import describe, pointer, space_for
+from ._arrays import describe, space_for
 
 _REALS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
 # Slot 0 and released slots: greedy, no penalties, no bias, nothing seen.
@@ -47,6 +47,7 @@ class Sampler:
         self._seen_sizes = space.zeros((slots,), "int32")
         for name, value in _NEUTRAL.items():
             self._params[name][:] = value
+        pointer = space.pointer
         self._ptr = {name: pointer(array) for name, array in self._params.items()}
         self._bias = (pointer(self._bias_tokens), pointer(self._bias_values), 0, pointer(self._bias_sizes),
                       self.max_logit_bias)
@@ -66,9 +67,9 @@ class Sampler:
         slot = self._slot(slot)
         values = {"temperature": temperature, "top_p": top_p, "min_p": min_p, "presence_penalty": presence_penalty,
                   "frequency_penalty": frequency_penalty, "repetition_penalty": repetition_penalty}
-        reals = tuple(_call.real(name, values[name], None, 1) for name in _REALS)
-        k = _call.top_k(top_k, None, 1)
-        s = _call.seed(seed, None, 1)
+        reals = tuple(_call.real(name, values[name], _arrays.SCALARS, 1) for name in _REALS)
+        k = _call.top_k(top_k, _arrays.SCALARS, 1)
+        s = _call.seed(seed, _arrays.SCALARS, 1)
         _call.check_scalars(self.vocab_size, reals, k, s)
         bias = self._bias_entries(logit_bias)
         seen = self._history_counts(history)
@@ -139,7 +140,7 @@ class Sampler:
         """One token per row of logits [batch_size, vocab_size] for the requests in `slots` (int32
         [batch_size], or a list), at `positions` (a number or int64 [batch_size]). Returns what
         distsample.sample returns; the emitted tokens are then added to the slots' seen counts."""
-        return self._step(logits, None, slots, positions, bitmask, (1.0, 1.0), logprobs, row_errors, out, stream)
+        return self._step(logits, None, slots, positions, bitmask, _call.EXACT, logprobs, row_errors, out, stream)
 
     def verify(self, logits, slots, positions, candidates, *, threshold_single=1.0, threshold_acc=1.0,
                bitmask=None, logprobs=None, row_errors=False, out=None, stream=None):
@@ -170,15 +171,14 @@ class Sampler:
             pos = _call.position("positions", positions, c.space, bs)
             ptr = self._ptr
             reals = tuple((0.0, ptr[name]) for name in _REALS)
-            thresholds = (_call.threshold("threshold_single", thresholds[0]), _call.threshold("threshold_acc", thresholds[1]))
+            thresholds = _call.thresholds(thresholds)
             call, arrays, outputs = c.pack(
                 reals, (0, ptr["top_k"]), (0, ptr["seed"]), pos, self._bias, self._seen, slots_ptr, self.max_slots,
                 c.bitmask(bitmask), thresholds, 0, out, logprobs, row_errors)
             c.launch(call)
             predict, _, accept_length, _, row_error = outputs
-            commit = _native.Commit()
-            _native.COMMIT_PACKER.pack_into(
-                commit, 0, bs, c.n, slots_ptr, predict, accept_length, self._seen[0], self._seen[1], self._seen[3],
+            commit = _native.COMMIT_PACKER.pack(
+                bs, c.n, slots_ptr, predict, accept_length, self._seen[0], self._seen[1], self._seen[3],
                 self.max_penalty_tokens, self.max_slots, self.vocab_size, row_error, self._space.on_device)
             code = _native.LIB.ds_commit_tokens(commit, c.stream)
             if code:

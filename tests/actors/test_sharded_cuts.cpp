@@ -1,4 +1,4 @@
-// Exact sharded mode's top-k / top-p cuts (DESIGN.md §4.2): rows built to land on the edges of
+// Exact sharded mode's top-k / top-p cuts (docs/architecture.md, Modes): rows built to land on the edges of
 // the candidate exchange (ties in Q across ranks, k = 128, a boundary exactly at a summarized
 // depth, a non-deciding rank at the 255-candidate cap) and on its radix-select fallback (a flat
 // row with top_p only, one candidate past the cap, one token past the deepest summary) give the

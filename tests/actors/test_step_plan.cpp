@@ -1,4 +1,4 @@
-// pad_bs planning and the group's validation (DESIGN.md §1, §3: the seed's checks).
+// pad_bs planning and the group's validation (docs/architecture.md, The coordinator).
 #include <gtest/gtest.h>
 
 #include "config/group_config.h"

@@ -1,12 +1,12 @@
-// The soak (issue 7): 10,000 steps of a tiny shape (V 64, bs 4, TP 4, swap, on_mismatch, payload
+// The soak (docs/faults.md, The soak): 10,000 steps of a tiny shape (V 64, bs 4, TP 4, swap, on_mismatch, payload
 // checksums) with random faults of every kind at a fixed seed and rate. Every step is answered
 // exactly once and in time; every injected fault is detected or masked by design and listed; no
 // desync or failure is left that no fault explains; every answered step equals a fault-free
-// group's; a replay from the same seed gives the same report. Prints the closing note's table
-// (bench/RESULTS.md), and writes the report to $DISTSAMPLE_FAULT_REPORT when it is set (for
+// group's; a replay from the same seed gives the same report. Prints the table of
+// bench/RESULTS.md, and writes the report to $DISTSAMPLE_FAULT_REPORT when it is set (for
 // `distsample faults report`).
 //
-// Memory: the RSS after warm-up and at the end must differ by less than 5 % (issue 7). What grew
+// Memory: the RSS after warm-up and at the end must differ by less than 5 %. What grew
 // before (21 %, later 2.6-4.1 %): request timers, which CAF 0.17 keeps until they fire even after
 // the answer; no request of a step carries one now (the coordinator keeps one deadline per step).
 // The fault ledger and the coordinator's desync log keep only their latest entries.
@@ -54,7 +54,7 @@ fault_plan soak_plan() {
         plan.faults.push_back(fault_spec{kind, rank, 1, kSteps, p, ms});
     };
     for (int32_t rank = 0; rank < kTp; ++rank) {
-        // Rank 0 is the reference every digest is compared with (DESIGN.md §4): its desyncs are
+        // Rank 0 is the reference every digest is compared with (docs/faults.md): its desyncs are
         // answered with its own outputs, so the soak alters ranks 1..TP-1 only.
         if (rank > 0) {
             add(fault_kind::alter_token, rank, 0.001, 0);

@@ -1,4 +1,4 @@
-// The NCCL transport against the local transport (issue 5): WORLD rank processes, one per GPU,
+// The NCCL transport against the local transport: WORLD rank processes, one per GPU,
 // run the collective script (collective_script.h) with their shards in device memory and must
 // produce, byte for byte, the transcripts of the local transport's threads. WORLD = 1 needs one
 // GPU; 2 and 4 run where the machine has that many, and skip (saying so) where it has fewer.

@@ -1,6 +1,7 @@
-// The ucx transport with the cuda backend (issue 5): 2 ranks as threads of this process, each
-// with its own UCX context, sample and verify steps whose shards are in GPU memory, in swap
-// (all-to-all, then the packed gather) and gathered mode, once with ucx_device_memory = staged
+// The ucx transport with the cuda backend (docs/deployment.md, GPU memory over UCX): 2 ranks as
+// threads of this process, each with its own UCX context, sample and verify steps whose shards
+// are in GPU memory, in swap (all-to-all, then the packed gather) and gathered mode, once with
+// ucx_device_memory = staged
 // (device → pinned host → UCX on host memory) and once with direct (UCX puts GPU memory to GPU
 // memory). The tokens, accept indices and error flags equal the cpu backend's over the local
 // transport; logprobs agree within 1e-5. Below the group, two endpoints swap device shards with

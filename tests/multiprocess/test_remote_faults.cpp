@@ -1,4 +1,4 @@
-// Fault plans in rank processes (issue 7): a coordinator and 4 rank processes on loopback over UCX,
+// Fault plans in rank processes (docs/faults.md): a coordinator and 4 rank processes on loopback over UCX,
 // with one fault from the command line (--fault, config/fault_plan.h) at step 3 on rank 2, payload
 // checksums on and the rank-0 policy on_mismatch. For every rank-side fault kind: a desync is
 // repaired with rank 0's outputs in its step; a corruption (checksum) fails its step at once; a

@@ -54,7 +54,7 @@ status nccl_endpoint::create(const transport_config& config, bootstrap& boot, co
 
 status nccl_endpoint::check_cuda(int error, const char* what) {
     if (error == cudaSuccess) return status::success();
-    cudaGetLastError();  // clear the sticky error (DESIGN.md §6)
+    cudaGetLastError();  // clear the sticky error, so later calls start clean
     return fail(status_code::internal,
                 fmt::format("rank {}: {}: {}", rank_, what, cudaGetErrorString(static_cast<cudaError_t>(error))));
 }

@@ -15,7 +15,8 @@
 //   (a new communicator is needed). NCCL cannot tell which peer is missing: a timeout says so.
 //
 // Device buffers are allocated once at construction. Compiled when DISTSAMPLE_WITH_NCCL is on
-// (needs CUDA); it has not run on a GPU yet.
+// (needs CUDA). Run on an H200, one rank process per GPU: the collective script equals the local
+// transport byte for byte (tests/gpu/test_nccl_transport.cpp); 2 and 4 ranks need as many GPUs.
 #pragma once
 
 #include <cstdint>

@@ -12,7 +12,7 @@
 //
 // Peer failure: endpoints use UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails the call with an
 // error naming its rank instead of a hang (with Debian's UCX 1.13 this drops the shared-memory
-// transports and traffic goes over tcp, DESIGN.md §8; transport_config::ucx_peer_error_handling
+// transports and traffic goes over tcp, docs/deployment.md, UCX settings; transport_config::ucx_peer_error_handling
 // = false keeps shared memory, without cma, and leaves a dead peer to the timeout). A wait past
 // the timeout fails naming the ranks whose flags are missing, or whose endpoints have not
 // acknowledged this rank's puts. abort() may be called from any thread and wakes the waiter. After a failure the
