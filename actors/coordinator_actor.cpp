@@ -147,6 +147,7 @@ result<step_plan> check_request(const group_config& config, logits_origin logits
     in.coins = r.coins.empty() ? nullptr : r.coins.data();
     in.final_coins = r.final_coins.empty() ? nullptr : r.final_coins.data();
     DS_TRY(validate_step(in, r.kind, limits));
+    DS_TRY(check_distinct_slots(r.slots));
     return plan;
 }
 

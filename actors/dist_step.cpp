@@ -1,9 +1,31 @@
 #include "actors/dist_step.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace ds {
+
+status check_distinct_slots(const std::vector<int32_t>& slots) {
+    std::vector<std::pair<int32_t, size_t>> sorted;  // (slot, index): equal slots sort by index
+    sorted.reserve(slots.size());
+    for (size_t i = 0; i < slots.size(); ++i) sorted.emplace_back(slots[i], i);
+    std::sort(sorted.begin(), sorted.end());
+    size_t first = 0;
+    size_t repeat = slots.size();  // the lowest index that repeats an earlier slot
+    for (size_t i = 1; i < sorted.size(); ++i) {
+        if (sorted[i].first != sorted[i - 1].first) continue;
+        if (sorted[i].second < repeat) {
+            repeat = sorted[i].second;
+            first = sorted[i - 1].second;
+        }
+    }
+    if (repeat == slots.size()) return status::success();
+    return status::invalid(fmt::format("slots[{}] = {}: expected each slot once per step, but slots[{}] has it too",
+                                       repeat, slots[repeat], first));
+}
 
 std::vector<logits_view> split_vocab(const logits_view& full, int32_t tp) {
     std::vector<logits_view> shards;

@@ -28,6 +28,11 @@ struct step_request {
     int32_t batch_size() const { return static_cast<int32_t>(slots.size()); }
 };
 
+// Each request of a step has a slot of its own: two rows of one slot would both commit to that
+// slot's penalty counts. Checked by the coordinator on every step (and by the gateway before it
+// submits one); invalid naming the later of two equal entries, e.g. "slots[3] = 5: ...".
+status check_distinct_slots(const std::vector<int32_t>& slots);
+
 // Splits full-vocab rows into `tp` shard views (no copy: each view strides over the full rows).
 std::vector<logits_view> split_vocab(const logits_view& full, int32_t tp);
 

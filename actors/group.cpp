@@ -30,6 +30,7 @@ struct group::impl {
     caf::actor_system system;
     std::vector<rank_actor_type> ranks;
     coordinator_actor_type coordinator;
+    std::shared_ptr<wakeable_sleep> fault_delays = std::make_shared<wakeable_sleep>();  // the ranks' injected delays
 
     impl(const group_config& c, std::unique_ptr<transport_group> t)
         : config(c), transport(std::move(t)), system(configure_actor_system(system_config, c.tuning.scheduler())) {}
@@ -55,7 +56,7 @@ status group::create(const group_config& config, std::unique_ptr<group>& out) {
     DS_TRY(make_transport_group(config.transport.kind, t, rank_ucx_options(config), transport));
     auto state = std::make_unique<impl>(config, std::move(transport));
     for (int32_t r = 0; r < config.distribution.tp; ++r)
-        state->ranks.push_back(spawn_rank_actor(state->system, config, r, *state->transport));
+        state->ranks.push_back(spawn_rank_actor(state->system, config, r, *state->transport, state->fault_delays));
     state->coordinator = spawn_coordinator_actor(state->system, config, state->ranks, *state->transport);
     out.reset(new group(std::move(state)));
     // Building a rank's backend can fail (e.g. cuda not built): say so now, naming the rank.
@@ -126,6 +127,8 @@ status group::inject_fault(int32_t rank, rank_fault fault) {
 status group::set_fault_plan(const fault_plan& plan) {
     DS_TRY(validate_fault_plan(plan, impl_->config.distribution.tp));
     const fault_plan_msg msg{std::make_shared<const fault_plan>(plan)};
+    // A rank asleep in a delay of the old plan would take its new plan only when it wakes.
+    impl_->fault_delays->wake_all();
     // Straight to the ranks and waiting for all of them: a step submitted after this returns
     // reaches every rank after its new plan.
     caf::scoped_actor self{impl_->system};

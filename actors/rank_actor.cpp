@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "actors/deliver_again.h"
@@ -22,6 +21,7 @@ namespace {
 const fault_plan no_faults;
 
 struct rank_state {
+    std::shared_ptr<wakeable_sleep> delays;
     std::unique_ptr<faulty_transport> endpoint;  // declared first: the engine uses it
     std::unique_ptr<rank_engine> engine;
     transport_group* transport = nullptr;
@@ -44,10 +44,12 @@ void poll_mailbox(Self* self, std::chrono::microseconds spin) {
 }
 
 rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank_state> self, group_config config,
-                                          int32_t rank, transport_group* transport) {
+                                          int32_t rank, transport_group* transport,
+                                          std::shared_ptr<wakeable_sleep> delays) {
     self->state.transport = transport;
+    self->state.delays = delays;
     self->state.endpoint = std::make_unique<faulty_transport>(
-        transport->endpoint(rank), config.transport.payload_checksums, config.transport.timeout);
+        transport->endpoint(rank), config.transport.payload_checksums, config.transport.timeout, std::move(delays));
     self->state.engine = std::make_unique<rank_engine>(config, rank, *self->state.endpoint);
     const std::chrono::milliseconds drop_wait = drop_put_wait(config);
     const std::chrono::microseconds spin{config.tuning.rank_spin_us};
@@ -74,6 +76,7 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
             rank_state& st = self->state;
             if (m.step->id <= st.last_step) return repeated_step(rank, m.step->id, st.last_step);
             st.last_step = m.step->id;
+            const uint64_t plan_epoch = st.delays->epoch();  // before the plan: a later one wakes its delays
             const fault_plan& plan = st.plan ? *st.plan : no_faults;
             const rank_step_faults faults = faults_at(plan, rank, m.step->id);
             const rank_fault hook = st.fault;  // the test hooks fire once
@@ -87,9 +90,10 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
             if (faults.duplicate_control) deliver_again(self, m);
             st.transport->enter_epoch(rank, m.step->id);
             // Armed before the kernel delay, so that the endpoint counts it in how late the rank is.
-            st.endpoint->arm(transport_faults_at(plan, faults, rank, st.endpoint->world_size(), m.step->id, drop_wait));
+            st.endpoint->arm(transport_faults_at(plan, faults, rank, st.endpoint->world_size(), m.step->id, drop_wait),
+                             plan_epoch);
             if (faults.kernel_delay_ms > 0)
-                std::this_thread::sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms));
+                st.delays->sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms), plan_epoch);
             auto outputs = std::make_shared<step_outputs>();
             status s = st.engine->run(*m.step, *outputs);
             if (s.is_ok()) {
@@ -131,8 +135,8 @@ rank_actor_type::behavior_type rank_actor(rank_actor_type::stateful_pointer<rank
 }  // namespace
 
 rank_actor_type spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank,
-                                 transport_group& transport) {
-    return system.spawn<caf::detached>(rank_actor, config, rank, &transport);
+                                 transport_group& transport, std::shared_ptr<wakeable_sleep> delays) {
+    return system.spawn<caf::detached>(rank_actor, config, rank, &transport, std::move(delays));
 }
 
 }  // namespace ds

@@ -10,13 +10,17 @@
 
 #include <caf/all.hpp>
 
+#include <memory>
+
 #include "actors/messages.h"
 #include "config/group_config.h"
+#include "core/wakeable_sleep.h"
 #include "transport/transport_group.h"
 
 namespace ds {
 
+// The plan's delays (kernel and transport) sleep on `delays`: group::set_fault_plan wakes them.
 rank_actor_type spawn_rank_actor(caf::actor_system& system, const group_config& config, int32_t rank,
-                                 transport_group& transport);
+                                 transport_group& transport, std::shared_ptr<wakeable_sleep> delays);
 
 }  // namespace ds

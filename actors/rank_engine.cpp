@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <new>
+#include <string>
 
 #include "config/capacity.h"
 
@@ -75,38 +77,58 @@ ucx_endpoint_options rank_ucx_options(const group_config& config) {
             config.backend == backend_kind::cuda && config.distribution.mode != dist_mode::sharded};
 }
 
+namespace {
+
+// Runs `phase`, a failed allocation becoming a status that says what it was allocating: a rank
+// out of memory answers with that (its actor adds its name) instead of dying unanswered.
+template <class Phase>
+status allocating(const std::string& what, Phase&& phase) {
+    try {
+        return phase();
+    } catch (const std::bad_alloc&) {
+        return {status_code::internal, fmt::format("out of memory allocating {}", what)};
+    }
+}
+
+}  // namespace
+
 rank_engine::rank_engine(const group_config& config, int32_t rank, transport& endpoint)
     : config_(config), rank_(rank), endpoint_(endpoint) {
+    const group_limits& limits = config.limits;
+    init_status_ = allocating(fmt::format("its backend and buffers (max_slots = {}, max_batch = {}, "
+                                          "max_tokens_per_req = {}, vocab_size = {})",
+                                          limits.max_slots, limits.max_batch, limits.max_tokens_per_req,
+                                          limits.vocab_size),
+                              [&] { return build(); });
+}
+
+status rank_engine::build() {
+    const group_config& config = config_;
     const int32_t max_pad_bs = config.max_pad_bs();
     if (config.distribution.mode == dist_mode::sharded) {
         if (config.backend != backend_kind::cpu) {
-            init_status_ = {
-                status_code::unsupported,
-                fmt::format("backend = '{}': sharded mode runs on the cpu backend only", backend_name(config.backend))};
-            return;
+            return {status_code::unsupported,
+                    fmt::format("backend = '{}': sharded mode runs on the cpu backend only", backend_name(config.backend))};
         }
         const kernel_config k = rank_kernel_config(config, config.limits.max_batch);
-        init_status_ = validate_kernel_config(k);
-        if (!init_status_.is_ok()) return;
+        DS_TRY(validate_kernel_config(k));
         shard_pool_ = std::make_unique<param_pool>(k);
-        sharded_ = std::make_unique<sharded_sampler>(config, rank);
-        return;
+        sharded_ = std::make_unique<sharded_sampler>(config, rank_);
+        return status::success();
     }
     const backend_kind kind = config.backend;
     // swap samples reqs_per_rank requests; gathered samples the whole batch on every rank.
     const int32_t max_batch =
         config.distribution.mode == dist_mode::swap ? max_pad_bs / config.distribution.tp : config.limits.max_batch;
     backend_reads_device_ = kind == backend_kind::cuda;
-    init_status_ = make_backend(kind, rank_kernel_config(config, max_batch), backend_);
-    if (!init_status_.is_ok()) return;
-    if (backend_reads_device_ && !endpoint.swaps_device_logits()) {
+    DS_TRY(make_backend(kind, rank_kernel_config(config, max_batch), backend_));
+    if (backend_reads_device_ && !endpoint_.swaps_device_logits()) {
         // The largest shard: every row of the largest batch over this rank's V/TP, in f32.
         const std::size_t bytes = static_cast<std::size_t>(config.limits.max_batch) *
                                   static_cast<std::size_t>(config.limits.max_tokens_per_req) *
                                   static_cast<std::size_t>(config.limits.vocab_size / config.distribution.tp) *
                                   dtype_size(logits_dtype::f32);
-        init_status_ = cuda_allocation::allocate(cuda_memory_kind::pinned_host, bytes, pinned_staging_);
-        if (!init_status_.is_ok()) return;
+        DS_TRY(cuda_allocation::allocate(cuda_memory_kind::pinned_host, bytes, pinned_staging_));
     }
     if (config.distribution.mode == dist_mode::swap) {
         const size_t block =
@@ -118,13 +140,16 @@ rank_engine::rank_engine(const group_config& config, int32_t rank, transport& en
         gathered_extras_.resize(extra * static_cast<size_t>(config.distribution.tp));
         local_out_.resize(max_batch, config.limits.max_tokens_per_req);
     }
+    return status::success();
 }
 
 param_pool& rank_engine::pool() { return backend_ ? backend_->pool() : *shard_pool_; }
 
 status rank_engine::register_request(int32_t slot, const sampling_params& params, const std::vector<int32_t>& history) {
     if (!init_status_.is_ok()) return init_status_;
-    return pool().register_request(slot, params, history.data(), static_cast<int32_t>(history.size()));
+    return allocating(fmt::format("the registration of slot {} ({} history tokens)", slot, history.size()), [&] {
+        return pool().register_request(slot, params, history.data(), static_cast<int32_t>(history.size()));
+    });
 }
 
 status rank_engine::release(int32_t slot) {
@@ -134,6 +159,12 @@ status rank_engine::release(int32_t slot) {
 
 status rank_engine::run(const dist_step& planned, step_outputs& out) {
     if (!init_status_.is_ok()) return init_status_;
+    return allocating(fmt::format("step {} (bs = {}, N = {}, vocab_size = {})", planned.id, planned.plan.bs,
+                                  planned.plan.tokens_per_req, config_.vocab_size),
+                      [&] { return run_allocating(planned, out); });
+}
+
+status rank_engine::run_allocating(const dist_step& planned, step_outputs& out) {
     out.resize(planned.plan.bs, planned.plan.tokens_per_req);
     const auto start = std::chrono::steady_clock::now();
     endpoint_.reset();

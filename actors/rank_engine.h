@@ -39,7 +39,8 @@ ucx_endpoint_options rank_ucx_options(const group_config& config);
 
 class rank_engine {
    public:
-    // Builds the rank's backend; check status() before use.
+    // Builds the rank's backend; check init_status() before use. Out of memory, there and in
+    // every call below, is a status saying what it was allocating.
     rank_engine(const group_config& config, int32_t rank, transport& endpoint);
 
     const status& init_status() const { return init_status_; }
@@ -61,6 +62,10 @@ class rank_engine {
     status commit(const dist_step& step, const step_outputs& agreed);
 
    private:
+    // The constructor's work: the backend (or the sharded sampler) and the mode's buffers.
+    status build();
+    // run() but for a failed allocation, which run() reports naming the step.
+    status run_allocating(const dist_step& step, step_outputs& out);
     param_pool& pool();
     status run_gathered(const dist_step& step, step_outputs& out);
     status run_swap(const dist_step& step, step_outputs& out);

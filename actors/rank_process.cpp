@@ -3,15 +3,19 @@
 #include <fmt/format.h>
 #include <caf/io/all.hpp>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "actors/deliver_again.h"
+#include "actors/forwarding.h"
 #include "actors/log.h"
 #include "actors/messages.h"
 #include "actors/rank_engine.h"
@@ -25,6 +29,7 @@ namespace ds {
 namespace {
 
 struct rank_process_state {
+    std::shared_ptr<wakeable_sleep> delays;  // the plan's delays sleep here (rank_process_front wakes them)
     std::unique_ptr<transport> endpoint;
     std::unique_ptr<faulty_transport> faulty;  // wraps *endpoint, for the plan's transport faults
     std::unique_ptr<rank_engine> engine;       // uses *faulty: reset first
@@ -77,8 +82,8 @@ status form(rank_process_state& st, const group_config& config, int32_t rank, co
     tcp_bootstrap boot(m.host, m.port, rank, config.distribution.tp, config.transport.timeout);
     DS_TRY(make_rank_transport(config.transport.kind, rank_transport_config(config), rank_ucx_options(config), boot,
                                st.endpoint));
-    st.faulty =
-        std::make_unique<faulty_transport>(*st.endpoint, config.transport.payload_checksums, config.transport.timeout);
+    st.faulty = std::make_unique<faulty_transport>(*st.endpoint, config.transport.payload_checksums,
+                                                   config.transport.timeout, st.delays);
     auto engine = std::make_unique<rank_engine>(config, rank, *st.faulty);
     if (!engine->init_status().is_ok()) return engine->init_status();
     st.contexts.assign(static_cast<size_t>(config.limits.max_slots), 0);
@@ -93,7 +98,7 @@ status form(rank_process_state& st, const group_config& config, int32_t rank, co
 // The plan's faults for this step, as in-process ranks apply them (actors/rank_actor.cpp), then the
 // step. The caller handles crash (before) and hang (after: the answer is never sent).
 remote_result run_step(rank_process_state& st, int32_t rank, int32_t vocab, const rank_step_faults& faults,
-                       const armed_transport_faults& transport_faults, remote_step_msg& m) {
+                       const armed_transport_faults& transport_faults, uint64_t plan_epoch, remote_step_msg& m) {
     remote_result result;
     result.rank = rank;
     result.step_id = m.step.id;
@@ -122,8 +127,9 @@ remote_result run_step(rank_process_state& st, int32_t rank, int32_t vocab, cons
         m.step.shards[static_cast<size_t>(rank)] =
             logits_view{logits.data(), m.dtype, rows, m.step.plan.shard_vocab, m.step.plan.shard_vocab};
         // Armed before the kernel delay, so that the endpoint counts it in how late the rank is.
-        st.faulty->arm(transport_faults);
-        if (faults.kernel_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms));
+        st.faulty->arm(transport_faults, plan_epoch);
+        if (faults.kernel_delay_ms > 0)
+            st.delays->sleep_for(std::chrono::milliseconds(faults.kernel_delay_ms), plan_epoch);
         s = st.engine->run(m.step, result.outputs);
         if (s.is_ok())
             alter_outputs(faults.alter_token, faults.alter_accept_length, vocab, m.step.plan.tokens_per_req,
@@ -143,8 +149,10 @@ remote_result run_step(rank_process_state& st, int32_t rank, int32_t vocab, cons
 }
 
 remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor self, group_config config, int32_t rank,
-                                                            const logits_source* source) {
+                                                            const logits_source* source,
+                                                            std::shared_ptr<wakeable_sleep> delays) {
     self->state.source = source;
+    self->state.delays = std::move(delays);
     auto ack = [rank](const status& s) -> caf::result<op_ack> {
         if (!s.is_ok()) return make_caf_error(status{s.code, fmt::format("rank {}: {}", rank, s.message)});
         return op_ack{rank};
@@ -181,6 +189,7 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
          drop_wait = drop_put_wait(config)](remote_step_msg& m) -> caf::result<remote_result> {
             rank_process_state& st = self->state;
             if (m.step.id <= st.last_step_id) return repeated_step(rank, m.step.id, st.last_step_id);
+            const uint64_t plan_epoch = st.delays->epoch();  // before the plan: a later one wakes its delays
             const rank_step_faults faults = faults_at(st.plan, rank, m.step.id);
             if (faults.crash) {
                 rank_log().warn("rank {}: fault plan: crash at step {}", rank, m.step.id);
@@ -196,7 +205,7 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
             if (faults.duplicate_control) deliver_again(self, m);
             const armed_transport_faults transport_faults = transport_faults_at(
                 st.plan, faults, rank, st.faulty ? st.faulty->world_size() : 0, m.step.id, drop_wait);
-            const remote_result result = run_step(st, rank, vocab, faults, transport_faults, m);
+            const remote_result result = run_step(st, rank, vocab, faults, transport_faults, plan_epoch, m);
             if (faults.hang) {
                 // The step ran, so the peers' collectives completed: over UCX a peer that never
                 // enters them looks slow, not gone, and the peers' timeouts would blame themselves.
@@ -241,6 +250,29 @@ remote_rank_actor_type::behavior_type rank_process_behavior(rank_process_actor s
     };
 }
 
+// What the coordinator talks to: forwards every message to the rank's detached worker, in order.
+// The worker takes a new fault plan only after the step it is running, which may be asleep in a
+// delay of the old plan: the front wakes that delay first (core/wakeable_sleep.h).
+remote_rank_actor_type::behavior_type rank_process_front(remote_rank_actor_type::pointer self,
+                                                         remote_rank_actor_type worker,
+                                                         std::shared_ptr<wakeable_sleep> delays) {
+    self->link_to(worker);  // each ends with the other
+    auto forward = [self, worker](auto& msg) { self->delegate(worker, std::move(msg)); };
+    return {
+        forwarding<form_msg, op_ack>(forward),
+        forwarding<register_msg, op_ack>(forward),
+        forwarding<release_msg, op_ack>(forward),
+        forwarding<health_msg, op_ack>(forward),
+        forwarding<remote_step_msg, remote_result>(forward),
+        [self, worker](remote_commit_msg& m) { self->send(worker, std::move(m)); },
+        [forward, delays](remote_fault_plan_msg& m) -> caf::result<op_ack> {
+            delays->wake_all();
+            forward(m);
+            return caf::delegated<op_ack>{};
+        },
+    };
+}
+
 // The coordinator may start after its ranks: retry until the join timeout.
 caf::expected<caf::actor> connect(caf::actor_system& system, const std::string& host, uint16_t port,
                                   std::chrono::milliseconds timeout) {
@@ -252,6 +284,52 @@ caf::expected<caf::actor> connect(caf::actor_system& system, const std::string& 
     }
 }
 
+// Whether a coordinator still runs at host:port, asked until `wait` has passed: its membership
+// actor answers a join (a join with no rank, which it refuses: any answer shows it is there). A
+// coordinator shutting down may still accept a connection, but its actor is gone.
+bool coordinator_still_runs(caf::actor_system& system, const std::string& host, uint16_t port,
+                            std::chrono::milliseconds wait) {
+    caf::scoped_actor self{system};
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    bool answered = false;
+    while (!answered && std::chrono::steady_clock::now() < deadline) {
+        caf::strong_actor_ptr found;
+        self->request(system.middleman().actor_handle(), wait, caf::connect_atom::value, host, port)
+            .receive([&](const caf::node_id&, caf::strong_actor_ptr& handle,
+                         const std::set<std::string>&) { found = std::move(handle); },
+                     [](caf::error&) {});
+        if (found) {
+            self->request(caf::actor_cast<caf::actor>(found), wait, join_msg{-1, 0, 0, dist_mode::swap, {}})
+                .receive([&](op_ack&) { answered = true; },
+                         [&](caf::error& e) {
+                             answered = e != caf::sec::request_receiver_down && e != caf::sec::request_timeout;
+                         });
+        }
+        if (!answered) std::this_thread::sleep_for(std::chrono::milliseconds{100});
+    }
+    return answered;
+}
+
+// Set by SIGCONT: this process was stopped, and its heartbeats with it.
+std::atomic<bool> continued_after_stop{false};
+
+void note_continued(int) { continued_after_stop.store(true); }
+
+// The coordinator's actor is gone: it shut down, or it dropped this process (its heartbeats
+// stopped, e.g. while the process was stopped) and runs on without it: evicted.
+status why_the_coordinator_left(caf::actor_system& system, int32_t rank, const std::string& host, uint16_t port,
+                                const caf::error& reason, const topology_config& topology) {
+    if (reason != caf::exit_reason::user_shutdown &&
+        (continued_after_stop.load() || coordinator_still_runs(system, host, port, topology.connection_timeout))) {
+        return {status_code::aborted,
+                fmt::format("rank {}: evicted by the coordinator at {}:{}, which dropped this process ({}; e.g. it "
+                            "was stopped past topology.connection_timeout_ms): exiting to be restarted",
+                            rank, host, port, caf::to_string(reason))};
+    }
+    rank_log().info("rank {}: the coordinator at {}:{} has shut down ({})", rank, host, port, caf::to_string(reason));
+    return status::success();
+}
+
 }  // namespace
 
 status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host,
@@ -261,25 +339,32 @@ status run_rank_process(caf::actor_system& system, const group_config& config, i
         return {status_code::aborted, fmt::format("rank {}: cannot reach the coordinator at {}:{}: {}", rank, host,
                                                   port, caf::to_string(coordinator.error()))};
     }
-    auto me = system.spawn<caf::detached>(rank_process_behavior, config, rank, source);
+    struct sigaction on_continue {};
+    on_continue.sa_handler = note_continued;
+    on_continue.sa_flags = SA_RESTART;
+    ::sigaction(SIGCONT, &on_continue, nullptr);
+    auto delays = std::make_shared<wakeable_sleep>();
+    auto worker = system.spawn<caf::detached>(rank_process_behavior, config, rank, source, delays);
+    auto front = system.spawn(rank_process_front, worker, delays);
     caf::scoped_actor self{system};
-    status joined;
+    status result;
     self->request(*coordinator, topology.join_timeout,
                   join_msg{rank, config.distribution.tp, config.limits.vocab_size, config.distribution.mode,
-                           caf::actor_cast<caf::actor>(me)})
+                           caf::actor_cast<caf::actor>(front)})
         .receive([](op_ack&) {},
                  [&](caf::error& e) {
-                     joined = to_status(e, fmt::format("rank {}: the coordinator did not answer the join", rank));
+                     result = to_status(e, fmt::format("rank {}: the coordinator did not answer the join", rank));
                  });
-    if (joined.is_ok()) {
+    if (result.is_ok()) {
         rank_log().info("rank {} joined the coordinator at {}:{}", rank, host, port);
         self->monitor(*coordinator);
-        self->receive([](caf::down_msg&) {});
-        rank_log().info("rank {}: the coordinator is gone", rank);
+        caf::error reason;
+        self->receive([&](caf::down_msg& d) { reason = d.reason; });
+        result = why_the_coordinator_left(system, rank, host, port, reason, topology);
     }
-    self->send_exit(me, caf::exit_reason::user_shutdown);
-    self->wait_for(me);  // its endpoint is closed
-    return joined;
+    self->send_exit(worker, caf::exit_reason::user_shutdown);
+    self->wait_for(worker);  // its endpoint is closed
+    return result;
 }
 
 }  // namespace ds

@@ -22,8 +22,13 @@
 
 namespace ds {
 
-// Joins and serves until the coordinator is gone (ok) or joining fails (the reason): reaching the
-// coordinator and its answer are each bounded by topology.join_timeout. `system` is
+// Joins and serves until the coordinator is gone (ok), or joining fails, or the coordinator
+// dropped this process and runs on without it (evicted: its heartbeats stopped, e.g. while it was
+// stopped). Those end with an error, so that a supervisor that restarts failed processes restarts
+// the rank. Eviction is told from a coordinator that is gone by a SIGCONT since the join (the
+// process was stopped), or by the coordinator answering at its address within
+// topology.connection_timeout. Reaching the coordinator and its answer are each bounded by
+// topology.join_timeout. `system` is
 // configured by configure_remote_actor_system. End the process afterwards without destroying
 // `system`: CAF 0.17's teardown can wait forever for an actor the middleman sent to the (now gone)
 // coordinator, since something in the middleman keeps a strong reference to it.

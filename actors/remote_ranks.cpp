@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "actors/forwarding.h"
 #include "actors/log.h"
 #include "actors/step_board.h"
 #include "transport/tcp_bootstrap.h"
@@ -361,31 +362,16 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
 rank_actor_type::behavior_type rank_proxy(rank_actor_type::pointer self, caf::actor members, int32_t rank) {
     auto forward = [self, members, rank](auto& msg) { return self->delegate(members, rank, std::move(msg)); };
     return {
-        [forward](register_msg& m) -> caf::result<op_ack> {
-            forward(m);
-            return caf::delegated<op_ack>{};
-        },
-        [forward](release_msg& m) -> caf::result<op_ack> {
-            forward(m);
-            return caf::delegated<op_ack>{};
-        },
-        [forward](health_msg& m) -> caf::result<op_ack> {
-            forward(m);
-            return caf::delegated<op_ack>{};
-        },
+        forwarding<register_msg, op_ack>(forward),
+        forwarding<release_msg, op_ack>(forward),
+        forwarding<health_msg, op_ack>(forward),
         [rank](fault_msg&) -> caf::result<op_ack> {
             return make_caf_error(
                 status{status_code::unsupported,
                        fmt::format("rank {}: fault hooks are not available in rank processes", rank)});
         },
-        [forward](fault_plan_msg& m) -> caf::result<op_ack> {
-            forward(m);
-            return caf::delegated<op_ack>{};
-        },
-        [forward](run_step_msg& m) -> caf::result<rank_result> {
-            forward(m);
-            return caf::delegated<rank_result>{};
-        },
+        forwarding<fault_plan_msg, op_ack>(forward),
+        forwarding<run_step_msg, rank_result>(forward),
         // A typed actor may not send() to a dynamically typed one; the mailbox keeps the order anyway.
         [members, rank](commit_msg& m) { caf::anon_send(members, rank, std::move(m)); },
     };

@@ -29,6 +29,14 @@ const std::vector<gateway_key>& keys() {
         choice_key("model", &gateway_config::model, {"synthetic", "ngram", "none"}),
         string_key<gateway_config>("corpus", &gateway_config::corpus),
         int_key<gateway_config>("model_seed", &gateway_config::model_seed, 0, 1 << 30),
+        int_key<gateway_config>("max_connections", &gateway_config::max_connections, 1, 1 << 20),
+        int_key<gateway_config>("max_http_connections", &gateway_config::max_http_connections, 1, 1 << 16),
+        int_key<gateway_config>("max_buffered_bytes", &gateway_config::max_buffered_bytes, 1 << 16, INT32_MAX),
+        int_key<gateway_config>("max_connection_bytes", &gateway_config::max_connection_bytes, 64, INT32_MAX),
+        int_key<gateway_config>("auth_timeout_ms", &gateway_config::auth_timeout_ms, 1, 3'600'000),
+        int_key<gateway_config>("read_timeout_ms", &gateway_config::read_timeout_ms, 1, 3'600'000),
+        int_key<gateway_config>("write_timeout_ms", &gateway_config::write_timeout_ms, 1, 3'600'000),
+        int_key<gateway_config>("idle_timeout_ms", &gateway_config::idle_timeout_ms, 0, 86'400'000),
     };
     return table;
 }
@@ -37,7 +45,10 @@ const std::vector<gateway_key>& keys() {
 
 std::string load_gateway_config(const std::string& file, const std::vector<std::string>& overrides,
                                 gateway_config& config) {
-    return config_keys::load("gateway", keys(), file, overrides, config).message;
+    std::string e = config_keys::load("gateway", keys(), file, overrides, config).message;
+    // A server on a free port takes a free metrics port too, unless one was chosen.
+    if (e.empty() && config.port == 0 && config.metrics_port == kDefaultMetricsPort) config.metrics_port = 0;
+    return e;
 }
 
 bool is_loopback_address(const std::string& address) {
@@ -51,6 +62,15 @@ std::string validate_gateway_config(const gateway_config& config) {
     if (!config.listen_address.empty() && !is_loopback_address(config.listen_address) && config.secret.empty()) {
         return "gateway.listen_address = '" + config.listen_address +
                "' is not a loopback address: expected gateway.secret to be set (shared-secret authentication)";
+    }
+    if (config.secret.size() > static_cast<size_t>(kMaxSecretBytes)) {
+        return "gateway.secret: " + std::to_string(config.secret.size()) + " bytes: expected at most " +
+               std::to_string(kMaxSecretBytes);
+    }
+    if (config.max_buffered_bytes < config.max_frame_bytes) {
+        return "gateway.max_buffered_bytes = " + std::to_string(config.max_buffered_bytes) +
+               ": expected at least gateway.max_frame_bytes = " + std::to_string(config.max_frame_bytes) +
+               " (one whole frame)";
     }
     return {};
 }

@@ -63,6 +63,12 @@ std::string gateway_metrics::render() const {
             "Frames that closed their connection (malformed, too large, wrong version, unauthenticated).",
             frames_rejected.load());
     counter("distsample_connections_accepted_total", "Scheduler connections accepted.", connections_accepted.load());
+    counter("distsample_connections_refused_total",
+            "Connections refused at accept: gateway.max_connections or gateway.max_http_connections were open.",
+            connections_refused.load());
+    counter("distsample_limits_hit_total",
+            "Connections closed by a limit: a deadline (auth, read, write, idle) or gateway.max_buffered_bytes.",
+            limits_hit.load());
     counter("distsample_replies_dropped_total",
             "Answered steps whose reply was dropped: a cut_connection fault closed their connection.",
             replies_dropped.load());

@@ -41,7 +41,9 @@ struct gateway_metrics {
     std::atomic<uint64_t> frames_rejected{0};  // malformed, oversized, wrong version, unauthenticated
     std::atomic<uint64_t> connections_accepted{0};
     std::atomic<int64_t> connections_open{0};
-    std::atomic<uint64_t> replies_dropped{0};  // answered steps whose connection a cut_connection fault closed
+    std::atomic<uint64_t> connections_refused{0};  // at accept: too many open (scheduler and HTTP)
+    std::atomic<uint64_t> limits_hit{0};           // closed by a deadline or the buffered-bytes budget
+    std::atomic<uint64_t> replies_dropped{0};      // answered steps whose connection a cut_connection fault closed
     // Seconds from a step's frame arriving to its reply being queued.
     histogram step_latency{
         {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1.0}};

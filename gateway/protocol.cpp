@@ -36,6 +36,11 @@ void frame_reader::append(const uint8_t* data, size_t size) {
     buffer_.insert(buffer_.end(), data, data + size);
 }
 
+void frame_reader::limit(uint32_t max_frame_bytes, std::string limit_name) {
+    max_frame_bytes_ = max_frame_bytes;
+    limit_name_ = std::move(limit_name);
+}
+
 frame_reader::result frame_reader::next(const uint8_t*& payload, size_t& size, wire::Error& error) {
     if (failed_) return result::need_more;
     if (buffered() < kFrameHeaderBytes) return result::need_more;
@@ -51,7 +56,7 @@ frame_reader::result frame_reader::next(const uint8_t*& payload, size_t& size, w
         failed_ = true;
         error = make_error(
             wire::Error::FRAME_TOO_LARGE, "",
-            fmt::format("frame of {} bytes: expected at most {} (max_frame_bytes)", length, max_frame_bytes_));
+            fmt::format("frame of {} bytes: expected at most {} ({})", length, max_frame_bytes_, limit_name_));
         return result::error;
     }
     if (buffered() < kFrameHeaderBytes + length) return result::need_more;

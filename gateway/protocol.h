@@ -30,7 +30,12 @@ wire::Error make_error(wire::Error::Code code, std::string field, std::string me
 // nothing more: the connection is to be closed.
 class frame_reader {
    public:
-    explicit frame_reader(uint32_t max_frame_bytes) : max_frame_bytes_(max_frame_bytes) {}
+    // `limit_name` says in the error where the limit comes from.
+    explicit frame_reader(uint32_t max_frame_bytes, std::string limit_name = "max_frame_bytes")
+        : max_frame_bytes_(max_frame_bytes), limit_name_(std::move(limit_name)) {}
+
+    // Changes the limit from the next frame on (a connection's, once it has authenticated).
+    void limit(uint32_t max_frame_bytes, std::string limit_name);
 
     void append(const uint8_t* data, size_t size);
 
@@ -45,6 +50,7 @@ class frame_reader {
 
    private:
     uint32_t max_frame_bytes_;
+    std::string limit_name_;
     std::vector<uint8_t> buffer_;
     size_t consumed_ = 0;
     bool failed_ = false;

@@ -1,12 +1,10 @@
-// The scheduler gateway (docs/protocol.md, docs/gateway.md): a Boost.Asio server on TCP and a Unix socket in front of
-// a ds::group, plus a small HTTP listener for /metrics and /healthz.
+// The scheduler gateway (docs/protocol.md, docs/gateway.md): a Boost.Asio server on TCP and a Unix
+// socket in front of a ds::group, plus a small HTTP listener for /metrics and /healthz. It wires
+// the parts: connections (gateway/connection.h), the request handlers with their dispatcher and
+// completion threads (gateway/handlers.h), the HTTP endpoint (gateway/http_endpoint.h).
 //
-// Threads: `io_threads` Asio threads read and write frames and never wait for a step; one
-// dispatcher runs the group calls in arrival order (register, release and health block on the
-// ranks, on the dispatcher's thread; a step is only checked and submitted, on the io thread
-// itself when nothing is queued before it and its model logits are few); one completion thread waits for the steps'
-// futures in submission order (the group answers in that order) and queues their replies. Each connection sends its
-// replies in request order, whatever order they complete in.
+// Threads: `io_threads` Asio threads read and write frames and never wait for a step; the
+// dispatcher and the completion thread of the request handlers.
 #pragma once
 
 #include <cstdint>
@@ -40,9 +38,8 @@ class server {
     uint16_t metrics_port() const;
     const gateway_metrics& metrics() const;
 
-    struct impl;  // defined in server.cpp (its connections reach it)
-
    private:
+    struct impl;
     std::unique_ptr<impl> impl_;
 };
 

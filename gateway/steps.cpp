@@ -14,10 +14,11 @@ int32_t slot_table::free_slot() const {
     return 0;
 }
 
-void slot_table::set(int32_t slot, const std::vector<int32_t>& history) {
+void slot_table::set(int32_t slot, const std::vector<int32_t>& history, uint64_t owner) {
     std::lock_guard<std::mutex> lock(mutex_);
     entry& e = slots_[static_cast<size_t>(slot)];
     e.registered = true;
+    e.owner = owner;
     e.context = 0;
     ++e.generation;
     for (int32_t token : history) e.context = logits_source::next_context(e.context, token);
@@ -28,9 +29,22 @@ bool slot_table::release(int32_t slot) {
     if (slot < 1 || slot >= max_slots() || !slots_[static_cast<size_t>(slot)].registered) return false;
     entry& e = slots_[static_cast<size_t>(slot)];
     e.registered = false;
+    e.owner = 0;
     e.context = 0;
     ++e.generation;
     return true;
+}
+
+uint64_t slot_table::owner(int32_t slot) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return slot >= 1 && slot < max_slots() ? slots_[static_cast<size_t>(slot)].owner : 0;
+}
+
+void slot_table::disown(uint64_t owner) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (entry& e : slots_) {
+        if (e.owner == owner) e.owner = 0;
+    }
 }
 
 bool slot_table::registered(int32_t slot) const {
@@ -76,11 +90,16 @@ bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config
         }
         out.generations.push_back(slots.generation(step.slots(b)));
     }
+    std::vector<int32_t> step_slots(step.slots().begin(), step.slots().end());
+    if (status s = check_distinct_slots(step_slots); !s.is_ok()) {
+        error = error_of(s);
+        return false;
+    }
 
     step_request& r = out.request;
     r.kind = verify ? step_kind::verify : step_kind::sample;
     r.tokens_per_req = n;
-    r.slots.assign(step.slots().begin(), step.slots().end());
+    r.slots = std::move(step_slots);
     r.positions.assign(step.positions().begin(), step.positions().end());
     r.candidates.assign(step.candidates().begin(), step.candidates().end());
     r.bitmask.assign(step.bitmask().begin(), step.bitmask().end());

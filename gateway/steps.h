@@ -15,15 +15,22 @@
 
 namespace ds::gateway {
 
-// Which slots are registered, and each one's context for the server's model: its last two
-// committed tokens (logits_source::next_context). Used from the dispatcher and completion threads.
+// Which slots are registered, by which connection, and each one's context for the server's model:
+// its last two committed tokens (logits_source::next_context). Used from the dispatcher and
+// completion threads.
 class slot_table {
    public:
     explicit slot_table(int32_t max_slots) : slots_(static_cast<size_t>(max_slots)) {}
 
     // The lowest free slot >= 1, or 0 when every slot is taken.
     int32_t free_slot() const;
-    void set(int32_t slot, const std::vector<int32_t>& history);
+    // Registers `slot` for connection `owner`.
+    void set(int32_t slot, const std::vector<int32_t>& history, uint64_t owner);
+    // The open connection that registered the slot, or 0 (free, or its connection closed).
+    uint64_t owner(int32_t slot) const;
+    // The slots of connection `owner` stay registered, owned by none: another connection may
+    // register them again (a scheduler that reconnects).
+    void disown(uint64_t owner);
     // False when the slot was not registered.
     bool release(int32_t slot);
     bool registered(int32_t slot) const;
@@ -41,6 +48,7 @@ class slot_table {
         bool registered = false;
         uint64_t context = 0;
         uint64_t generation = 0;
+        uint64_t owner = 0;
     };
     mutable std::mutex mutex_;
     std::vector<entry> slots_;
@@ -55,8 +63,9 @@ struct prepared_step {
 };
 
 // Checks `frame`'s step (sample_step or verify_step) against the group's limits and the slot
-// table, then fills the logits. `model` may be null (steps must then carry logits). Returns false
-// with a BAD_FIELD or UNKNOWN_SLOT error.
+// table (each slot registered, and once per step: check_distinct_slots), then fills the logits.
+// `model` may be null (steps must then carry logits). Returns false with a BAD_FIELD or
+// UNKNOWN_SLOT error.
 bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config& config, const slot_table& slots,
                   const logits_source* model, prepared_step& out, wire::Error& error);
 

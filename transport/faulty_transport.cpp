@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <thread>
 
 namespace ds {
 
@@ -41,21 +40,24 @@ void write_dominant_logit(void* element, logits_dtype dtype) {
 
 }  // namespace
 
-faulty_transport::faulty_transport(transport& inner, bool checksums, std::chrono::milliseconds transport_timeout)
+faulty_transport::faulty_transport(transport& inner, bool checksums, std::chrono::milliseconds transport_timeout,
+                                   std::shared_ptr<wakeable_sleep> delays)
     : inner_(inner),
       checksums_(checksums),
       transport_timeout_(transport_timeout),
+      delays_(delays ? std::move(delays) : std::make_shared<wakeable_sleep>()),
       sent_sums_(static_cast<std::size_t>(inner.world_size())) {}
 
-void faulty_transport::arm(const armed_transport_faults& faults) {
+void faulty_transport::arm(const armed_transport_faults& faults, uint64_t plan_epoch) {
     armed_ = faults;
+    plan_epoch_ = plan_epoch;
     armed_at_ = std::chrono::steady_clock::now();
     awaiting_first_collective_ = true;
 }
 
 bool faulty_transport::before_collective(const char* what, status& failed) {
     if (armed_.delay_ms > 0) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(armed_.delay_ms));
+        delays_->sleep_for(std::chrono::milliseconds(armed_.delay_ms), plan_epoch_);
         armed_.delay_ms = 0;
     }
     if (awaiting_first_collective_) {
@@ -74,7 +76,7 @@ bool faulty_transport::before_collective(const char* what, status& failed) {
     if (armed_.drop_put_ms <= 0) return false;
     // The payload is lost: this rank never joins the collective, so its peers wait for it until
     // the coordinator's step timeout names it; the rank gives up when its own wait would have.
-    std::this_thread::sleep_for(std::chrono::milliseconds(armed_.drop_put_ms));
+    delays_->sleep_for(std::chrono::milliseconds(armed_.drop_put_ms), plan_epoch_);
     armed_.drop_put_ms = 0;
     failed = {status_code::timeout,
               fmt::format("rank {}: its payload in {} was dropped; no peer answered", inner_.rank(), what)};

@@ -25,8 +25,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "core/wakeable_sleep.h"
 #include "transport/transport.h"
 
 namespace ds {
@@ -44,10 +46,14 @@ struct armed_transport_faults {
 class faulty_transport final : public transport {
    public:
     // `transport_timeout`: how long the peers wait in a collective (transport_config::timeout).
-    faulty_transport(transport& inner, bool checksums, std::chrono::milliseconds transport_timeout);
+    // The armed delays sleep on `delays` (a fresh one when null), so that a new fault plan can
+    // wake the rank (core/wakeable_sleep.h).
+    faulty_transport(transport& inner, bool checksums, std::chrono::milliseconds transport_timeout,
+                     std::shared_ptr<wakeable_sleep> delays = nullptr);
 
-    // At the start of each step, before anything that may delay it.
-    void arm(const armed_transport_faults& faults);
+    // At the start of each step, before anything that may delay it; `plan_epoch` is the delays'
+    // epoch when the step read its plan: a wake after it ends the step's delays.
+    void arm(const armed_transport_faults& faults, uint64_t plan_epoch = 0);
 
     int32_t rank() const override { return inner_.rank(); }
     int32_t world_size() const override { return inner_.world_size(); }
@@ -78,6 +84,8 @@ class faulty_transport final : public transport {
     transport& inner_;
     bool checksums_;
     std::chrono::milliseconds transport_timeout_;
+    std::shared_ptr<wakeable_sleep> delays_;
+    uint64_t plan_epoch_ = 0;
     armed_transport_faults armed_;
     std::chrono::steady_clock::time_point armed_at_;
     bool awaiting_first_collective_ = false;    // armed, and no collective of the step entered yet

@@ -169,8 +169,8 @@ TEST(GatewayProtocol, FramingErrors) {
 TEST(GatewayProtocol, StepValidationNamesTheField) {
     const group_config config = testing::small_group_config();
     slot_table slots(config.limits.max_slots);
-    slots.set(1, {});
-    slots.set(2, {});
+    slots.set(1, {}, 1);
+    slots.set(2, {}, 1);
     synthetic_lm_config m;
     m.vocab_size = kVocab;
     const synthetic_lm model(m);
@@ -222,13 +222,13 @@ TEST(GatewayProtocol, StepValidationNamesTheField) {
 TEST(GatewaySlots, ContextFollowsCommitsOfTheCurrentRegistrationOnly) {
     slot_table slots(4);
     EXPECT_EQ(slots.free_slot(), 1);
-    slots.set(1, {5, 6, 7});
+    slots.set(1, {5, 6, 7}, 1);
     EXPECT_EQ(slots.context(1), (uint64_t{6} << 32) | 7);
     const uint64_t first = slots.generation(1);
     const int32_t emitted[] = {8, 9};
     slots.commit(1, first, emitted, 2);
     EXPECT_EQ(slots.context(1), (uint64_t{8} << 32) | 9);
-    slots.set(1, {1, 2});  // registered again while a step of the first registration is in flight
+    slots.set(1, {1, 2}, 1);  // registered again while a step of the first registration is in flight
     slots.commit(1, first, emitted, 2);
     EXPECT_EQ(slots.context(1), (uint64_t{1} << 32) | 2);
     EXPECT_EQ(slots.free_slot(), 2);

@@ -25,49 +25,12 @@ void register_one_request(client::gateway_client& c, uint64_t seed, wire::Step& 
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
+using testing::header;
+using testing::http_get;
 using testing::kVocab;
+using testing::raw_connection;
 using testing::running_gateway;
-
-// A connection that sends raw bytes, as a broken client would.
-struct raw_connection {
-    asio::io_context io;
-    tcp::socket socket{io};
-    frame_reader reader{1 << 20};
-
-    explicit raw_connection(uint16_t port) { socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port)); }
-
-    void send(const std::string& bytes) { asio::write(socket, asio::buffer(bytes)); }
-
-    // The next reply frame; false at end of stream.
-    bool receive(wire::Reply& reply) {
-        const uint8_t* payload = nullptr;
-        size_t size = 0;
-        wire::Error error;
-        while (reader.next(payload, size, error) != frame_reader::result::frame) {
-            std::array<uint8_t, 4096> chunk{};
-            boost::system::error_code ec;
-            const size_t n = socket.read_some(asio::buffer(chunk), ec);
-            if (ec) return false;
-            reader.append(chunk.data(), n);
-        }
-        return reply.ParseFromArray(payload, static_cast<int>(size));
-    }
-};
-
-std::string header(uint32_t length) {
-    return std::string{static_cast<char>(length >> 24), static_cast<char>(length >> 16), static_cast<char>(length >> 8),
-                       static_cast<char>(length)};
-}
-
-std::string stats_frame(uint32_t version) {
-    wire::Request r;
-    r.set_version(version);
-    r.set_request_id(5);
-    r.mutable_stats();
-    std::string out;
-    append_frame(r, out);
-    return out;
-}
+using testing::stats_frame;
 
 TEST(GatewayServer, StepsEqualTheGroupsOutputs) {
     running_gateway gw;
@@ -178,13 +141,13 @@ TEST(GatewayServer, AStalledRankIsATimeoutAndTheNextStepWorks) {
     EXPECT_EQ(gw.gateway->metrics().rank_failures.load(), 1u);
 }
 
-std::string http_get(uint16_t port, const std::string& target);
+constexpr const char* kFaultSecret = "faults";
 
 TEST(GatewayServer, InjectAndClearAFaultPlan) {
     group_config settings = testing::small_group_config();
     settings.distribution.step_timeout = std::chrono::milliseconds(300);  // the hang below
-    running_gateway gw("", 1 << 20, settings);
-    auto c = gw.connect();
+    running_gateway gw(kFaultSecret, 1 << 20, settings);                  // fault injection needs a secret
+    auto c = gw.connect(kFaultSecret);
     wire::Step step;
     ASSERT_NO_FATAL_FAILURE(register_one_request(*c, 4, step));
     wire::Request inject;
@@ -246,9 +209,9 @@ TEST(GatewayServer, InjectAndClearAFaultPlan) {
 }
 
 TEST(GatewayServer, ConnectionFaultsSlowOrCutOneStepsReplyAndTheClientReconnects) {
-    running_gateway gw;
-    auto c = gw.connect();
-    auto bystander = gw.connect();
+    running_gateway gw(kFaultSecret);
+    auto c = gw.connect(kFaultSecret);
+    auto bystander = gw.connect(kFaultSecret);
     wire::Step step;
     ASSERT_NO_FATAL_FAILURE(register_one_request(*c, 5, step));
     wire::Request inject;
@@ -265,7 +228,7 @@ TEST(GatewayServer, ConnectionFaultsSlowOrCutOneStepsReplyAndTheClientReconnects
     EXPECT_NE(cut.message.find("closed the connection before replying"), std::string::npos) << cut.message;
     ASSERT_TRUE(bystander->step(step, false, reply).is_ok()) << "another connection is unaffected";
     EXPECT_EQ(reply.step_id(), 3u);
-    c = gw.connect();  // the client reconnects and goes on
+    c = gw.connect(kFaultSecret);  // the client reconnects and goes on
     ASSERT_TRUE(c->step(step, false, reply).is_ok());
     EXPECT_EQ(reply.step_id(), 4u);
     // The cut step was answered by the ranks and counted once; its reply dropped and counted.
@@ -401,7 +364,8 @@ TEST(GatewayServer, SixteenConnectionsPipelineAThousandStepsEach) {
 // With small frames allowed, a client pipelining many frames makes the server pause reading
 // (at 4 frames' worth of unanswered bytes) and resume: everything is still answered, in order.
 TEST(GatewayServer, ReadingPausesAndResumesUnderPipelining) {
-    running_gateway gw("", /*max_frame_bytes=*/1024);
+    running_gateway gw("", /*max_frame_bytes=*/1024, testing::small_group_config(),
+                       [](gateway_config& c) { c.max_connection_bytes = 4 * 1024; });
     auto c = gw.connect();
     int32_t slot = 0;
     ASSERT_TRUE(c->register_request(testing::test_params(8), {}, slot).is_ok());
@@ -422,17 +386,6 @@ TEST(GatewayServer, ReadingPausesAndResumesUnderPipelining) {
         EXPECT_EQ(reply.request_id(), id);
         EXPECT_TRUE(reply.has_step()) << reply.DebugString();
     }
-}
-
-std::string http_get(uint16_t port, const std::string& target) {
-    asio::io_context io;
-    tcp::socket socket(io);
-    socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-    asio::write(socket, asio::buffer("GET " + target + " HTTP/1.1\r\nHost: x\r\n\r\n"));
-    std::string response;
-    boost::system::error_code ec;
-    asio::read(socket, asio::dynamic_buffer(response), ec);
-    return response;
 }
 
 TEST(GatewayServer, MetricsAndHealthz) {

@@ -275,6 +275,18 @@ class RemoteRanks : public ::testing::Test {
         EXPECT_EQ(extra, (json{{"error", "test: no reply in time"}})) << "a step answered twice";
     }
 
+    // Did the process `pid` (a child) exit by itself? Its exit status, or -1 while it runs.
+    static int exit_status_within(pid_t pid, milliseconds within) {
+        const auto deadline = clock_type::now() + within;
+        int status = 0;
+        while (clock_type::now() < deadline) {
+            if (::waitpid(pid, &status, WNOHANG) == pid)
+                return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            std::this_thread::sleep_for(milliseconds(20));
+        }
+        return -1;
+    }
+
     void start_group(const std::string& mode) {
         start_coordinator(mode);
         for (int r = 0; r < kTp; ++r) ranks_.push_back(start_rank(r));

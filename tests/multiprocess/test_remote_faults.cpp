@@ -121,18 +121,6 @@ class RemoteFaults : public RemoteRanks {
         }
         EXPECT_TRUE(report["unexplained"].empty()) << report.dump();
     }
-
-    // Did the process `pid` (a child) exit by itself? Its exit status, or -1 while it runs.
-    static int exit_status_within(pid_t pid, milliseconds within) {
-        const auto deadline = clock_type::now() + within;
-        int status = 0;
-        while (clock_type::now() < deadline) {
-            if (::waitpid(pid, &status, WNOHANG) == pid)
-                return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-            std::this_thread::sleep_for(milliseconds(20));
-        }
-        return -1;
-    }
 };
 
 class EveryRankSideFault : public RemoteFaults, public ::testing::WithParamInterface<kind_case> {};

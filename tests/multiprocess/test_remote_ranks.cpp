@@ -146,6 +146,23 @@ TEST_F(RemoteRanks, AKilledRankFailsTheStepInFlightNamingItAndARestartedRankReFo
     expect_same_outputs(call("sample", sample), kernel_output("sample", sample));
 }
 
+// A rank stopped past the connection timeout is dropped by the coordinator. Continued, it says it
+// was evicted and exits non-zero, so that a restart-on-failure supervisor restarts it.
+TEST_F(RemoteRanks, ARankStoppedUntilEvictedSaysSoAndExitsNonZero) {
+    extra_args_ = {"--set", "topology.heartbeat_ms=100", "--set", "topology.connection_timeout_ms=800"};
+    start_group("swap");
+    const json step = random_step(false, 9);
+    ASSERT_FALSE(call_until_ok("sample", step, milliseconds(15000)).contains("error"));
+    const pid_t stopped = ranks_[1];
+    ASSERT_EQ(::kill(stopped, SIGSTOP), 0);
+    std::this_thread::sleep_for(milliseconds(3000));  // the coordinator hears no heartbeat from it
+    ASSERT_EQ(::kill(stopped, SIGCONT), 0);
+    EXPECT_EQ(exit_status_within(stopped, milliseconds(10000)), 1);
+    const std::string log = slurp(test_stem() + "_rank1.log");
+    EXPECT_NE(log.find("rank 1: evicted by the coordinator at " + address_), std::string::npos) << log;
+    EXPECT_EQ(log.find("the coordinator is gone"), std::string::npos) << log;
+}
+
 }  // namespace
 
 namespace {
