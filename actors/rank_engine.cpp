@@ -160,7 +160,7 @@ status rank_engine::release(int32_t slot) {
 status rank_engine::run(const dist_step& planned, step_outputs& out) {
     if (!init_status_.is_ok()) return init_status_;
     return allocating(fmt::format("step {} (bs = {}, N = {}, vocab_size = {})", planned.id, planned.plan.bs,
-                                  planned.plan.tokens_per_req, config_.vocab_size),
+                                  planned.plan.tokens_per_req, config_.limits.vocab_size),
                       [&] { return run_allocating(planned, out); });
 }
 
