@@ -10,6 +10,7 @@
 #include "actors/log.h"
 #include "actors/messages.h"
 #include "actors/step_board.h"
+#include "core/clock.h"
 #include "kernels/validation.h"
 
 namespace ds {

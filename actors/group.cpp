@@ -2,6 +2,7 @@
 // group the configuration names (transport_factory.h), TP rank actors and a coordinator. A step
 // goes straight to the coordinator, which fulfils the caller's future itself (step_reply_sink).
 #include <distsample/group.h>
+#include <distsample/testing.h>
 
 #include <fmt/format.h>
 
@@ -119,9 +120,9 @@ std::vector<desync_event> group::desync_events() {
     return s.is_ok() ? log.events : std::vector<desync_event>{};
 }
 
-status group::inject_fault(int32_t rank, rank_fault fault) {
+status testing::inject_fault(group& g, int32_t rank, rank_fault fault) {
     op_ack ack;
-    return impl_->ask(fault_msg{rank, fault}, ack);
+    return g.impl_->ask(fault_msg{rank, fault}, ack);
 }
 
 status group::set_fault_plan(const fault_plan& plan) {

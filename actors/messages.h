@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <distsample/group.h>
+#include <distsample/testing.h>
 #include "actors/dist_step.h"
 
 namespace ds {

@@ -12,6 +12,7 @@
 #include "actors/rank_engine.h"
 #include "actors/step_board.h"
 #include "config/fault_plan.h"
+#include "core/clock.h"
 #include "transport/faulty_transport.h"
 
 namespace ds {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "actors/log.h"
+#include "core/clock.h"
 
 namespace ds {
 

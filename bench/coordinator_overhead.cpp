@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/clock.h"
 #include "kernels/sampling_backend.h"
 #include "sources/synthetic_logits.h"
 

@@ -58,11 +58,6 @@ struct step_timeline {
     int64_t delivered_at_ns = 0;   // the library caller's future was about to be fulfilled (0 for other clients)
 };
 
-inline int64_t steady_now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
-
 struct step_reply {
     status result;                         // ok, or why the step failed
     uint64_t step_id = 0;                  // assigned by the coordinator in submission order
@@ -73,12 +68,11 @@ struct step_reply {
     step_timeline timeline;
 };
 
-// Test hooks: make one rank misbehave on its next step.
-enum class rank_fault {
-    none,
-    alter_token,  // the rank changes its first emitted token (a desync)
-    stall,        // the rank never answers (a hung rank)
-};
+class group;
+enum class rank_fault : int;  // distsample/testing.h
+namespace testing {
+status inject_fault(group& g, int32_t rank, rank_fault fault);
+}
 
 inline constexpr std::size_t kKeptDesyncEvents = 1024;
 
@@ -108,12 +102,12 @@ class group {
     // gateway's metrics count them all).
     std::vector<desync_event> desync_events();
 
-    status inject_fault(int32_t rank, rank_fault fault);
     // Replaces every rank's fault plan (config/fault_plan.h); it applies to the steps submitted
     // after it returns. An empty plan clears the faults.
     status set_fault_plan(const fault_plan& plan);
 
    private:
+    friend status testing::inject_fault(group& g, int32_t rank, rank_fault fault);
     struct impl;
     explicit group(std::unique_ptr<impl> state);
     std::unique_ptr<impl> impl_;

@@ -2,6 +2,7 @@
 // CPU backend's outputs on the full rows; the rank-0 policy with a desyncing rank; a rank that
 // never answers; submission order and exactly-once replies; invalid steps.
 #include <distsample/group.h>
+#include <distsample/testing.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -328,7 +329,7 @@ TEST_P(RankZeroPolicy, AlteredTokenIsCaughtByDigest) {
     const random_step s = fixed_step(7);
     register_all(*g, s);
     ASSERT_TRUE(g->step(s.request(4)).result.is_ok());  // step 1: clean
-    ASSERT_TRUE(g->inject_fault(2, rank_fault::alter_token).is_ok());
+    ASSERT_TRUE(testing::inject_fault(*g, 2, rank_fault::alter_token).is_ok());
     register_all(*g, s);
     const step_reply reply = g->step(s.request(4));  // step 2: rank 2 alters its first token
     const std::vector<desync_event> events = g->desync_events();
@@ -375,7 +376,7 @@ TEST(Group, RankThatNeverAnswersFailsTheStepByNameInTime) {
             ASSERT_TRUE(group::create(c, g).is_ok());
             const random_step s = fixed_step(11);
             register_all(*g, s);
-            ASSERT_TRUE(g->inject_fault(1, rank_fault::stall).is_ok());
+            ASSERT_TRUE(testing::inject_fault(*g, 1, rank_fault::stall).is_ok());
             const auto start = std::chrono::steady_clock::now();
             const step_reply failed = g->step(s.request(4));
             const auto elapsed = std::chrono::steady_clock::now() - start;
@@ -441,7 +442,7 @@ TEST(Group, StepsPendingWhenTheGroupGoesAreAnsweredWithAnError) {
     ASSERT_TRUE(group::create(c, g).is_ok());
     const random_step s = fixed_step(13);
     register_all(*g, s);
-    ASSERT_TRUE(g->inject_fault(1, rank_fault::stall).is_ok());
+    ASSERT_TRUE(testing::inject_fault(*g, 1, rank_fault::stall).is_ok());
     std::vector<std::future<step_reply>> futures;
     for (int i = 0; i < 3; ++i) futures.push_back(g->submit(s.request(2)));
     g.reset();

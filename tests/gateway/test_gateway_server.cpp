@@ -1,6 +1,7 @@
 // The gateway end to end over real sockets: steps equal the group's own outputs; bad frames get
 // their typed error and close only their connection; authentication; 16 connections pipelining
 // 1,000 steps each; /metrics and /healthz; a fault plan injected and cleared.
+#include <distsample/testing.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -131,7 +132,7 @@ TEST(GatewayServer, AStalledRankIsATimeoutAndTheNextStepWorks) {
     auto c = gw.connect();
     wire::Step step;
     ASSERT_NO_FATAL_FAILURE(register_one_request(*c, 4, step));
-    ASSERT_TRUE(gw.ranks->inject_fault(1, rank_fault::stall).is_ok());
+    ASSERT_TRUE(ds::testing::inject_fault(*gw.ranks, 1, rank_fault::stall).is_ok());
     wire::StepReply reply;
     const status failed = c->step(step, false, reply);
     EXPECT_NE(failed.message.find("TIMEOUT"), std::string::npos) << failed.message;
