@@ -6,13 +6,14 @@ docs/python.md.
     predict, accept_index, accept_length = distsample.verify(logits, candidates, temperature=0.8, seed=seeds)
 """
 
+from ._arrays import clear_workspaces
 from ._call import EXACT, call_with_params
 from ._native import LIBRARY_PATH, ROW_INVALID_PARAMS, ROW_KERNEL_FAULT, ROW_NOTHING_ALLOWED, ROW_OK, DistsampleError
 from ._native import LIB as _LIB
 from ._sampler import Sampler
 
 __all__ = [
-    "sample", "verify", "Sampler", "has_cuda", "DistsampleError", "LIBRARY_PATH",
+    "sample", "verify", "Sampler", "has_cuda", "clear_workspaces", "DistsampleError", "LIBRARY_PATH",
     "ROW_OK", "ROW_NOTHING_ALLOWED", "ROW_INVALID_PARAMS", "ROW_KERNEL_FAULT",
 ]  # fmt: skip
 __version__ = "0.1.0"

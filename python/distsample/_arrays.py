@@ -90,8 +90,9 @@ class Space:
             raise ValueError(f"stream: expected None for logits in host memory (CPU calls are synchronous), got {stream!r}")
         return _NO_CONTEXT, None
 
-    def workspace(self, nbytes):
-        """(owner, pointer aligned to 256 bytes) of at least nbytes of scratch."""
+    def workspace(self, nbytes, stream=None):
+        """(owner, pointer aligned to 256 bytes) of at least nbytes of scratch for a call on
+        `stream`."""
         if self.on_device:  # CUDA allocations are 256-byte aligned; checked all the same
             owner = self.empty((max(nbytes, 1),), "uint8")
             ptr = self.pointer(owner)
@@ -167,6 +168,8 @@ class TorchSpace(Space):
             self.device = torch.device("cuda", self._index)
             # torch's own bindings where this torch has them: torch.cuda's functions wrap them in more Python
             self._current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+            self._capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
+            self._workspaces = {}  # raw stream handle -> (owner, pointer)
             raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
             self._current_stream = raw if raw is not None else (
                 lambda index: torch.cuda.current_stream(index).cuda_stream)
@@ -185,6 +188,21 @@ class TorchSpace(Space):
 
     def zeros(self, shape, dtype):
         return self._torch.zeros(shape, dtype=self._dtypes[dtype], device=self.device)
+
+    def workspace(self, nbytes, stream=None):
+        """On CUDA, outside a graph capture, one workspace per stream is kept and reused: calls on
+        one stream run one after another, so none can still be using it (clear_workspaces frees
+        them). A capture gets its own, which the graph keeps."""
+        if not self.on_device or self._capturing():
+            return Space.workspace(self, nbytes)
+        kept = self._workspaces.get(stream)
+        if kept is None or kept[0].numel() < nbytes:
+            kept = Space.workspace(self, nbytes)
+            self._workspaces[stream] = kept
+        return kept
+
+    def clear_workspaces(self):
+        self._workspaces.clear()
 
     def upload(self, name, values, dtype):
         torch = self._torch
@@ -245,6 +263,13 @@ def _torch_space_of(device):
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"logits: expected a tensor on the CPU or a CUDA device, got {device}")
     return _cached(device, TorchSpace, device)
+
+
+def clear_workspaces():
+    """Frees the workspaces kept per CUDA stream (the next call on a stream allocates again)."""
+    for space in _spaces.values():
+        if isinstance(space, TorchSpace) and space.on_device:
+            space.clear_workspaces()
 
 
 def space_of(logits):

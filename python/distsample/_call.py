@@ -258,11 +258,11 @@ class Call:
         cut = k != (-1, 0) or reals[1] != (1.0, 0)
         nbytes = workspace_bytes(self.space.on_device, bs, self.n, self.vocab, cut)
         if self.candidates:
-            self.workspace = self.space.workspace(nbytes)
+            self.workspace = self.space.workspace(nbytes, self.stream)
             outputs = ptrs[:3]
         else:  # accept_index and accept_length, which sample() does not return, after the workspace
             at = (nbytes + 255) & ~255
-            self.workspace = self.space.workspace(at + 8 * bs)
+            self.workspace = self.space.workspace(at + 8 * bs, self.stream)
             outputs = [ptrs[0], self.workspace[1] + at, self.workspace[1] + at + 4 * bs]
         self.workspace_size = nbytes
         outputs += [ptrs[len(names)] if mode else 0, ptrs[-1] if row_errors else 0]

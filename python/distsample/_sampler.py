@@ -19,6 +19,15 @@ def _positive(name, value, lo):
     return int(value)
 
 
+def _store(array, index, value):
+    """array[index] = value; on a torch tensor as a fill of a one-element view, which a CUDA tensor
+    takes as a kernel argument (an item assignment would copy the value from the host and wait)."""
+    if hasattr(array, "fill_"):
+        array[index:index + 1].fill_(value)
+    else:
+        array[index] = value
+
+
 class Sampler:
     """Slots 1 .. max_slots - 1 hold requests (slot 0 is reserved: greedy and neutral, for padding
     rows). Each step's emitted tokens are added to the slots' seen-token counts (penalties) on the
@@ -76,9 +85,9 @@ class Sampler:
         context, _ = self._space.context(stream)
         with context:
             for name, (scalar, _) in zip(_REALS, reals):
-                self._params[name][slot] = scalar
-            self._params["top_k"][slot] = k[0]
-            self._params["seed"][slot] = s[0]
+                _store(self._params[name], slot, scalar)
+            _store(self._params["top_k"], slot, k[0])
+            _store(self._params["seed"], slot, s[0])
             self._write_list("logit_bias", self._bias_tokens, self._bias_values, self._bias_sizes, slot, bias)
             self._write_list("history", self._seen_tokens, self._seen_counts, self._seen_sizes, slot, seen)
 
@@ -88,9 +97,9 @@ class Sampler:
         context, _ = self._space.context(stream)
         with context:
             for name, value in _NEUTRAL.items():
-                self._params[name][slot] = value
-            self._bias_sizes[slot] = 0
-            self._seen_sizes[slot] = 0
+                _store(self._params[name], slot, value)
+            _store(self._bias_sizes, slot, 0)
+            _store(self._seen_sizes, slot, 0)
 
     def _bias_entries(self, logit_bias):
         if logit_bias is None:
@@ -124,7 +133,7 @@ class Sampler:
             space = self._space
             tokens[slot, :size] = space.upload(name, list(entries.keys()), "int32")
             values[slot, :size] = space.upload(name, list(entries.values()), _arrays.dtype_name(values.dtype))
-        sizes[slot] = size
+        _store(sizes, slot, size)
 
     def seen(self, slot):
         """{token: count} of `slot` (copied to the host: on CUDA this waits for the device)."""
