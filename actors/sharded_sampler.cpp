@@ -345,12 +345,12 @@ status sharded_sampler::settle_planned_cuts(transport& endpoint, std::vector<cpu
     return status::success();
 }
 
-status sharded_sampler::run(const dist_step& step, const param_pool& pool, transport& endpoint, step_outputs& out) {
+status sharded_sampler::run(const dist_step& step, const logits_view& shard, const param_pool& pool,
+                            transport& endpoint, step_outputs& out) {
     const int32_t bs = step.plan.bs;
     const int32_t n = step.plan.tokens_per_req;
     const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
     const int32_t words = bitmask_words(shard_vocab_ * world_);
-    const logits_view& shard = step.shards[static_cast<size_t>(rank_)];
     auto params_of = [&](size_t row) -> const sampling_params& {
         return pool.params(step.slots[row / static_cast<size_t>(n)]);
     };
@@ -493,8 +493,7 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
     std::vector<uint64_t>& top_p_mass = scratch_.top_p_mass;  // only the cut matters from here on
     top_p_mass.assign(rows, 0);
     if (status s = select_cut(endpoint, goals, true, cuts, top_p_mass); !s.is_ok()) return s;
-    for (size_t row = 0; row < rows; ++row)
-        cuts[row].min_mass = exact::min_p_mass_threshold(params_of(row).min_p);
+    for (size_t row = 0; row < rows; ++row) cuts[row].min_mass = exact::min_p_mass_threshold(params_of(row).min_p);
 
     // 4. Every rank's kept mass and the draft's kept mass (from its owner), per stochastic row.
     std::vector<uint64_t>& mine = scratch_.kept;
@@ -568,8 +567,8 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
                             ? step.coins[static_cast<size_t>(b) * static_cast<size_t>(n - 1) + static_cast<size_t>(j)]
                             : dm::bits_to_unit_double(dm::random_bits64(p.seed, position, static_cast<uint32_t>(j + 1),
                                                                         dm::draw_purpose::coin));
-                    draft_accepted = exact::accepts_draft(draft_mass, kept, coin, step.thresholds.single,
-                                                          step.thresholds.acc);
+                    draft_accepted =
+                        exact::accepts_draft(draft_mass, kept, coin, step.thresholds.single, step.thresholds.acc);
                 }
                 if (!draft_accepted) {
                     const uint64_t bits =
@@ -638,9 +637,8 @@ status sharded_sampler::run(const dist_step& step, const param_pool& pool, trans
             for (int32_t r = 0; r < world_; ++r) kept += kept_on(r, row);
         }
         const float temperature = stochastic[row] ? params_of(row).temperature : 1.0f;
-        out.logprobs[row] = static_cast<float>(
-            exact::log_probability(from_double_bits(shifted[row]), temperature,
-                                   exact::mass_weight(stochastic[row] ? kept : normaliser[row])));
+        out.logprobs[row] = static_cast<float>(exact::log_probability(
+            from_double_bits(shifted[row]), temperature, exact::mass_weight(stochastic[row] ? kept : normaliser[row])));
     }
     for (int32_t b = 0; b < bs; ++b)
         out.row_error[static_cast<size_t>(b)] = predict[static_cast<size_t>(b) * n + lengths[b] - 1] < 0 ? 1 : 0;

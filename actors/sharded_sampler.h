@@ -40,7 +40,9 @@ class sharded_sampler {
    public:
     sharded_sampler(const group_config& config, int32_t rank);
 
-    status run(const dist_step& step, const param_pool& pool, transport& endpoint, step_outputs& out);
+    // Samples `step` with `shard` as this rank's vocab shard of its rows.
+    status run(const dist_step& step, const logits_view& shard, const param_pool& pool, transport& endpoint,
+               step_outputs& out);
 
    private:
     // Per row: find the boundary of the shortest prefix of the order (Q desc, index asc) over
