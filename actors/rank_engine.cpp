@@ -78,7 +78,7 @@ status rank_engine::build() {
         const kernel_config k = rank_kernel_config(config, config.max_batch);
         if (std::string e = validate_kernel_config(k); !e.empty()) return status::invalid(e);
         shard_pool_ = std::make_unique<param_pool>(k);
-        sharded_ = std::make_unique<sharded_sampler>(config, rank_);
+        sharded_ = std::make_unique<sharded_sampler>(config, rank_, make_cpu_shard_primitives(config));
         return status::success();
     }
     backend_kind kind{};
@@ -143,7 +143,9 @@ status rank_engine::run_allocating(const dist_step& step, const logits_view& han
     switch (config_.mode) {
         case dist_mode::gathered: s = run_gathered(step, shard, out); break;
         case dist_mode::swap: s = run_swap(step, shard, out); break;
-        case dist_mode::sharded: s = sharded_->run(step, shard, *shard_pool_, endpoint_, out); break;
+        case dist_mode::sharded:
+            s = sharded_->run(step.slice(0, step.plan.bs, shard), *shard_pool_, endpoint_, out.view());
+            break;
     }
     last_run_ns_ =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();

@@ -7,10 +7,10 @@
 #include <memory>
 
 #include "actors/dist_step.h"
-#include "actors/sharded_sampler.h"
 #include "config/group_config.h"
 #include "kernels/device_memory.h"
 #include "kernels/sampling_backend.h"
+#include "sharded/sharded_sampler.h"
 #include "transport/faulty_transport.h"
 #include "transport/timed_transport.h"
 
