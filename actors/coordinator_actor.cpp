@@ -44,6 +44,7 @@ struct job {
 
 struct coordinator_state {
     group_config config;
+    logits_origin logits = logits_origin::in_step;
     std::vector<rank_actor_type> ranks;
     transport_group* transport = nullptr;
     std::deque<job> queue;
@@ -77,60 +78,66 @@ void finish_job(coordinator* self) {
     pump(self);
 }
 
-std::string check_request(const group_config& config, const step_request& r, step_plan& plan) {
+result<step_plan> check_request(const group_config& config, logits_origin logits, const step_request& r) {
     const int32_t bs = r.batch_size();
     const int32_t n = r.kind == step_kind::sample ? 1 : r.tokens_per_req;
     if (r.kind == step_kind::sample && r.tokens_per_req != 1) {
-        return fmt::format("tokens_per_req = {}: expected 1 for a sample step", r.tokens_per_req);
+        return status::invalid(fmt::format("tokens_per_req = {}: expected 1 for a sample step", r.tokens_per_req));
     }
-    if (std::string e = plan_step(config.limits(), bs, n, plan); !e.empty()) return e;
+    DS_TRY_ASSIGN(const step_plan plan, plan_step(config, bs, n));
     const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
-    auto sized = [](const auto& values, size_t expected, const char* field, bool optional) -> std::string {
-        if ((optional && values.empty()) || values.size() == expected) return {};
-        return fmt::format("{}: expected {} entries, got {}", field, expected, values.size());
+    auto sized = [](const auto& values, size_t expected, const char* field, bool optional) {
+        if ((optional && values.empty()) || values.size() == expected) return status::success();
+        return status::invalid(fmt::format("{}: expected {} entries, got {}", field, expected, values.size()));
     };
-    for (const std::string& e :
+    for (const status& e :
          {sized(r.positions, static_cast<size_t>(bs), "positions", false),
           sized(r.candidates, r.kind == step_kind::verify ? rows : 0, "candidates", false),
-          sized(r.bitmask, rows * static_cast<size_t>(bitmask_words(config.vocab_size)), "bitmask", true),
+          sized(r.bitmask, rows * static_cast<size_t>(bitmask_words(config.limits.vocab_size)), "bitmask", true),
           sized(r.coins, static_cast<size_t>(bs) * static_cast<size_t>(n - 1), "coins", true),
           sized(r.final_coins, static_cast<size_t>(bs), "final_coins", true)}) {
-        if (!e.empty()) return e;
+        if (!e.is_ok()) return e;
     }
-    if (config.ranks_make_logits && !r.shards.empty()) {
-        return fmt::format("shards: expected none, the ranks make their own logits (topology.logits_source), got {}",
-                           r.shards.size());
+    if (logits == logits_origin::made_by_ranks && !r.shards.empty()) {
+        return status::invalid(
+            fmt::format("shards: expected none, the ranks make their own logits (topology.logits_source), got {}",
+                        r.shards.size()));
     }
-    if (!config.ranks_make_logits && r.shards.size() != static_cast<size_t>(config.tp)) {
-        return fmt::format("shards: expected one logits view per rank ({}), got {}", config.tp, r.shards.size());
+    if (logits == logits_origin::in_step && r.shards.size() != static_cast<size_t>(config.distribution.tp)) {
+        return status::invalid(fmt::format("shards: expected one logits view per rank ({}), got {}",
+                                           config.distribution.tp, r.shards.size()));
     }
     for (size_t rank = 0; rank < r.shards.size(); ++rank) {
         const logits_view& v = r.shards[rank];
-        if (v.data == nullptr) return fmt::format("shards[{}].data: expected a non-null pointer", rank);
+        if (v.data == nullptr)
+            return status::invalid(fmt::format("shards[{}].data: expected a non-null pointer", rank));
         if (v.vocab != plan.shard_vocab)
-            return fmt::format("shards[{}].vocab = {}: expected V / TP = {}", rank, v.vocab, plan.shard_vocab);
+            return status::invalid(
+                fmt::format("shards[{}].vocab = {}: expected V / TP = {}", rank, v.vocab, plan.shard_vocab));
         if (static_cast<size_t>(v.rows) != rows)
-            return fmt::format("shards[{}].rows = {}: expected batch_size * N = {}", rank, v.rows, rows);
+            return status::invalid(
+                fmt::format("shards[{}].rows = {}: expected batch_size * N = {}", rank, v.rows, rows));
         if (v.row_stride < v.vocab)
-            return fmt::format("shards[{}].row_stride = {}: expected >= {}", rank, v.row_stride, v.vocab);
+            return status::invalid(
+                fmt::format("shards[{}].row_stride = {}: expected >= {}", rank, v.row_stride, v.vocab));
         if (v.dtype != r.shards[0].dtype)
-            return fmt::format("shards[{}].dtype = {}: expected {} like shards[0]", rank, dtype_name(v.dtype),
-                               dtype_name(r.shards[0].dtype));
+            return status::invalid(fmt::format("shards[{}].dtype = {}: expected {} like shards[0]", rank,
+                                               dtype_name(v.dtype), dtype_name(r.shards[0].dtype)));
     }
     // The kernels' own checks (slots, positions, candidates, coins, thresholds) over the full vocab.
     kernel_config limits;
-    limits.vocab_size = config.vocab_size;
-    limits.max_slots = config.max_slots;
-    limits.max_batch = config.max_batch;
-    limits.max_tokens_per_req = config.max_tokens_per_req;
+    limits.vocab_size = config.limits.vocab_size;
+    limits.max_slots = config.limits.max_slots;
+    limits.max_batch = config.limits.max_batch;
+    limits.max_tokens_per_req = config.limits.max_tokens_per_req;
     step_input in;
     // validate_step checks the logits' shape, not their values: without shards (the ranks make
     // the rows) it gets the shape of the rows the ranks will make.
     static const float no_logits = 0.0f;
     in.logits = r.shards.empty() ? logits_view{&no_logits, logits_dtype::f32, static_cast<int64_t>(rows),
-                                               config.vocab_size, config.vocab_size}
+                                               config.limits.vocab_size, config.limits.vocab_size}
                                  : logits_view{r.shards[0].data, r.shards[0].dtype, static_cast<int64_t>(rows),
-                                               config.vocab_size, config.vocab_size};
+                                               config.limits.vocab_size, config.limits.vocab_size};
     in.slots = r.slots.data();
     in.positions = r.positions.data();
     in.batch_size = bs;
@@ -139,8 +146,9 @@ std::string check_request(const group_config& config, const step_request& r, ste
     in.thresholds = r.thresholds;
     in.coins = r.coins.empty() ? nullptr : r.coins.data();
     in.final_coins = r.final_coins.empty() ? nullptr : r.final_coins.data();
-    if (status s = validate_step(in, r.kind, limits); !s.is_ok()) return s.message;
-    return check_distinct_slots(r.slots).message;
+    DS_TRY(validate_step(in, r.kind, limits));
+    DS_TRY(check_distinct_slots(r.slots));
+    return plan;
 }
 
 void complete_step(coordinator* self);
@@ -164,7 +172,7 @@ void fail_current(coordinator* self, const status& why) {
 void complete_step(coordinator* self) {
     coordinator_state& st = self->state;
     const dist_step& step = *st.current_step;
-    step_outcome o = combine_rank_results(step, st.board->results(), st.config.policy);
+    step_outcome o = combine_rank_results(step, st.board->results(), st.config.distribution.policy);
     if (!st.current_reply.sink) {
         if (!o.failure.is_ok()) {
             st.current_reply.promise.deliver(make_caf_error(o.failure));
@@ -209,7 +217,7 @@ void on_rank_error(coordinator* self, uint64_t id, int32_t rank, const caf::erro
     if (!st.busy || id != st.current_id) return;
     const std::string names = culprit_names(st, {rank});
     fail_current(self, to_status(e, fmt::format("step {}: {} did not answer within {} ms", id, names,
-                                                st.config.step_timeout.count())));
+                                                st.config.distribution.step_timeout.count())));
 }
 
 // Step deadlines are watched by one periodic check while steps run, not by a timer per request to
@@ -224,7 +232,7 @@ void arm_deadline_check(coordinator* self) {
     coordinator_state& st = self->state;
     if (st.deadline_check_armed) return;
     st.deadline_check_armed = true;
-    self->delayed_send(self, deadline_check_period(st.config.step_timeout), deadline_check_atom::value);
+    self->delayed_send(self, deadline_check_period(st.config.distribution.step_timeout), deadline_check_atom::value);
 }
 
 void check_deadline(coordinator* self) {
@@ -240,31 +248,35 @@ void check_deadline(coordinator* self) {
         if (!st.answered[r]) silent.push_back(static_cast<int32_t>(r));
     }
     const std::string names = culprit_names(st, silent);
-    fail_current(self, status{status_code::timeout, fmt::format("step {}: {} did not answer within {} ms",
-                                                                st.current_id, names, st.config.step_timeout.count())});
+    fail_current(
+        self, status{status_code::timeout, fmt::format("step {}: {} did not answer within {} ms", st.current_id, names,
+                                                       st.config.distribution.step_timeout.count())});
 }
 
 void start_step(coordinator* self, job& j) {
     coordinator_state& st = self->state;
-    step_plan plan;
     const uint64_t id = st.next_step_id++;
-    if (std::string e = check_request(st.config, *j.request, plan); !e.empty()) {
-        j.reply.fail(status::invalid(e));
+    result<step_plan> checked = check_request(st.config, st.logits, *j.request);
+    if (!checked.is_ok()) {
+        j.reply.fail(checked.error());
         return;
     }
+    const step_plan& plan = *checked;
     st.busy = true;
     st.current_id = id;
     st.current_reply = std::move(j.reply);
-    st.current_step = std::make_shared<const dist_step>(make_dist_step(id, *j.request, plan, st.config.vocab_size));
+    st.current_step =
+        std::make_shared<const dist_step>(make_dist_step(id, *j.request, plan, st.config.limits.vocab_size));
     st.pending = static_cast<int32_t>(st.ranks.size());
     st.answered.assign(st.ranks.size(), false);
-    st.deadline = std::chrono::steady_clock::now() + st.config.step_timeout;
+    st.deadline = std::chrono::steady_clock::now() + st.config.distribution.step_timeout;
     arm_deadline_check(self);
     st.transport->begin_epoch(id);  // no rank runs a step now: the last one finished or failed
     st.timeline = step_timeline{j.received_at_ns};
     st.timeline.dispatched_at_ns = steady_now_ns();
-    st.board = std::make_shared<step_board>(st.current_step, static_cast<int32_t>(st.ranks.size()), st.config.policy,
-                                            st.current_reply.sink, st.journal, st.timeline);
+    st.board =
+        std::make_shared<step_board>(st.current_step, static_cast<int32_t>(st.ranks.size()),
+                                     st.config.distribution.policy, st.current_reply.sink, st.journal, st.timeline);
     for (size_t r = 0; r < st.ranks.size(); ++r) {
         const auto rank = static_cast<int32_t>(r);
         self->request(st.ranks[r], caf::infinite, step_msg{st.current_step, {}, st.board})
@@ -283,7 +295,7 @@ void start_fan_out(coordinator* self, job& j, const Msg& msg) {
     st.pending = static_cast<int32_t>(st.ranks.size());
     for (size_t r = 0; r < st.ranks.size(); ++r) {
         const auto rank = static_cast<int32_t>(r);
-        self->request(st.ranks[r], st.config.step_timeout, msg)
+        self->request(st.ranks[r], st.config.distribution.step_timeout, msg)
             .then(
                 [self](op_ack&) {
                     if (--self->state.pending == 0) {
@@ -294,7 +306,7 @@ void start_fan_out(coordinator* self, job& j, const Msg& msg) {
                 [self, rank](caf::error& e) {
                     if (!self->state.busy) return;
                     fail_current(self, to_status(e, fmt::format("rank {} did not answer within {} ms", rank,
-                                                                self->state.config.step_timeout.count())));
+                                                                self->state.config.distribution.step_timeout.count())));
                 });
     }
 }
@@ -320,9 +332,10 @@ void pump(coordinator* self) {
 }
 
 coordinator_actor_type::behavior_type coordinator_actor(coordinator* self, group_config config,
-                                                        std::vector<rank_actor_type> ranks,
-                                                        transport_group* transport) {
+                                                        std::vector<rank_actor_type> ranks, transport_group* transport,
+                                                        logits_origin logits) {
     self->state.config = config;
+    self->state.logits = logits;
     self->state.ranks = std::move(ranks);
     self->state.transport = transport;
     auto enqueue = [self](job j) {
@@ -390,8 +403,9 @@ coordinator_actor_type::behavior_type coordinator_actor(coordinator* self, group
 }  // namespace
 
 coordinator_actor_type spawn_coordinator_actor(caf::actor_system& system, const group_config& config,
-                                               std::vector<rank_actor_type> ranks, transport_group& transport) {
-    return system.spawn(coordinator_actor, config, std::move(ranks), &transport);
+                                               std::vector<rank_actor_type> ranks, transport_group& transport,
+                                               logits_origin logits) {
+    return system.spawn(coordinator_actor, config, std::move(ranks), &transport, logits);
 }
 
 }  // namespace ds

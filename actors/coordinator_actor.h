@@ -21,7 +21,12 @@
 
 namespace ds {
 
+// Where a step's logits come from: the step's shards, one per rank, or the ranks themselves (rank
+// processes with a model of their own, topology.logits_source), when steps carry none.
+enum class logits_origin { in_step, made_by_ranks };
+
 coordinator_actor_type spawn_coordinator_actor(caf::actor_system& system, const group_config& config,
-                                               std::vector<rank_actor_type> ranks, transport_group& transport);
+                                               std::vector<rank_actor_type> ranks, transport_group& transport,
+                                               logits_origin logits = logits_origin::in_step);
 
 }  // namespace ds

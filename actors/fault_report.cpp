@@ -232,8 +232,9 @@ std::string parse_fault_report_json(const std::string& text, fault_report& repor
             r.step = e.at("step").get<uint64_t>();
             r.rank = e.at("rank").get<int32_t>();
             const std::string kind = e.at("kind").get<std::string>();
-            if (!parse_fault_kind(kind, r.kind))
-                return fmt::format("event of step {}: unknown fault kind '{}'", r.step, kind);
+            const result<fault_kind> parsed = parse_fault_kind(kind);
+            if (!parsed.is_ok()) return fmt::format("event of step {}: unknown fault kind '{}'", r.step, kind);
+            r.kind = *parsed;
             r.detected = e.at("detected").get<bool>();
             r.masked = e.at("masked").get<bool>();
             r.repaired = e.at("repaired").get<bool>();
@@ -244,10 +245,10 @@ std::string parse_fault_report_json(const std::string& text, fault_report& repor
             report.records.push_back(std::move(r));
         }
         for (const nlohmann::json& k : doc.at("summary")) {
-            fault_kind kind{};
             const std::string name = k.at("kind").get<std::string>();
-            if (!parse_fault_kind(name, kind)) return fmt::format("summary: unknown fault kind '{}'", name);
-            fault_kind_summary& s = report.summary[static_cast<size_t>(kind)];
+            const result<fault_kind> kind = parse_fault_kind(name);
+            if (!kind.is_ok()) return fmt::format("summary: unknown fault kind '{}'", name);
+            fault_kind_summary& s = report.summary[static_cast<size_t>(*kind)];
             s.injected = k.at("injected").get<int64_t>();
             s.detected = k.at("detected").get<int64_t>();
             s.masked = k.at("masked").get<int64_t>();

@@ -10,6 +10,7 @@
 #include "actors/rank_actor.h"
 #include "actors/rank_core.h"
 #include "actors/rank_engine.h"
+#include "config/capacity.h"
 #include "transport/transport_factory.h"
 
 namespace ds {
@@ -33,14 +34,14 @@ struct group::impl {
     std::shared_ptr<wakeable_sleep> fault_delays = std::make_shared<wakeable_sleep>();  // the ranks' injected delays
 
     impl(const group_config& c, std::unique_ptr<transport_group> t)
-        : config(c), transport(std::move(t)), system(configure_actor_system(system_config, c.scheduler())) {}
+        : config(c), transport(std::move(t)), system(configure_actor_system(system_config, c.tuning.scheduler())) {}
 
     // Sends `msg` to the coordinator and waits for its answer (bounded).
     template <class Answer, class Msg>
     status ask(Msg msg, Answer& answer) {
         caf::scoped_actor self{system};
         status result;
-        self->request(coordinator, config.step_timeout + kReplyMargin, std::move(msg))
+        self->request(coordinator, config.distribution.step_timeout + kReplyMargin, std::move(msg))
             .receive([&](Answer& a) { answer = std::move(a); },
                      [&](caf::error& e) { result = to_status(e, "coordinator"); });
         return result;
@@ -48,13 +49,14 @@ struct group::impl {
 };
 
 status group::create(const group_config& config, std::unique_ptr<group>& out) {
-    if (std::string e = validate_group_config(config); !e.empty()) return status::invalid(e);
+    DS_TRY(validate_group_config(config));
+    DS_TRY(check_memory_budget(config, config.distribution.tp));  // every rank lives in this process
     const transport_config t = rank_transport_config(config);
-    if (std::string e = t.validate(); !e.empty()) return status::invalid(e);
+    DS_TRY(t.validate());
     std::unique_ptr<transport_group> transport;
-    if (status s = make_transport_group(config.transport, t, transport); !s.is_ok()) return s;
+    DS_TRY(make_transport_group(config.transport.kind, t, rank_ucx_options(config), transport));
     auto state = std::make_unique<impl>(config, std::move(transport));
-    for (int32_t r = 0; r < config.tp; ++r) {
+    for (int32_t r = 0; r < config.distribution.tp; ++r) {
         auto core = std::make_shared<rank_core>(config, r, rank_host::thread, state->fault_delays);
         // A backend that cannot be built is reported by the health check below, naming the rank.
         (void)core->attach(*state->transport);
@@ -103,7 +105,8 @@ std::future<step_reply> group::submit(step_request step) {
 step_reply group::step(step_request step) {
     std::future<step_reply> reply = submit(std::move(step));
     // Polling first spares the wake-up of a thread asleep on the future when the answer is near.
-    const auto poll_until = std::chrono::steady_clock::now() + std::chrono::microseconds(impl_->config.reply_spin_us);
+    const auto poll_until =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(impl_->config.tuning.reply_spin_us);
     while (std::chrono::steady_clock::now() < poll_until &&
            reply.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
     }
@@ -127,7 +130,7 @@ status group::inject_fault(int32_t rank, rank_fault fault) {
 }
 
 status group::set_fault_plan(const fault_plan& plan) {
-    if (std::string e = validate_fault_plan(plan, impl_->config.tp); !e.empty()) return status::invalid(e);
+    DS_TRY(validate_fault_plan(plan, impl_->config.distribution.tp));
     const fault_plan_msg msg{std::make_shared<const fault_plan>(plan)};
     // A rank asleep in a delay of the old plan would take its new plan only when it wakes.
     impl_->fault_delays->wake_all();
@@ -136,7 +139,7 @@ status group::set_fault_plan(const fault_plan& plan) {
     caf::scoped_actor self{impl_->system};
     status result;
     for (const rank_actor_type& rank : impl_->ranks) {
-        self->request(rank, impl_->config.step_timeout, msg)
+        self->request(rank, impl_->config.distribution.step_timeout, msg)
             .receive([](op_ack&) {},
                      [&](caf::error& e) {
                          if (result.is_ok()) result = to_status(e, "a rank did not take its fault plan");

@@ -294,10 +294,9 @@ typename Inspector::result_type inspect(Inspector& f, fault_plan_msg& x) {
                  auto plan = std::make_shared<fault_plan>();
                  plan->seed = seed;
                  for (const std::string& text : texts) {
-                     fault_spec spec;
-                     if (std::string e = parse_fault_spec(text, spec); !e.empty())
-                         return make_caf_error(status::invalid(e));
-                     plan->faults.push_back(spec);
+                     result<fault_spec> spec = parse_fault_spec(text);
+                     if (!spec.is_ok()) return make_caf_error(spec.error());
+                     plan->faults.push_back(*spec);
                  }
                  x.plan = std::move(plan);
                  return caf::none;

@@ -42,10 +42,11 @@ caf::result<op_ack> ack(int32_t rank, const status& s) {
 // A rank process's endpoint of a new epoch, through the epoch's rendezvous, and the registrations.
 status form(rank_core& core, const form_msg& m) {
     const group_config& config = core.config();
-    tcp_bootstrap boot(m.host, m.port, core.rank(), config.tp, config.transport_timeout);
+    tcp_bootstrap boot(m.host, m.port, core.rank(), config.distribution.tp, config.transport.timeout);
     core.detach();  // the old endpoint closes before the new one is built
     std::unique_ptr<transport> endpoint;
-    DS_TRY(make_rank_transport(config.transport, rank_transport_config(config), boot, endpoint));
+    DS_TRY(make_rank_transport(config.transport.kind, rank_transport_config(config), rank_ucx_options(config), boot,
+                               endpoint));
     DS_TRY(core.attach(std::move(endpoint)));
     for (const register_msg& r : m.registrations) DS_TRY(core.register_request(r.slot, r.params, r.history));
     return status::success();
@@ -88,7 +89,7 @@ caf::result<rank_result> on_step(rank_actor_pointer self, step_msg& m, std::chro
 rank_actor_type::behavior_type rank_actor(rank_actor_pointer self, std::shared_ptr<rank_core> core) {
     self->state.core = std::move(core);
     const int32_t rank = self->state.core->rank();
-    const std::chrono::microseconds spin{self->state.core->config().rank_spin_us};
+    const std::chrono::microseconds spin{self->state.core->config().tuning.rank_spin_us};
     return {
         [self, rank](form_msg& m) -> caf::result<op_ack> {
             self->state.unanswered.clear();  // the coordinator gave up on them before it formed a new epoch

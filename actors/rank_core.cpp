@@ -18,7 +18,7 @@ void alter_outputs(bool token, bool accept_length, int32_t vocab, int32_t n, ste
 }
 
 std::chrono::milliseconds drop_put_wait(const group_config& config) {
-    return std::min(config.step_timeout, config.transport_timeout) + std::chrono::milliseconds(20);
+    return std::min(config.distribution.step_timeout, config.transport.timeout) + std::chrono::milliseconds(20);
 }
 
 namespace {
@@ -108,8 +108,8 @@ rank_core::~rank_core() { detach(); }
 status rank_core::attach(transport_group& group) {
     detach();
     group_ = &group;
-    endpoint_ = std::make_unique<faulty_transport>(group.endpoint(rank_), config_.payload_checksums,
-                                                   config_.transport_timeout, delays_);
+    endpoint_ = std::make_unique<faulty_transport>(group.endpoint(rank_), config_.transport.payload_checksums,
+                                                   config_.transport.timeout, delays_);
     engine_ = std::make_unique<rank_engine>(config_, rank_, *endpoint_);
     return engine_->init_status();
 }
@@ -117,8 +117,8 @@ status rank_core::attach(transport_group& group) {
 status rank_core::attach(std::unique_ptr<transport> endpoint) {
     detach();
     owned_ = std::move(endpoint);
-    endpoint_ =
-        std::make_unique<faulty_transport>(*owned_, config_.payload_checksums, config_.transport_timeout, delays_);
+    endpoint_ = std::make_unique<faulty_transport>(*owned_, config_.transport.payload_checksums,
+                                                   config_.transport.timeout, delays_);
     engine_ = std::make_unique<rank_engine>(config_, rank_, *endpoint_);
     return engine_->init_status();
 }
@@ -223,8 +223,8 @@ rank_result rank_core::run(std::shared_ptr<const dist_step> step, const shard_pa
     auto outputs = std::make_shared<step_outputs>();
     status s = run_engine(*step, payload, a, *outputs);
     if (s.is_ok()) {
-        alter_outputs(a.faults.alter_token, a.faults.alter_accept_length, config_.vocab_size, step->plan.tokens_per_req,
-                      *outputs);
+        alter_outputs(a.faults.alter_token, a.faults.alter_accept_length, config_.limits.vocab_size,
+                      step->plan.tokens_per_req, *outputs);
         result.digest = outputs->digest();
         result.outputs = outputs;
         last_step_ = std::move(step);

@@ -8,19 +8,21 @@
 #include <new>
 #include <string>
 
+#include "config/capacity.h"
+
 namespace ds {
 
 namespace {
 
 kernel_config rank_kernel_config(const group_config& config, int32_t max_batch) {
     kernel_config k;
-    k.vocab_size = config.vocab_size;
-    k.max_slots = config.max_slots;
+    k.vocab_size = config.limits.vocab_size;
+    k.max_slots = config.limits.max_slots;
     k.max_batch = max_batch;
-    k.max_tokens_per_req = config.max_tokens_per_req;
-    k.max_penalty_tokens = config.max_penalty_tokens;
-    k.max_logit_bias = config.max_logit_bias;
-    k.threads = config.threads_per_rank;
+    k.max_tokens_per_req = config.limits.max_tokens_per_req;
+    k.max_penalty_tokens = config.limits.max_penalty_tokens;
+    k.max_logit_bias = config.limits.max_logit_bias;
+    k.threads = config.tuning.threads_per_rank;
     return k;
 }
 
@@ -28,19 +30,18 @@ kernel_config rank_kernel_config(const group_config& config, int32_t max_batch) 
 
 transport_config rank_transport_config(const group_config& config) {
     transport_config t;
-    t.world_size = config.tp;
-    t.vocab_size = config.vocab_size;
-    const int64_t max_rows = int64_t{config.limits().max_pad_bs()} * config.max_tokens_per_req;
-    t.max_swap_rows = config.mode == dist_mode::gathered ? max_rows
-                      : config.mode == dist_mode::swap   ? max_rows / config.tp
-                                                         : 0;
-    // The sharded sampler's largest collective: two 256-bin histograms per row.
-    t.max_collective_bytes = static_cast<size_t>(max_rows) * 512 * sizeof(uint64_t);
-    t.timeout = config.transport_timeout;
-    t.ucx_device_memory = config.ucx_device_memory;
-    t.ucx_peer_error_handling = config.ucx_peer_error_handling;
-    t.backend_on_device = config.backend == "cuda" && config.mode != dist_mode::sharded;
+    t.world_size = config.distribution.tp;
+    t.vocab_size = config.limits.vocab_size;
+    // Sized as config/capacity.h counts them against the memory budget.
+    t.max_swap_rows = max_swap_rows(config);
+    t.max_collective_bytes = max_collective_bytes(config);
+    t.timeout = config.transport.timeout;
     return t;
+}
+
+ucx_endpoint_options rank_ucx_options(const group_config& config) {
+    return {config.transport.ucx,
+            config.backend == backend_kind::cuda && config.distribution.mode != dist_mode::sharded};
 }
 
 namespace {
@@ -60,48 +61,51 @@ status allocating(const std::string& what, Phase&& phase) {
 
 rank_engine::rank_engine(const group_config& config, int32_t rank, transport& endpoint)
     : config_(config), rank_(rank), endpoint_(endpoint) {
+    const group_limits& limits = config.limits;
     init_status_ =
         allocating(fmt::format("its backend and buffers (max_slots = {}, max_batch = {}, "
                                "max_tokens_per_req = {}, vocab_size = {})",
-                               config.max_slots, config.max_batch, config.max_tokens_per_req, config.vocab_size),
+                               limits.max_slots, limits.max_batch, limits.max_tokens_per_req, limits.vocab_size),
                    [&] { return build(); });
 }
 
 status rank_engine::build() {
     const group_config& config = config_;
-    const int32_t max_pad_bs = config.limits().max_pad_bs();
-    if (config.mode == dist_mode::sharded) {
-        if (config.backend != "cpu") {
-            return {status_code::unsupported,
-                    fmt::format("backend = '{}': sharded mode runs on the cpu backend only", config.backend)};
+    const int32_t max_pad_bs = config.max_pad_bs();
+    if (config.distribution.mode == dist_mode::sharded) {
+        if (config.backend != backend_kind::cpu) {
+            return {status_code::unsupported, fmt::format("backend = '{}': sharded mode runs on the cpu backend only",
+                                                          backend_name(config.backend))};
         }
-        const kernel_config k = rank_kernel_config(config, config.max_batch);
-        if (std::string e = validate_kernel_config(k); !e.empty()) return status::invalid(e);
+        const kernel_config k = rank_kernel_config(config, config.limits.max_batch);
+        DS_TRY(validate_kernel_config(k));
         shard_pool_ = std::make_unique<param_pool>(k);
         sharded_ = std::make_unique<sharded_sampler>(config, rank_, make_cpu_shard_primitives(config));
         return status::success();
     }
-    backend_kind kind{};
-    DS_TRY(parse_backend_kind(config.backend, kind));
+    const backend_kind kind = config.backend;
     // swap samples reqs_per_rank requests; gathered samples the whole batch on every rank.
-    const int32_t max_batch = config.mode == dist_mode::swap ? max_pad_bs / config.tp : config.max_batch;
+    const int32_t max_batch =
+        config.distribution.mode == dist_mode::swap ? max_pad_bs / config.distribution.tp : config.limits.max_batch;
     backend_reads_device_ = kind == backend_kind::cuda;
     DS_TRY(make_backend(kind, rank_kernel_config(config, max_batch), backend_));
     if (backend_reads_device_ && !endpoint_.swaps_device_logits()) {
         // The largest shard: every row of the largest batch over this rank's V/TP, in f32.
-        const std::size_t bytes =
-            static_cast<std::size_t>(config.max_batch) * static_cast<std::size_t>(config.max_tokens_per_req) *
-            static_cast<std::size_t>(config.vocab_size / config.tp) * dtype_size(logits_dtype::f32);
+        const std::size_t bytes = static_cast<std::size_t>(config.limits.max_batch) *
+                                  static_cast<std::size_t>(config.limits.max_tokens_per_req) *
+                                  static_cast<std::size_t>(config.limits.vocab_size / config.distribution.tp) *
+                                  dtype_size(logits_dtype::f32);
         DS_TRY(cuda_allocation::allocate(cuda_memory_kind::pinned_host, bytes, pinned_staging_));
     }
-    if (config.mode == dist_mode::swap) {
-        const size_t block = static_cast<size_t>(max_batch) * static_cast<size_t>(2 * config.max_tokens_per_req + 1);
-        const size_t extra = static_cast<size_t>(max_batch) * static_cast<size_t>(config.max_tokens_per_req + 1);
+    if (config.distribution.mode == dist_mode::swap) {
+        const size_t block =
+            static_cast<size_t>(max_batch) * static_cast<size_t>(2 * config.limits.max_tokens_per_req + 1);
+        const size_t extra = static_cast<size_t>(max_batch) * static_cast<size_t>(config.limits.max_tokens_per_req + 1);
         packed_block_.resize(block);
-        gathered_blocks_.resize(block * static_cast<size_t>(config.tp));
+        gathered_blocks_.resize(block * static_cast<size_t>(config.distribution.tp));
         extra_block_.resize(extra);
-        gathered_extras_.resize(extra * static_cast<size_t>(config.tp));
-        local_out_.resize(max_batch, config.max_tokens_per_req);
+        gathered_extras_.resize(extra * static_cast<size_t>(config.distribution.tp));
+        local_out_.resize(max_batch, config.limits.max_tokens_per_req);
     }
     return status::success();
 }
@@ -123,7 +127,7 @@ status rank_engine::release(int32_t slot) {
 status rank_engine::run(const dist_step& step, const logits_view& shard, step_outputs& out) {
     if (!init_status_.is_ok()) return init_status_;
     return allocating(fmt::format("step {} (bs = {}, N = {}, vocab_size = {})", step.id, step.plan.bs,
-                                  step.plan.tokens_per_req, config_.vocab_size),
+                                  step.plan.tokens_per_req, config_.limits.vocab_size),
                       [&] { return run_allocating(step, shard, out); });
 }
 
@@ -133,14 +137,14 @@ status rank_engine::run_allocating(const dist_step& step, const logits_view& han
     endpoint_.reset();
     // The shard goes where it is read: device memory for a transport that swaps it there (nccl),
     // else the host (the local and UCX transports, sharded mode), whichever the model produced.
-    const bool read_on_device = config_.mode != dist_mode::sharded && endpoint_.swaps_device_logits();
+    const bool read_on_device = config_.distribution.mode != dist_mode::sharded && endpoint_.swaps_device_logits();
     logits_view shard = handed;
     if (handed.on_device != read_on_device) {
         DS_TRY(read_on_device ? stage_host_logits(handed, device_staging_, device_staging_bytes_, shard)
                               : stage_to_host(handed, shard));
     }
     status s;
-    switch (config_.mode) {
+    switch (config_.distribution.mode) {
         case dist_mode::gathered: s = run_gathered(step, shard, out); break;
         case dist_mode::swap: s = run_swap(step, shard, out); break;
         case dist_mode::sharded:

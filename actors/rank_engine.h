@@ -18,6 +18,8 @@ namespace ds {
 
 // What the group's mode needs of each rank's transport endpoint (swap rows, collective bytes).
 transport_config rank_transport_config(const group_config& config);
+// The ucx backend's options for a rank of `config`.
+ucx_endpoint_options rank_ucx_options(const group_config& config);
 
 class rank_engine {
    public:

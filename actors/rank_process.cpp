@@ -117,15 +117,16 @@ status run_rank_process(caf::actor_system& system, const group_config& config, i
     on_continue.sa_flags = SA_RESTART;
     ::sigaction(SIGCONT, &on_continue, nullptr);
     auto delays = std::make_shared<wakeable_sleep>();
-    auto core =
-        std::make_shared<rank_core>(config, rank, rank_host::process, delays,
-                                    source != nullptr ? make_model_supplier(*source, rank, config.max_slots) : nullptr);
+    auto core = std::make_shared<rank_core>(
+        config, rank, rank_host::process, delays,
+        source != nullptr ? make_model_supplier(*source, rank, config.limits.max_slots) : nullptr);
     auto worker = spawn_rank_actor(system, std::move(core));
     auto front = system.spawn(rank_process_front, worker, delays);
     caf::scoped_actor self{system};
     status result;
     self->request(*coordinator, topology.join_timeout,
-                  join_msg{rank, config.tp, config.vocab_size, config.mode, caf::actor_cast<caf::actor>(front)})
+                  join_msg{rank, config.distribution.tp, config.limits.vocab_size, config.distribution.mode,
+                           caf::actor_cast<caf::actor>(front)})
         .receive([](op_ack&) {},
                  [&](caf::error& e) {
                      result = to_status(e, fmt::format("rank {}: the coordinator did not answer the join", rank));

@@ -118,7 +118,7 @@ void form_done(membership_actor* self, uint64_t epoch, const status& s) {
     st.forming = false;
     st.formed = s.is_ok();
     if (s.is_ok()) {
-        coordinator_log().info("remote group formed: {} ranks, epoch {}", st.config.tp, epoch);
+        coordinator_log().info("remote group formed: {} ranks, epoch {}", st.config.distribution.tp, epoch);
     } else {
         coordinator_log().warn("forming the remote group (epoch {}) failed: {}", epoch, s.message);
     }
@@ -159,11 +159,11 @@ void try_form(membership_actor* self) {
         form_done(self, epoch, s);
         return;
     }
-    const std::chrono::milliseconds timeout = st.config.transport_timeout;
+    const std::chrono::milliseconds timeout = st.config.transport.timeout;
     // A rank may take the form_msg up to one transport timeout late (still inside the failed
     // step's collective), then needs up to one more to arrive: the rendezvous waits for both, as
     // long as the form requests below.
-    self->spawn(serve_rendezvous, rendezvous, st.config.tp, 2 * timeout, epoch);
+    self->spawn(serve_rendezvous, rendezvous, st.config.distribution.tp, 2 * timeout, epoch);
     std::vector<register_msg> live;
     for (const register_msg& r : st.registrations) {
         if (r.slot != 0) live.push_back(r);
@@ -175,14 +175,14 @@ void try_form(membership_actor* self) {
         int32_t remaining;
         status first_failure;
     };
-    auto answers = std::make_shared<form_answers>(form_answers{st.config.tp, status::success()});
+    auto answers = std::make_shared<form_answers>(form_answers{st.config.distribution.tp, status::success()});
     auto answered = [self, epoch, answers](const status& s) {
         if (!s.is_ok() && answers->first_failure.is_ok()) answers->first_failure = s;
         if (--answers->remaining > 0 || !self->state.forming || epoch != self->state.epoch)
             return;  // or given up already
         form_done(self, epoch, answers->first_failure);
     };
-    for (int32_t r = 0; r < st.config.tp; ++r) {
+    for (int32_t r = 0; r < st.config.distribution.tp; ++r) {
         // Before the form_msg (one sender, so in order): a restarted process gets its plan back.
         // A plan the rank rejects was rejected when it was set, so the answer is only logged.
         self->request(st.ranks[static_cast<size_t>(r)], 2 * timeout, st.faults)
@@ -234,7 +234,7 @@ caf::result<op_ack> forward_op(membership_actor* self, int32_t rank, const Msg& 
     };
     const uint64_t key =
         track(self, rank, [promise, named](const status& why) mutable { promise.deliver(named(why)); });
-    self->request(st.ranks[static_cast<size_t>(rank)], st.config.step_timeout, msg)
+    self->request(st.ranks[static_cast<size_t>(rank)], st.config.distribution.step_timeout, msg)
         .then(
             [self, key, promise](op_ack& a) mutable {
                 if (untrack(self, key)) promise.deliver(a);
@@ -261,7 +261,7 @@ caf::result<rank_result> forward_step(membership_actor* self, int32_t rank, cons
     const uint64_t key = track(self, rank, [promise, rank, step_id](const status& why) mutable {
         promise.deliver(failed_result(rank, step_id, why.code, why.message));
     });
-    self->request(st.ranks[static_cast<size_t>(rank)], st.config.step_timeout, std::move(msg))
+    self->request(st.ranks[static_cast<size_t>(rank)], st.config.distribution.step_timeout, std::move(msg))
         .then(
             [self, key, promise, board = m.board](rank_result& result) mutable {
                 if (!untrack(self, key)) return;
@@ -270,8 +270,8 @@ caf::result<rank_result> forward_step(membership_actor* self, int32_t rank, cons
             },
             [self, key, promise, rank, step_id](caf::error& e) mutable {
                 if (!untrack(self, key)) return;
-                const status why =
-                    to_status(e, fmt::format("did not answer within {} ms", self->state.config.step_timeout.count()));
+                const status why = to_status(e, fmt::format("did not answer within {} ms",
+                                                            self->state.config.distribution.step_timeout.count()));
                 promise.deliver(failed_result(rank, step_id, why.code, why.message));
             });
     return caf::delegated<rank_result>{};
@@ -284,26 +284,27 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
     st.host = std::move(host);
     st.rendezvous_port = rendezvous_port;
     st.faults = fault_plan_msg{std::make_shared<const fault_plan>(config.faults)};
-    st.ranks.resize(static_cast<size_t>(config.tp));
-    st.registrations.resize(static_cast<size_t>(config.max_slots));
+    st.ranks.resize(static_cast<size_t>(config.distribution.tp));
+    st.registrations.resize(static_cast<size_t>(config.limits.max_slots));
     self->set_down_handler([self](caf::down_msg& d) { on_down(self, d); });
     return {
         [self](join_msg& m) -> caf::result<op_ack> {
             membership_state& s = self->state;
-            if (m.rank < 0 || m.rank >= s.config.tp) {
-                return make_caf_error(
-                    status::invalid(fmt::format("rank = {}: expected a rank in [0, {})", m.rank, s.config.tp)));
+            if (m.rank < 0 || m.rank >= s.config.distribution.tp) {
+                return make_caf_error(status::invalid(
+                    fmt::format("rank = {}: expected a rank in [0, {})", m.rank, s.config.distribution.tp)));
             }
-            if (m.tp != s.config.tp)
-                return make_caf_error(
-                    status::invalid(fmt::format("tp = {}: the coordinator has tp = {}", m.tp, s.config.tp)));
-            if (m.vocab_size != s.config.vocab_size) {
+            if (m.tp != s.config.distribution.tp)
+                return make_caf_error(status::invalid(
+                    fmt::format("tp = {}: the coordinator has tp = {}", m.tp, s.config.distribution.tp)));
+            if (m.vocab_size != s.config.limits.vocab_size) {
                 return make_caf_error(status::invalid(fmt::format(
-                    "vocab_size = {}: the coordinator has vocab_size = {}", m.vocab_size, s.config.vocab_size)));
+                    "vocab_size = {}: the coordinator has vocab_size = {}", m.vocab_size, s.config.limits.vocab_size)));
             }
-            if (m.mode != s.config.mode) {
-                return make_caf_error(status::invalid(fmt::format("mode = {}: the coordinator has mode = {}",
-                                                                  mode_name(m.mode), mode_name(s.config.mode))));
+            if (m.mode != s.config.distribution.mode) {
+                return make_caf_error(
+                    status::invalid(fmt::format("mode = {}: the coordinator has mode = {}", mode_name(m.mode),
+                                                mode_name(s.config.distribution.mode))));
             }
             auto handle = caf::actor_cast<rank_actor_type>(m.handle);
             if (!handle)
@@ -322,12 +323,12 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
             if (self->state.formed) self->send(self->state.ranks[static_cast<size_t>(rank)], std::move(m));
         },
         [self](int32_t rank, register_msg& m) -> caf::result<op_ack> {
-            if (m.slot > 0 && m.slot < self->state.config.max_slots)
+            if (m.slot > 0 && m.slot < self->state.config.limits.max_slots)
                 self->state.registrations[static_cast<size_t>(m.slot)] = m;
             return forward_op(self, rank, m);
         },
         [self](int32_t rank, release_msg& m) -> caf::result<op_ack> {
-            if (m.slot > 0 && m.slot < self->state.config.max_slots)
+            if (m.slot > 0 && m.slot < self->state.config.limits.max_slots)
                 self->state.registrations[static_cast<size_t>(m.slot)] = register_msg{};
             return forward_op(self, rank, m);
         },
@@ -405,8 +406,9 @@ status publish_remote_ranks(caf::actor_system& system, const group_config& confi
     }
     out.port = *published;
     out.proxies.clear();
-    for (int32_t r = 0; r < config.tp; ++r) out.proxies.push_back(system.spawn(rank_proxy, out.membership, r));
-    out.transport = std::make_unique<remote_transport_group>(config.tp, out.membership);
+    for (int32_t r = 0; r < config.distribution.tp; ++r)
+        out.proxies.push_back(system.spawn(rank_proxy, out.membership, r));
+    out.transport = std::make_unique<remote_transport_group>(config.distribution.tp, out.membership);
     return status::success();
 }
 

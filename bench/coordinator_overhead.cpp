@@ -140,15 +140,15 @@ std::vector<std::string>& report() {
 std::unique_ptr<ds::group> make_group(benchmark::State& state, const workload& w, ds::dist_mode mode, int32_t tp,
                                       int32_t spin_us = 0) {
     ds::group_config config;
-    config.scheduler_spin_us = spin_us;
-    config.reply_spin_us = spin_us;
-    config.rank_spin_us = spin_us;
-    config.tp = tp;
-    config.vocab_size = w.vocab;
-    config.max_batch = w.batch;
-    config.max_tokens_per_req = w.n;
-    config.max_slots = w.batch + 1;
-    config.mode = mode;
+    config.tuning.scheduler_spin_us = spin_us;
+    config.tuning.reply_spin_us = spin_us;
+    config.tuning.rank_spin_us = spin_us;
+    config.distribution.tp = tp;
+    config.limits.vocab_size = w.vocab;
+    config.limits.max_batch = w.batch;
+    config.limits.max_tokens_per_req = w.n;
+    config.limits.max_slots = w.batch + 1;
+    config.distribution.mode = mode;
     std::unique_ptr<ds::group> group;
     if (ds::status s = ds::group::create(config, group); !s.is_ok()) {
         state.SkipWithError(s.message.c_str());
@@ -192,7 +192,7 @@ void BM_CoordinatorStep(benchmark::State& state) {
     std::vector<std::vector<double>> hop_us(kHops.size());
     latency_us.reserve(state.max_iterations);
     for (auto _ : state) {
-        ds::step_request request = w.request(config.tp);  // built outside the timed region
+        ds::step_request request = w.request(config.distribution.tp);  // built outside the timed region
         const int64_t start = ds::steady_now_ns();
         const ds::step_reply reply = group->step(std::move(request));
         const int64_t end = ds::steady_now_ns();
@@ -216,7 +216,7 @@ void BM_CoordinatorStep(benchmark::State& state) {
     state.counters["latency_p50_us"] = l.p50;
     state.counters["coordinator_p50_us"] = o.p50;
     state.counters["coordinator_p99_us"] = o.p99;
-    const bool full = w.batch == kBatch && config.tp == kTp;
+    const bool full = w.batch == kBatch && config.distribution.tp == kTp;
     if (full && spin_us == 0) latencies()[mode] = l;
     auto against = [](double value, double target) {
         return fmt::format("{:7.1f} us ({:4.2f}x target {:3.0f}: {})", value, value / target, target,
@@ -225,8 +225,8 @@ void BM_CoordinatorStep(benchmark::State& state) {
     report().push_back(
         fmt::format("{:<9} {} spin {:4} us: step latency p50 {:9.1f} us  p99 {:9.1f} us | coordinator overhead p50 {}  "
                     "p99 {} | rank time in collectives p50 {:8.1f} us",
-                    ds::mode_name(mode), fmt::format("TP={} bs={:<2} N={}", config.tp, w.batch, w.n), spin_us, l.p50,
-                    l.p99, against(o.p50, kTargetP50Us), against(o.p99, kTargetP99Us), t.p50));
+                    ds::mode_name(mode), fmt::format("TP={} bs={:<2} N={}", config.distribution.tp, w.batch, w.n),
+                    spin_us, l.p50, l.p99, against(o.p50, kTargetP50Us), against(o.p99, kTargetP99Us), t.p50));
     report().push_back(fmt::format("          hops p50 (us): {}", hops));
 }
 

@@ -150,15 +150,15 @@ int main(int argc, char** argv) {
     const double seconds = argc > 2 ? std::atof(argv[2]) : 3.0;
 
     group_config config;
-    config.tp = 2;
-    config.vocab_size = 64;
-    config.max_batch = 4;
-    config.max_tokens_per_req = 4;
-    config.max_slots = kClients + 2;
+    config.distribution.tp = 2;
+    config.limits.vocab_size = 64;
+    config.limits.max_batch = 4;
+    config.limits.max_tokens_per_req = 4;
+    config.limits.max_slots = kClients + 2;
     std::unique_ptr<group> ranks;
     if (status s = group::create(config, ranks); !s.is_ok()) return fmt::print(stderr, "error: {}\n", s.message), 1;
     synthetic_lm_config model_config;
-    model_config.vocab_size = config.vocab_size;
+    model_config.vocab_size = config.limits.vocab_size;
     const synthetic_lm model(model_config);
     gateway_config gw;
     gw.port = 0;
@@ -190,15 +190,16 @@ int main(int argc, char** argv) {
     gateway::append_frame(reply, reply_frame);
 
     // The step without the gateway: ds::group::step on the model's row.
-    std::vector<float> row(static_cast<size_t>(config.vocab_size));
+    std::vector<float> row(static_cast<size_t>(config.limits.vocab_size));
     model.logits(1, row.data());
     std::vector<double> direct_us;
     for (int i = 0; i < calls + 200; ++i) {
         step_request step;
         step.slots = {slots[0]};
         step.positions = {i};
-        step.shards =
-            split_vocab(logits_view{row.data(), logits_dtype::f32, 1, config.vocab_size, config.vocab_size}, config.tp);
+        step.shards = split_vocab(
+            logits_view{row.data(), logits_dtype::f32, 1, config.limits.vocab_size, config.limits.vocab_size},
+            config.distribution.tp);
         const auto start = clock_type::now();
         if (!ranks->step(std::move(step)).result.is_ok()) return 1;
         if (i >= 200) direct_us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - start).count());
@@ -218,8 +219,8 @@ int main(int argc, char** argv) {
     fmt::print(
         "tiny step: sample, bs 1, V {}, TP {}, CPU backend, {} mode; request frame {} B, reply frame {} B; {} calls, "
         "{} clients for {} s\n",
-        config.vocab_size, config.tp, mode_name(config.mode), request_frame.size(), reply_frame.size(), calls, kClients,
-        seconds);
+        config.limits.vocab_size, config.distribution.tp, mode_name(config.distribution.mode), request_frame.size(),
+        reply_frame.size(), calls, kClients, seconds);
     fmt::print("{:<34} {:>10} {:>10} {:>14}\n", "", "p50 (us)", "p99 (us)", "steps/s x16");
     fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14}\n", "ds::group::step (no sockets)", direct.p50_us, direct.p99_us,
                "-");

@@ -35,18 +35,20 @@ constexpr int32_t kTp = 4;
 constexpr int32_t kBatch = 4;
 constexpr int32_t kVocab = 4096;
 
-ds::group_config bench_config(const std::string& mode, const std::string& transport) {
+ds::group_config bench_config(const std::string& mode, ds::transport_kind transport) {
     ds::group_config config;
-    config.tp = kTp;
-    config.vocab_size = kVocab;
-    config.max_batch = kBatch;
-    config.max_tokens_per_req = 1;
-    config.max_slots = kBatch + 1;
-    config.transport = transport;
-    if (!ds::parse_mode(mode, config.mode)) {
-        fmt::print(stderr, "mode = {}: expected swap, sharded or gathered\n", mode);
+    config.distribution.tp = kTp;
+    config.limits.vocab_size = kVocab;
+    config.limits.max_batch = kBatch;
+    config.limits.max_tokens_per_req = 1;
+    config.limits.max_slots = kBatch + 1;
+    config.transport.kind = transport;
+    const ds::result<ds::dist_mode> parsed = ds::parse_mode(mode);
+    if (!parsed.is_ok()) {
+        fmt::print(stderr, "{}\n", parsed.error().message);
         std::exit(2);
     }
+    config.distribution.mode = *parsed;
     return config;
 }
 
@@ -107,10 +109,10 @@ void print_row(const std::string& path, std::vector<double> us) {
     fmt::print("| {:<44} | {:>8.1f} | {:>8.1f} | {:>6} |\n", path, at(0.5), at(0.99), us.size());
 }
 
-void bench_in_process(const std::string& mode, const std::string& transport, int steps) {
+void bench_in_process(const std::string& mode, ds::transport_kind transport, int steps) {
     std::unique_ptr<ds::group> group;
     if (ds::status s = ds::group::create(bench_config(mode, transport), group); !s.is_ok()) {
-        fmt::print(stderr, "in-process group ({}): {}\n", transport, s.message);
+        fmt::print(stderr, "in-process group ({}): {}\n", ds::transport_name(transport), s.message);
         return;
     }
     for (int32_t b = 0; b < kBatch; ++b) {
@@ -128,7 +130,7 @@ void bench_in_process(const std::string& mode, const std::string& transport, int
         }
         if (i >= 20) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     }
-    print_row(fmt::format("rank threads, one process ({})", transport), std::move(us));
+    print_row(fmt::format("rank threads, one process ({})", ds::transport_name(transport)), std::move(us));
 }
 
 // Sends `msg` to the coordinator and waits for its answer.
@@ -141,8 +143,7 @@ ds::status ask(caf::scoped_actor& self, const ds::coordinator_actor_type& coordi
 }
 
 void bench_rank_processes(const std::string& mode, int steps) {
-    ds::group_config config = bench_config(mode, "ucx");
-    config.ranks_make_logits = true;
+    const ds::group_config config = bench_config(mode, ds::transport_kind::ucx);
     const uint16_t port = free_port();
     std::vector<pid_t> children;
     for (int32_t r = 0; r < kTp; ++r) {
@@ -168,7 +169,8 @@ void bench_rank_processes(const std::string& mode, int steps) {
             fmt::print(stderr, "{}\n", s.message);
             std::exit(1);
         }
-        const auto coordinator = ds::spawn_coordinator_actor(system, config, remote.proxies, *remote.transport);
+        const auto coordinator = ds::spawn_coordinator_actor(system, config, remote.proxies, *remote.transport,
+                                                             ds::logits_origin::made_by_ranks);
         caf::scoped_actor self{system};
         // Wait for the group to form (registrations fail fast until then).
         const auto deadline = clock_type::now() + std::chrono::seconds{20};
@@ -219,7 +221,7 @@ int main(int argc, char** argv) {
     fmt::print("| {:<44} | {:>8} | {:>8} | {:>6} |\n|---|---:|---:|---:|\n", "ranks", "p50 µs", "p99 µs", "steps");
     // Forks first, while this process has no threads.
     bench_rank_processes(mode, steps);
-    bench_in_process(mode, "local", steps);
-    bench_in_process(mode, "ucx", steps);
+    bench_in_process(mode, ds::transport_kind::local, steps);
+    bench_in_process(mode, ds::transport_kind::ucx, steps);
     return 0;
 }

@@ -104,12 +104,13 @@ int run_rank(const options& o, int32_t rank, uint16_t port) {
     config.timeout = std::chrono::milliseconds(30000);
     ds::tcp_bootstrap boot("127.0.0.1", port, rank, o.tp, config.timeout);
     std::unique_ptr<ds::ucx_endpoint> endpoint;
-    config.ucx_peer_error_handling = o.peer_error_handling;
     const bool on_device = o.memory != ds::ucx_memory_path::host;
-    config.backend_on_device = on_device;
-    config.ucx_device_memory =
+    ds::ucx_endpoint_options ucx;
+    ucx.peer_error_handling = o.peer_error_handling;
+    ucx.backend_on_device = on_device;
+    ucx.device_memory =
         o.memory == ds::ucx_memory_path::direct ? ds::ucx_memory_mode::direct : ds::ucx_memory_mode::staged;
-    if (ds::status s = ds::ucx_endpoint::create(config, boot, endpoint); !s.is_ok()) {
+    if (ds::status s = ds::ucx_endpoint::create(config, ucx, boot, endpoint); !s.is_ok()) {
         fmt::print(stderr, "{}\n", s.message);  // it names the rank
         return 1;
     }

@@ -51,6 +51,9 @@ int run_serve_command(const group_options& options);
 // per line (cli/remote_commands.cpp).
 struct coordinator_options {
     std::string listen;
+    // > 0: after the "listening" line, wait up to this long for the group to form, then print
+    // {"ready": ...}; exit 1 if it does not form in time.
+    int64_t wait_ranks_ms = 0;
     group_options group;
 };
 

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "config/capacity.h"
 #include "config/config_file.h"
 #include "config/gateway_config.h"
 #include "config/topology_config.h"
@@ -13,14 +14,18 @@ int run_config_check_command(const group_options& options) {
     group_config config;
     gateway_config gateway;
     topology_config topology;
-    std::string e = load_group_config(options.config_file, options.overrides, config);
-    if (e.empty()) e = validate_group_config(config);
-    if (e.empty()) e = load_gateway_config(options.config_file, options.overrides, gateway);
-    if (e.empty()) e = validate_gateway_config(gateway);
-    if (e.empty()) e = load_topology_config(options.config_file, options.overrides, topology);
-    if (e.empty()) e = validate_topology_config(topology, config.tp);
-    if (!e.empty()) {
-        std::cerr << "error: " << e << '\n';
+    auto load = [&]() -> status {
+        DS_TRY(load_group_config(options.config_file, options.overrides, config));
+        DS_TRY(validate_group_config(config));
+        DS_TRY(check_memory_budget(config, 1));  // one rank's buffers (a rank process)
+        if (std::string e = load_gateway_config(options.config_file, options.overrides, gateway); !e.empty())
+            return status::invalid(e);
+        if (std::string e = validate_gateway_config(gateway); !e.empty()) return status::invalid(e);
+        DS_TRY(load_topology_config(options.config_file, options.overrides, topology));
+        return validate_topology_config(topology, config.distribution.tp);
+    };
+    if (status s = load(); !s.is_ok()) {
+        std::cerr << "error: " << s.message << '\n';
         return 2;
     }
     nlohmann::json out = group_config_to_json(config);

@@ -104,125 +104,93 @@ std::string make_models(const demo_options& options, std::unique_ptr<logits_sour
     return {};
 }
 
-}  // namespace
-
-int run_demo_command(const demo_options& options) {
-    if (options.batch < 1 || options.steps < 1 || options.draft_tokens < 0 || options.draft_tokens > 15) {
-        std::cerr << "error: --batch >= 1, --steps >= 1 and --draft-tokens in [0, 15] expected\n";
-        return 2;
-    }
-    const int32_t n = options.draft_tokens + 1;
-    std::unique_ptr<logits_source> target_model;
-    std::unique_ptr<logits_source> draft_model;
-    if (std::string e = make_models(options, target_model, draft_model); !e.empty()) {
-        std::cerr << "error: " << e << '\n';
-        return 2;
-    }
-    const logits_source& target = *target_model;
-    const logits_source& draft = *draft_model;
-    const int32_t vocab = target.vocab_size();
-    group_config config;
-    if (std::string e = load_group_config(options.group.config_file, options.group.overrides, config); !e.empty()) {
-        std::cerr << "error: " << e << '\n';
-        return 2;
-    }
-    // The demo's own sizes.
-    config.vocab_size = vocab;
-    config.max_batch = options.batch;
-    config.max_slots = options.batch + 1;
-    config.max_tokens_per_req = n;
-    std::unique_ptr<group> ranks;
-    if (status s = group::create(config, ranks); !s.is_ok()) {
-        std::cerr << "error: " << s.message << '\n';
-        return s.code == status_code::invalid_argument ? 2 : 1;
-    }
-
-    std::vector<demo_request> requests = make_requests(options.batch, options.seed);
-    for (int32_t b = 0; b < options.batch; ++b) requests[static_cast<size_t>(b)].context = target.prompt(b);
-    const int32_t bs = options.batch;
-    std::vector<int32_t> slots(static_cast<size_t>(bs));
-    std::vector<int64_t> positions(static_cast<size_t>(bs));
-    for (int32_t b = 0; b < bs; ++b) {
-        slots[static_cast<size_t>(b)] = b + 1;
-        if (status s = ranks->register_request(b + 1, requests[static_cast<size_t>(b)].params); !s.is_ok()) {
-            std::cerr << "error: " << s.message << '\n';
-            return 1;
-        }
-    }
-    fmt::print(
-        "distsample demo: {} backend, TP={} rank actors ({} mode, {} transport), V={}, {} requests, N={} ({} drafts "
-        "per step), {} steps\n",
-        config.backend, config.tp, mode_name(config.mode), config.transport, vocab, bs, n, n - 1, options.steps);
-    for (int32_t b = 0; b < bs; ++b)
-        fmt::print("  request {} (slot {}): {}\n", b, b + 1, requests[static_cast<size_t>(b)].label);
-
-    std::vector<float> logits(static_cast<size_t>(bs) * n * vocab);
-    std::vector<int32_t> candidates(static_cast<size_t>(bs) * n);
-    std::vector<float> draft_row(static_cast<size_t>(vocab));
-    std::vector<int32_t> packed;
-    double step_seconds = 0.0;
-    int64_t emitted_total = 0;
-
-    // One step through the coordinator; `packed` receives predict [bs*N] then accept_length [bs].
-    auto run = [&](bool verify_step, int32_t rows_per_req) -> bool {
-        step_request step;
-        step.kind = verify_step ? step_kind::verify : step_kind::sample;
-        step.tokens_per_req = rows_per_req;
-        step.slots = slots;
-        for (int32_t b = 0; b < bs; ++b) step.positions.push_back(requests[static_cast<size_t>(b)].position);
-        if (verify_step) step.candidates = candidates;
-        step.shards = split_vocab(
-            logits_view{logits.data(), logits_dtype::f32, int64_t{bs} * rows_per_req, vocab, vocab}, config.tp);
-        const auto start = std::chrono::steady_clock::now();
-        step_reply reply = ranks->step(std::move(step));
-        step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (!reply.result.is_ok()) {
-            std::cerr << "error: " << reply.result.message << '\n';
-            return false;
-        }
-        packed = std::move(reply.outputs.packed);
-        return true;
+status check_demo_options(const demo_options& options) {
+    auto in_range = [](const char* flag, int64_t value, int64_t lo, int64_t hi) {
+        if (value >= lo && value <= hi) return status::success();
+        return status::invalid(fmt::format("{} {}: expected an integer in [{}, {}]", flag, value, lo, hi));
     };
+    DS_TRY(in_range("--steps", options.steps, 1, 1'000'000));
+    DS_TRY(in_range("--batch", options.batch, 1, kMaxBatchSize));
+    DS_TRY(in_range("--vocab", options.vocab, 1, kMaxVocabSize));
+    return in_range("--draft-tokens", options.draft_tokens, 0, 15);
+}
+
+// The demo's sizes over the configured group (config file, DISTSAMPLE_*, --set and flags).
+result<group_config> demo_group_config(const demo_options& options, int32_t vocab) {
+    group_config config;
+    DS_TRY(load_group_config(options.group.config_file, options.group.overrides, config));
+    config.limits.vocab_size = vocab;
+    config.limits.max_batch = options.batch;
+    config.limits.max_slots = options.batch + 1;
+    config.limits.max_tokens_per_req = options.draft_tokens + 1;
+    return config;
+}
+
+// One run of the demo: the requests, the step buffers, and what the steps emitted.
+class demo_run {
+   public:
+    demo_run(const demo_options& options, const group_config& config, group& ranks, const logits_source& target,
+             const logits_source& draft)
+        : options_(options),
+          config_(config),
+          ranks_(ranks),
+          target_(target),
+          draft_(draft),
+          bs_(options.batch),
+          n_(options.draft_tokens + 1),
+          vocab_(target.vocab_size()),
+          requests_(make_requests(options.batch, options.seed)),
+          slots_(static_cast<size_t>(bs_)),
+          logits_(static_cast<size_t>(bs_) * static_cast<size_t>(n_) * static_cast<size_t>(vocab_)),
+          candidates_(static_cast<size_t>(bs_) * static_cast<size_t>(n_)),
+          draft_row_(static_cast<size_t>(vocab_)) {}
+
+    // Registers request b into slot b + 1 and prints what the run is.
+    status register_requests() {
+        for (int32_t b = 0; b < bs_; ++b) {
+            demo_request& r = request(b);
+            r.context = target_.prompt(b);
+            slots_[static_cast<size_t>(b)] = b + 1;
+            DS_TRY(ranks_.register_request(b + 1, r.params));
+        }
+        fmt::print(
+            "distsample demo: {} backend, TP={} rank actors ({} mode, {} transport), V={}, {} requests, N={} ({} "
+            "drafts per step), {} steps\n",
+            backend_name(config_.backend), config_.distribution.tp, mode_name(config_.distribution.mode),
+            transport_name(config_.transport.kind), vocab_, bs_, n_, n_ - 1, options_.steps);
+        for (int32_t b = 0; b < bs_; ++b) fmt::print("  request {} (slot {}): {}\n", b, b + 1, request(b).label);
+        return status::success();
+    }
 
     // Step 0: plain sampling of each request's first token.
-    for (int32_t b = 0; b < bs; ++b)
-        target.logits(requests[static_cast<size_t>(b)].context, logits.data() + static_cast<size_t>(b) * vocab);
-    if (!run(false, 1)) return 1;
-    fmt::print("\nstep 0 (sample):");
-    for (int32_t b = 0; b < bs; ++b) {
-        demo_request& r = requests[static_cast<size_t>(b)];
-        r.last_token = packed[static_cast<size_t>(b)];
-        r.text.push_back(r.last_token);
-        r.context = logits_source::next_context(r.context, r.last_token);
-        ++r.position;
-        ++emitted_total;
-        fmt::print(" [{}] {}", b, target.token_text(r.last_token));
-    }
-    fmt::print("\n");
-
-    for (int step = 1; step <= options.steps; ++step) {
-        for (int32_t b = 0; b < bs; ++b) {
-            demo_request& r = requests[static_cast<size_t>(b)];
-            int32_t* chain = candidates.data() + static_cast<size_t>(b) * n;
-            chain[0] = r.last_token;
-            uint64_t context = r.context;
-            for (int32_t j = 0; j < n; ++j) {
-                // Target row j scores the token after anchor + drafts[1..j].
-                target.logits(context, logits.data() + (static_cast<size_t>(b) * n + j) * vocab);
-                if (j + 1 < n) {
-                    draft.logits(context, draft_row.data());
-                    chain[j + 1] = argmax(draft_row);
-                    context = logits_source::next_context(context, chain[j + 1]);
-                }
-            }
+    status sample_first_tokens() {
+        for (int32_t b = 0; b < bs_; ++b)
+            target_.logits(request(b).context, logits_.data() + static_cast<size_t>(b) * static_cast<size_t>(vocab_));
+        DS_TRY(run_step(false, 1));
+        fmt::print("\nstep 0 (sample):");
+        for (int32_t b = 0; b < bs_; ++b) {
+            demo_request& r = request(b);
+            r.last_token = packed_[static_cast<size_t>(b)];
+            r.text.push_back(r.last_token);
+            r.context = logits_source::next_context(r.context, r.last_token);
+            ++r.position;
+            ++emitted_total_;
+            fmt::print(" [{}] {}", b, target_.token_text(r.last_token));
         }
-        if (!run(true, n)) return 1;
+        fmt::print("\n");
+        return status::success();
+    }
+
+    // The draft proposes N-1 tokens greedily, the target scores every prefix, the ranks verify.
+    status verify_step(int step) {
+        for (int32_t b = 0; b < bs_; ++b) draft_chain(b);
+        DS_TRY(run_step(true, n_));
         fmt::print("step {} (verify):", step);
-        for (int32_t b = 0; b < bs; ++b) {
-            demo_request& r = requests[static_cast<size_t>(b)];
-            const int32_t length = packed[static_cast<size_t>(bs) * n + b];
-            const int32_t* emitted = packed.data() + static_cast<size_t>(b) * n;
-            r.drafts_proposed += n - 1;
+        for (int32_t b = 0; b < bs_; ++b) {
+            demo_request& r = request(b);
+            const int32_t length = packed_[static_cast<size_t>(bs_) * static_cast<size_t>(n_) + static_cast<size_t>(b)];
+            const int32_t* emitted = packed_.data() + static_cast<size_t>(b) * static_cast<size_t>(n_);
+            r.drafts_proposed += n_ - 1;
             r.drafts_accepted += length - 1;
             for (int32_t i = 0; i < length; ++i) {
                 r.text.push_back(emitted[i]);
@@ -230,39 +198,133 @@ int run_demo_command(const demo_options& options) {
             }
             r.last_token = emitted[length - 1];
             r.position += length;
-            emitted_total += length;
-            fmt::print(" [{}] +{} ({})", b, length, join(target, emitted, length));
+            emitted_total_ += length;
+            fmt::print(" [{}] +{} ({})", b, length, join(target_, emitted, length));
         }
         fmt::print("\n");
+        return status::success();
     }
 
-    fmt::print("\nsummary\n");
-    int64_t proposed = 0;
-    int64_t accepted = 0;
-    for (int32_t b = 0; b < bs; ++b) {
-        const demo_request& r = requests[static_cast<size_t>(b)];
-        proposed += r.drafts_proposed;
-        accepted += r.drafts_accepted;
-        fmt::print("  request {} {:<34} accepted {:>3}/{:<3} drafts ({:5.1f} %), {} tokens\n", b, r.label,
-                   r.drafts_accepted, r.drafts_proposed,
-                   100.0 * static_cast<double>(r.drafts_accepted) /
-                       static_cast<double>(std::max<int64_t>(1, r.drafts_proposed)),
-                   r.text.size());
-    }
-    const double steps = options.steps;
-    fmt::print("  acceptance {:.1f} %, mean accept length {:.2f} tokens per verify step, {} tokens in {} steps\n",
-               100.0 * static_cast<double>(accepted) / static_cast<double>(std::max<int64_t>(1, proposed)),
-               static_cast<double>(accepted + bs * options.steps) / (steps * bs), emitted_total, options.steps + 1);
-    fmt::print("  coordinator steps (TP={}, {} mode): {:.2f} ms in total ({:.1f} us per step), desync events: {}\n",
-               config.tp, mode_name(config.mode), step_seconds * 1e3, step_seconds * 1e6 / (steps + 1),
-               ranks->desync_events().size());
-    if (options.model == "ngram") {
-        fmt::print("\ngenerated text\n");
-        for (int32_t b = 0; b < bs; ++b) {
-            const demo_request& r = requests[static_cast<size_t>(b)];
-            fmt::print("  [{}] {}\n", b, join(target, r.text.data(), static_cast<int32_t>(r.text.size())));
+    void print_summary() const {
+        fmt::print("\nsummary\n");
+        int64_t proposed = 0;
+        int64_t accepted = 0;
+        for (int32_t b = 0; b < bs_; ++b) {
+            const demo_request& r = requests_[static_cast<size_t>(b)];
+            proposed += r.drafts_proposed;
+            accepted += r.drafts_accepted;
+            fmt::print("  request {} {:<34} accepted {:>3}/{:<3} drafts ({:5.1f} %), {} tokens\n", b, r.label,
+                       r.drafts_accepted, r.drafts_proposed,
+                       100.0 * static_cast<double>(r.drafts_accepted) /
+                           static_cast<double>(std::max<int64_t>(1, r.drafts_proposed)),
+                       r.text.size());
+        }
+        const double steps = options_.steps;
+        fmt::print("  acceptance {:.1f} %, mean accept length {:.2f} tokens per verify step, {} tokens in {} steps\n",
+                   100.0 * static_cast<double>(accepted) / static_cast<double>(std::max<int64_t>(1, proposed)),
+                   static_cast<double>(accepted + bs_ * options_.steps) / (steps * bs_), emitted_total_,
+                   options_.steps + 1);
+        fmt::print("  coordinator steps (TP={}, {} mode): {:.2f} ms in total ({:.1f} us per step), desync events: {}\n",
+                   config_.distribution.tp, mode_name(config_.distribution.mode), step_seconds_ * 1e3,
+                   step_seconds_ * 1e6 / (steps + 1), ranks_.desync_events().size());
+        if (options_.model == "ngram") {
+            fmt::print("\ngenerated text\n");
+            for (int32_t b = 0; b < bs_; ++b) {
+                const demo_request& r = requests_[static_cast<size_t>(b)];
+                fmt::print("  [{}] {}\n", b, join(target_, r.text.data(), static_cast<int32_t>(r.text.size())));
+            }
         }
     }
+
+   private:
+    demo_request& request(int32_t b) { return requests_[static_cast<size_t>(b)]; }
+
+    // Request b's chain: its last token, then the draft's greedy tokens; target row j scores the
+    // token after anchor + drafts[1..j].
+    void draft_chain(int32_t b) {
+        demo_request& r = request(b);
+        int32_t* chain = candidates_.data() + static_cast<size_t>(b) * static_cast<size_t>(n_);
+        chain[0] = r.last_token;
+        uint64_t context = r.context;
+        for (int32_t j = 0; j < n_; ++j) {
+            target_.logits(
+                context, logits_.data() + (static_cast<size_t>(b) * static_cast<size_t>(n_) + static_cast<size_t>(j)) *
+                                              static_cast<size_t>(vocab_));
+            if (j + 1 < n_) {
+                draft_.logits(context, draft_row_.data());
+                chain[j + 1] = argmax(draft_row_);
+                context = logits_source::next_context(context, chain[j + 1]);
+            }
+        }
+    }
+
+    // One step through the coordinator; packed_ receives predict [bs*N] then accept_length [bs].
+    status run_step(bool verify_step, int32_t rows_per_req) {
+        step_request step;
+        step.kind = verify_step ? step_kind::verify : step_kind::sample;
+        step.tokens_per_req = rows_per_req;
+        step.slots = slots_;
+        for (int32_t b = 0; b < bs_; ++b) step.positions.push_back(request(b).position);
+        if (verify_step) step.candidates = candidates_;
+        step.shards =
+            split_vocab(logits_view{logits_.data(), logits_dtype::f32, int64_t{bs_} * rows_per_req, vocab_, vocab_},
+                        config_.distribution.tp);
+        const auto start = std::chrono::steady_clock::now();
+        step_reply reply = ranks_.step(std::move(step));
+        step_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        DS_TRY(reply.result);
+        packed_ = std::move(reply.outputs.packed);
+        return status::success();
+    }
+
+    const demo_options& options_;
+    const group_config& config_;
+    group& ranks_;
+    const logits_source& target_;
+    const logits_source& draft_;
+    const int32_t bs_;
+    const int32_t n_;
+    const int32_t vocab_;
+    std::vector<demo_request> requests_;
+    std::vector<int32_t> slots_;
+    std::vector<float> logits_;
+    std::vector<int32_t> candidates_;
+    std::vector<float> draft_row_;
+    std::vector<int32_t> packed_;
+    double step_seconds_ = 0.0;
+    int64_t emitted_total_ = 0;
+};
+
+// Prints the error line; exit code 2 for bad input, 1 for any other failure.
+int report(const status& s) {
+    std::cerr << "error: " << s.message << '\n';
+    return s.code == status_code::invalid_argument ? 2 : 1;
+}
+
+}  // namespace
+
+int run_demo_command(const demo_options& options) {
+    if (status s = check_demo_options(options); !s.is_ok()) return report(s);
+    std::unique_ptr<logits_source> target;
+    std::unique_ptr<logits_source> draft;
+    if (std::string e = make_models(options, target, draft); !e.empty()) return report(status::invalid(e));
+    const result<group_config> config = demo_group_config(options, target->vocab_size());
+    if (!config.is_ok()) return report(config.error());
+    std::unique_ptr<group> ranks;
+    if (status s = group::create(*config, ranks); !s.is_ok()) return report(s);
+
+    demo_run run(options, *config, *ranks, *target, *draft);
+    // A failed registration or step is not bad input: exit code 1.
+    auto failed = [](const status& s) {
+        std::cerr << "error: " << s.message << '\n';
+        return 1;
+    };
+    if (status s = run.register_requests(); !s.is_ok()) return failed(s);
+    if (status s = run.sample_first_tokens(); !s.is_ok()) return failed(s);
+    for (int step = 1; step <= options.steps; ++step) {
+        if (status s = run.verify_step(step); !s.is_ok()) return failed(s);
+    }
+    run.print_summary();
     return 0;
 }
 

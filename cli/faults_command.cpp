@@ -9,6 +9,7 @@
 
 #include "actors/fault_report.h"
 #include "cli/commands.h"
+#include "config/json_input.h"
 
 namespace ds::cli {
 
@@ -21,7 +22,11 @@ int run_faults_report_command(const faults_report_options& options) {
     std::stringstream text;
     text << in.rdbuf();
     fault_report report;
-    if (std::string e = parse_fault_report_json(text.str(), report); !e.empty()) {
+    // The shared reader's limits (depth, duplicate keys) first; then the report's own fields.
+    const std::string content = text.str();
+    const result<nlohmann::json> checked = parse_json(content);
+    const std::string e = checked.is_ok() ? parse_fault_report_json(content, report) : checked.error().message;
+    if (!e.empty()) {
         std::cerr << "error: fault report '" << options.file << "': " << e << '\n';
         return 2;
     }

@@ -5,7 +5,9 @@
 // {"error": "..."}. Request b is registered into slot b + 1 first, unless "register": false.
 // {"op": "faults"} answers with the fault report of the steps so far under the configured plan
 // (actors/fault_report.h, the JSON `distsample faults report` reads). Its first line is
-// {"listening": "HOST:PORT"}. It stops at the end of stdin.
+// {"listening": "HOST:PORT"}; with --wait-ranks-ms it then waits (bounded) until every rank process
+// has joined and the group has formed, and says so in a second line, {"ready": {"tp": TP}}. It
+// stops at the end of stdin.
 // Both take where they run and meet from the config's "topology" section (config/topology_config.h);
 // --listen, --coordinator and --rank override it.
 #include <fmt/format.h>
@@ -21,6 +23,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/coordinator_actor.h"
@@ -29,7 +32,9 @@
 #include "actors/remote_ranks.h"
 #include "cli/commands.h"
 #include "cli/step_json.h"
+#include "config/capacity.h"
 #include "config/config_file.h"
+#include "config/json_input.h"
 #include "sources/model_factory.h"
 #include "transport/tcp_bootstrap.h"
 
@@ -37,19 +42,20 @@ namespace ds::cli {
 
 namespace {
 
+// The configuration of a rank process (and of the coordinator, which checks it for them): one
+// rank's buffers must fit this host's memory budget.
 group_config load_config(const group_options& options) {
     group_config config;
-    if (std::string e = load_group_config(options.config_file, options.overrides, config); !e.empty())
-        throw input_error(e);
-    if (std::string e = validate_group_config(config); !e.empty()) throw input_error(e);
+    throw_unless_ok(load_group_config(options.config_file, options.overrides, config));
+    throw_unless_ok(validate_group_config(config));
+    throw_unless_ok(check_memory_budget(config, 1));
     return config;
 }
 
 topology_config load_topology(const group_options& options, int32_t tp) {
     topology_config topology;
-    if (std::string e = load_topology_config(options.config_file, options.overrides, topology); !e.empty())
-        throw input_error(e);
-    if (std::string e = validate_topology_config(topology, tp); !e.empty()) throw input_error(e);
+    throw_unless_ok(load_topology_config(options.config_file, options.overrides, topology));
+    throw_unless_ok(validate_topology_config(topology, tp));
     return topology;
 }
 
@@ -106,9 +112,10 @@ void set_rank_environment(const topology_config& topology, int32_t rank) {
         ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(topology.devices[static_cast<size_t>(rank)]).c_str(), 1);
 }
 
-void parse_address(const std::string& text, const char* flag, std::string& host, uint16_t& port) {
-    std::string error;
-    if (!parse_host_port(text, host, port, error)) throw input_error(fmt::format("{} {}: {}", flag, text, error));
+host_port parse_address(const std::string& text, const char* flag) {
+    result<host_port> address = parse_host_port(text);
+    if (!address.is_ok()) throw input_error(fmt::format("{} {}: {}", flag, text, address.error().message));
+    return *address;
 }
 
 // Asks the coordinator and waits (bounded by its own step timeout, plus a margin).
@@ -117,7 +124,7 @@ status ask(caf::actor_system& system, const coordinator_actor_type& coordinator,
            Answer& answer) {
     caf::scoped_actor self{system};
     status result;
-    self->request(coordinator, config.step_timeout + std::chrono::seconds{5}, std::move(msg))
+    self->request(coordinator, config.distribution.step_timeout + std::chrono::seconds{5}, std::move(msg))
         .receive([&](Answer& a) { answer = std::move(a); },
                  [&](caf::error& e) { result = to_status(e, "coordinator"); });
     return result;
@@ -128,6 +135,8 @@ struct coordinator_session {
     caf::actor_system& system;
     coordinator_actor_type coordinator;
     group_config config;
+    logits_origin logits;
+    kernel_config request_limits;  // what check_requests holds a line's requests to
     fault_ledger ledger;
     uint64_t next_step_id = 1;  // every step submitted takes the group's next id; an answer says its own
 };
@@ -150,9 +159,17 @@ nlohmann::json serve_line(coordinator_session& session, const std::string& line)
     caf::actor_system& system = session.system;
     const coordinator_actor_type& coordinator = session.coordinator;
     const group_config& config = session.config;
-    nlohmann::json doc = nlohmann::json::parse(line, nullptr, false);
-    if (doc.is_discarded() || !doc.is_object()) throw input_error("expected one JSON object per line");
-    const std::string op = doc.value("op", "");
+    result<nlohmann::json> parsed = parse_json(line);
+    if (!parsed.is_ok())
+        throw input_error(fmt::format("expected one JSON object per line ({})", parsed.error().message));
+    nlohmann::json doc = std::move(parsed).value();
+    if (!doc.is_object()) throw input_error("expected one JSON object per line");
+    const auto op_field = doc.find("op");
+    if (op_field == doc.end() || !op_field->is_string()) {
+        throw input_error(fmt::format("op: expected one of sample, verify, health or faults, got {}",
+                                      op_field == doc.end() ? "none" : quote_json(*op_field)));
+    }
+    const std::string op = op_field->get<std::string>();
     op_ack ack;
     if (op == "health") {
         throw_unless_ok(ask(system, coordinator, config, health_msg{}, ack));
@@ -160,23 +177,33 @@ nlohmann::json serve_line(coordinator_session& session, const std::string& line)
     }
     if (op == "faults") return nlohmann::json::parse(session.ledger.json(true));
     if (op != "sample" && op != "verify")
-        throw input_error(fmt::format("op = '{}': expected sample, verify, health or faults", op));
+        throw input_error(fmt::format("op = {}: expected sample, verify, health or faults", quote_json(*op_field)));
     const step_kind kind = op == "verify" ? step_kind::verify : step_kind::sample;
     // "register": false reuses the slots an earlier line registered (keeping their penalty counts).
-    const bool register_requests = doc.value("register", true);
+    const auto register_field = doc.find("register");
+    if (register_field != doc.end() && !register_field->is_boolean())
+        throw input_error(fmt::format("register: expected true or false, got {}", quote_json(*register_field)));
+    const bool register_requests = register_field == doc.end() || register_field->get<bool>();
     doc.erase("op");
     doc.erase("register");
-    const json_step step = parse_step(doc, kind, !config.ranks_make_logits);
-    if (step.vocab_size != config.vocab_size) {
-        throw input_error(
-            fmt::format("vocab_size = {}: the coordinator has vocab_size = {}", step.vocab_size, config.vocab_size));
+    const json_step step = parse_step(doc, kind, session.logits == logits_origin::in_step);
+    if (step.vocab_size != config.limits.vocab_size) {
+        throw input_error(fmt::format("vocab_size = {}: the coordinator has vocab_size = {}", step.vocab_size,
+                                      config.limits.vocab_size));
     }
+    // Checked here, so that an error names the request rather than the rank that refused it.
+    if (step.batch_size() > config.limits.max_batch || step.batch_size() >= config.limits.max_slots) {
+        throw input_error(fmt::format("requests: {} requests: expected at most max_batch = {} (and max_slots - 1 = {})",
+                                      step.batch_size(), config.limits.max_batch, config.limits.max_slots - 1));
+    }
+    throw_unless_ok(check_requests(step, session.request_limits));
     for (int32_t b = 0; register_requests && b < step.batch_size(); ++b) {
         const json_request& r = step.requests[static_cast<size_t>(b)];
         throw_unless_ok(ask(system, coordinator, config, register_msg{b + 1, r.params, r.history}, ack));
     }
     auto request = std::make_shared<step_request>(step.request);
-    if (!config.ranks_make_logits) request->shards = split_vocab(step.as_input().logits, config.tp);
+    if (session.logits == logits_origin::in_step)
+        request->shards = split_vocab(step.as_input().logits, config.distribution.tp);
     step_answer answer;
     const auto sent = std::chrono::steady_clock::now();
     const status submitted = ask(system, coordinator, config, submit_msg{request}, answer);
@@ -190,28 +217,71 @@ nlohmann::json serve_line(coordinator_session& session, const std::string& line)
     return result_to_json(result, kind, step.batch_size(), step.request.tokens_per_req);
 }
 
+// Stops the coordinator's actors on every way out (an error too), so that the actor system's
+// destructor does not wait for them forever.
+struct stop_on_exit {
+    const coordinator_actor_type& coordinator;
+    const remote_ranks& remote;
+
+    ~stop_on_exit() {
+        caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+        for (const rank_actor_type& proxy : remote.proxies) caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
+        caf::anon_send_exit(remote.membership, caf::exit_reason::user_shutdown);
+    }
+};
+
+// The ranks' limits on one request's parameters.
+kernel_config request_limits_of(const group_config& config) {
+    kernel_config limits;
+    limits.vocab_size = config.limits.vocab_size;
+    limits.max_logit_bias = config.limits.max_logit_bias;
+    limits.max_penalty_tokens = config.limits.max_penalty_tokens;
+    return limits;
+}
+
+// Asks the group's health until every rank answers (the group has formed) or `wait` has passed.
+void wait_for_ranks(coordinator_session& session, std::chrono::milliseconds wait) {
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    for (;;) {
+        op_ack ack;
+        const status s = ask(session.system, session.coordinator, session.config, health_msg{}, ack);
+        if (s.is_ok()) return;
+        if (std::chrono::steady_clock::now() >= deadline) {
+            throw std::runtime_error(
+                fmt::format("--wait-ranks-ms {}: the group did not form in time ({})", wait.count(), s.message));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+}
+
 }  // namespace
 
 int run_coordinator_command(const coordinator_options& options) {
     return run_json_command([&] {
-        group_config config = load_config(options.group);
-        const topology_config topology = load_topology(options.group, config.tp);
-        config.ranks_make_logits = topology.ranks_make_logits();
-        std::string host;
-        uint16_t port = 0;
-        if (options.listen.empty()) {
-            parse_address(topology.coordinator, "topology.coordinator =", host, port);
-        } else {
-            parse_address(options.listen, "--listen", host, port);
-        }
+        const group_config config = load_config(options.group);
+        const topology_config topology = load_topology(options.group, config.distribution.tp);
+        const logits_origin logits =
+            topology.ranks_make_logits() ? logits_origin::made_by_ranks : logits_origin::in_step;
+        const auto [host, port] = options.listen.empty() ? parse_address(topology.coordinator, "topology.coordinator =")
+                                                         : parse_address(options.listen, "--listen");
         caf::actor_system_config cfg;
         caf::actor_system system{configure_remote_actor_system(cfg, topology)};
         remote_ranks remote;
         throw_unless_ok(publish_remote_ranks(system, config, host, port, remote, topology));
         const coordinator_actor_type coordinator =
-            spawn_coordinator_actor(system, config, remote.proxies, *remote.transport);
+            spawn_coordinator_actor(system, config, remote.proxies, *remote.transport, logits);
+        const stop_on_exit stop{coordinator, remote};
         std::cout << nlohmann::json{{"listening", fmt::format("{}:{}", host, remote.port)}}.dump() << std::endl;
-        coordinator_session session{system, coordinator, config, fault_ledger(config.faults, config.policy)};
+        coordinator_session session{system,
+                                    coordinator,
+                                    config,
+                                    logits,
+                                    request_limits_of(config),
+                                    fault_ledger(config.faults, config.distribution.policy)};
+        if (options.wait_ranks_ms > 0) {
+            wait_for_ranks(session, std::chrono::milliseconds(options.wait_ranks_ms));
+            std::cout << nlohmann::json{{"ready", {{"tp", config.distribution.tp}}}}.dump() << std::endl;
+        }
         for (std::string line; std::getline(std::cin, line);) {
             if (line.empty()) continue;
             nlohmann::json out;
@@ -222,9 +292,6 @@ int run_coordinator_command(const coordinator_options& options) {
             }
             std::cout << out.dump() << std::endl;
         }
-        caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
-        for (const rank_actor_type& proxy : remote.proxies) caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
-        caf::anon_send_exit(remote.membership, caf::exit_reason::user_shutdown);
         return 0;
     });
 }
@@ -232,25 +299,21 @@ int run_coordinator_command(const coordinator_options& options) {
 int run_rank_command(const rank_options& options) {
     return run_json_command([&]() -> int {
         const group_config config = load_config(options.group);
-        const topology_config topology = load_topology(options.group, config.tp);
-        std::string host;
-        uint16_t port = 0;
-        if (options.coordinator.empty()) {
-            parse_address(topology.coordinator, "topology.coordinator =", host, port);
-        } else {
-            parse_address(options.coordinator, "--coordinator", host, port);
-        }
-        const int32_t rank = rank_of_this_host(options, topology, config.tp);
+        const topology_config topology = load_topology(options.group, config.distribution.tp);
+        const auto [host, port] = options.coordinator.empty()
+                                      ? parse_address(topology.coordinator, "topology.coordinator =")
+                                      : parse_address(options.coordinator, "--coordinator");
+        const int32_t rank = rank_of_this_host(options, topology, config.distribution.tp);
         set_rank_environment(topology, rank);
         std::unique_ptr<logits_source> source;  // null: "wire"
-        if (std::string e = make_logits_source(topology.logits_source, config.vocab_size, topology.model_seed,
+        if (std::string e = make_logits_source(topology.logits_source, config.limits.vocab_size, topology.model_seed,
                                                topology.corpus, source);
             !e.empty()) {
             throw input_error(fmt::format("topology.corpus = '{}': {}", topology.corpus, e));
         }
-        if (source && source->vocab_size() != config.vocab_size) {
+        if (source && source->vocab_size() != config.limits.vocab_size) {
             throw input_error(fmt::format("vocab_size = {}: topology.logits_source = {} has a vocabulary of {}",
-                                          config.vocab_size, topology.logits_source, source->vocab_size()));
+                                          config.limits.vocab_size, topology.logits_source, source->vocab_size()));
         }
         // Never destroyed: the process ends right after (see run_rank_process).
         auto* cfg = new caf::actor_system_config;

@@ -19,13 +19,14 @@ namespace ds::cli {
 int run_serve_command(const group_options& options) {
     group_config config;
     gateway_config gateway;
-    std::string e = load_group_config(options.config_file, options.overrides, config);
+    std::string e = load_group_config(options.config_file, options.overrides, config).message;
     if (e.empty()) e = load_gateway_config(options.config_file, options.overrides, gateway);
     std::unique_ptr<logits_source> model;  // fills the logits of steps without a payload (gateway.model), or null
-    if (e.empty()) e = make_logits_source(gateway.model, config.vocab_size, gateway.model_seed, gateway.corpus, model);
+    if (e.empty())
+        e = make_logits_source(gateway.model, config.limits.vocab_size, gateway.model_seed, gateway.corpus, model);
     // The n-gram model's vocabulary is the corpus's: the group is sized to it.
-    if (e.empty() && gateway.model == "ngram") config.vocab_size = model->vocab_size();
-    if (e.empty()) e = validate_group_config(config);
+    if (e.empty() && gateway.model == "ngram") config.limits.vocab_size = model->vocab_size();
+    if (e.empty()) e = validate_group_config(config).message;
     if (e.empty()) e = validate_gateway_config(gateway);
     if (!e.empty()) {
         std::cerr << "error: " << e << '\n';
@@ -51,8 +52,8 @@ int run_serve_command(const group_options& options) {
     }
     // One line a supervisor (or a test) can read the bound ports from.
     fmt::print("distsample serve: tcp {}:{} unix '{}' metrics {} | TP={} V={} {} mode, model {}\n",
-               gateway.listen_address, server.tcp_port(), gateway.unix_socket, server.metrics_port(), config.tp,
-               config.vocab_size, mode_name(config.mode), gateway.model);
+               gateway.listen_address, server.tcp_port(), gateway.unix_socket, server.metrics_port(),
+               config.distribution.tp, config.limits.vocab_size, mode_name(config.distribution.mode), gateway.model);
     std::fflush(stdout);
     int signal = 0;
     sigwait(&stop_signals, &signal);

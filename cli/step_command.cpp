@@ -17,16 +17,15 @@ namespace {
 // The configured group, with its sizes fitted to this step.
 group_config config_for(const json_step& step, const step_options& options) {
     group_config config;
-    if (std::string e = load_group_config(options.group.config_file, options.group.overrides, config); !e.empty()) {
-        throw input_error(e);
-    }
-    const kernel_config fitting = step.fitting_config(config.threads_per_rank);
-    config.vocab_size = step.vocab_size;
-    config.max_batch = fitting.max_batch;
-    config.max_tokens_per_req = fitting.max_tokens_per_req;
-    config.max_slots = fitting.max_slots;
-    config.max_penalty_tokens = fitting.max_penalty_tokens + step.request.tokens_per_req;  // room for the commit
-    config.max_logit_bias = fitting.max_logit_bias;
+    throw_unless_ok(load_group_config(options.group.config_file, options.group.overrides, config));
+    const kernel_config fitting = step.fitting_config(config.tuning.threads_per_rank);
+    group_limits& limits = config.limits;
+    limits.vocab_size = step.vocab_size;
+    limits.max_batch = fitting.max_batch;
+    limits.max_tokens_per_req = fitting.max_tokens_per_req;
+    limits.max_slots = fitting.max_slots;
+    limits.max_penalty_tokens = fitting.max_penalty_tokens + step.request.tokens_per_req;  // room for the commit
+    limits.max_logit_bias = fitting.max_logit_bias;
     return config;
 }
 
@@ -44,26 +43,15 @@ int run_step_command(bool verify, const step_options& options) {
         const nlohmann::json doc = read_json_input(std::cin);
         const json_step step = parse_step(doc, kind);
         const group_config config = config_for(step, options);
-        if (std::string e = validate_group_config(config); !e.empty()) throw input_error(e);
-        const kernel_config fitting = step.fitting_config(config.threads_per_rank);
-        for (int32_t b = 0; b < step.batch_size(); ++b) {
-            const json_request& r = step.requests[static_cast<size_t>(b)];
-            status s = validate_sampling_params(r.params, fitting, fmt::format("requests[{}].", b));
-            if (!s.is_ok()) throw input_error(s.message);
-            for (size_t i = 0; i < r.history.size(); ++i) {
-                if (r.history[i] >= step.vocab_size) {
-                    throw input_error(fmt::format("requests[{}].history[{}] = {}: expected a token id in [0, {})", b, i,
-                                                  r.history[i], step.vocab_size));
-                }
-            }
-        }
+        throw_unless_ok(validate_group_config(config));
+        throw_unless_ok(check_requests(step, step.fitting_config(config.tuning.threads_per_rank)));
         std::unique_ptr<group> ranks;
         throw_unless_ok(group::create(config, ranks));
         for (int32_t b = 0; b < step.batch_size(); ++b) {
             const json_request& r = step.requests[static_cast<size_t>(b)];
             throw_unless_ok(ranks->register_request(b + 1, r.params, r.history));
         }
-        step_reply reply = ranks->step(request_for(step, config.tp));
+        step_reply reply = ranks->step(request_for(step, config.distribution.tp));
         throw_unless_ok(reply.result);
         step_result result(step.batch_size(), step.request.tokens_per_req);
         result.packed = std::move(reply.outputs.packed);

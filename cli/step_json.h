@@ -48,15 +48,20 @@ struct json_step {
 // line and exit code 2, and any other exception into one line and exit code 1.
 int run_json_command(const std::function<int()>& body);
 
-// Reads one JSON document; input_error when it is not JSON.
+// Reads one JSON document (config/json_input.h); input_error when it is not JSON.
 nlohmann::json read_json_input(std::istream& in);
 
 // invalid_argument -> input_error (exit 2); any other failure -> std::runtime_error (exit 1).
 void throw_unless_ok(const status& s);
 
-// Throws input_error on malformed or out-of-range input.
+// Throws input_error on malformed or out-of-range input, and on keys a step of `kind` does not take.
 // Without `with_logits`, the step must carry none (the ranks make them).
 json_step parse_step(const nlohmann::json& doc, step_kind kind, bool with_logits = true);
+
+// The checks of every request before any is registered, the same for `kernel`, `step` and the
+// coordinator's lines: sampling parameters within `limits`, history tokens within the vocabulary.
+// Errors name the request ("requests[3].top_p = 2: ...").
+status check_requests(const json_step& step, const kernel_config& limits);
 
 // Owns the outputs of one step.
 struct step_result {

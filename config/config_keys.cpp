@@ -7,17 +7,13 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "config/json_input.h"
+
 namespace ds::config_keys {
 
 namespace {
 
 using json = nlohmann::json;
-
-// Sections other than the top level; the top-level loader leaves them to their own tables.
-const std::vector<std::string>& sections() {
-    static const std::vector<std::string> names = {"gateway", "faults", "topology"};
-    return names;
-}
 
 bool is_section(const std::string& name) {
     for (const std::string& s : sections()) {
@@ -27,7 +23,20 @@ bool is_section(const std::string& name) {
 }
 
 std::string describe(const raw_value& v) {
-    return v.text ? fmt::format("'{}'", v.value.get<std::string>()) : v.value.dump();
+    return v.text ? quote_text(v.value.get_ref<const std::string&>()) : quote_json(v.value);
+}
+
+// "-12", "7": what strtoll would also take with a leading space or '+' is refused.
+bool is_decimal(const std::string& s) {
+    const size_t digits = s.rfind('-', 0) == 0 ? 1 : 0;
+    return s.size() > digits && s.find_first_not_of("0123456789", digits) == std::string::npos;
+}
+
+}  // namespace
+
+const std::vector<std::string>& sections() {
+    static const std::vector<std::string> names = {"faults", "gateway", "topology"};
+    return names;
 }
 
 std::string env_name(const std::string& section, const std::string& key) {
@@ -37,50 +46,49 @@ std::string env_name(const std::string& section, const std::string& key) {
     return name;
 }
 
-}  // namespace
-
-std::string bad(const std::string& key, const raw_value& v, const std::string& expected) {
-    return fmt::format("config key '{}' = {} (from {}): expected {}", key, describe(v), v.origin, expected);
+status bad(const std::string& key, const raw_value& v, const std::string& expected) {
+    return status::invalid(
+        fmt::format("config key '{}' = {} (from {}): expected {}", key, describe(v), v.origin, expected));
 }
 
-std::string read_int(const std::string& key, const raw_value& v, int64_t lo, int64_t hi, int64_t& out) {
+status read_int(const std::string& key, const raw_value& v, int64_t lo, int64_t hi, int64_t& out) {
     const std::string expected = fmt::format("an integer in [{}, {}]", lo, hi);
     if (v.text) {
         const std::string& s = v.value.get_ref<const std::string&>();
         char* end = nullptr;
         errno = 0;
         const long long parsed = std::strtoll(s.c_str(), &end, 10);
-        if (s.empty() || *end != '\0' || errno != 0) return bad(key, v, expected);
+        if (!is_decimal(s) || *end != '\0' || errno != 0) return bad(key, v, expected);
         out = parsed;
     } else {
         if (!v.value.is_number_integer()) return bad(key, v, expected);
         out = v.value.get<int64_t>();
     }
     if (out < lo || out > hi) return bad(key, v, expected);
-    return {};
+    return status::success();
 }
 
-std::string read_choice(const std::string& key, const raw_value& v, const std::vector<std::string>& choices,
-                        std::string& out) {
+status read_choice(const std::string& key, const raw_value& v, const std::vector<std::string>& choices,
+                   std::string& out) {
     std::string expected = "one of";
     for (const std::string& c : choices) expected += fmt::format(" '{}'", c);
     if (!v.value.is_string()) return bad(key, v, expected);
     out = v.value.get<std::string>();
     for (const std::string& c : choices) {
-        if (out == c) return {};
+        if (out == c) return status::success();
     }
     return bad(key, v, expected);
 }
 
-std::string read_string(const std::string& key, const raw_value& v, std::string& out) {
+status read_string(const std::string& key, const raw_value& v, std::string& out) {
     if (!v.value.is_string()) return bad(key, v, "a string");
     out = v.value.get<std::string>();
-    return {};
+    return status::success();
 }
 
-std::string load_section(const std::string& section, const std::vector<std::string>& names,
-                         const std::function<std::string(size_t, const std::string&, const raw_value&)>& set,
-                         const std::string& file, const std::vector<std::string>& overrides) {
+status load_section(const std::string& section, const std::vector<std::string>& names,
+                    const std::function<status(size_t, const std::string&, const raw_value&)>& set,
+                    const std::string& file, const std::vector<std::string>& overrides) {
     const std::string prefix = section.empty() ? "" : section + ".";
     auto find = [&](const std::string& key) -> size_t {
         for (size_t i = 0; i < names.size(); ++i) {
@@ -88,12 +96,18 @@ std::string load_section(const std::string& section, const std::vector<std::stri
         }
         return names.size();
     };
+    // Lists this section's keys; the top level also names the sections.
     auto unknown = [&](const std::string& key, const std::string& origin) {
         std::string known;
         for (const std::string& n : names) known += fmt::format("{}{}{}", known.empty() ? "" : ", ", prefix, n);
-        return fmt::format("config key '{}{}' (from {}) is not known; expected one of: {}", prefix, key, origin, known);
+        if (section.empty()) {
+            known += "; or a key of a section:";
+            for (const std::string& s : sections()) known += fmt::format(" {}.<key>", s);
+        }
+        return status::invalid(fmt::format("config key {} (from {}) is not known; expected one of: {}",
+                                           quote_text(prefix + key), origin, known));
     };
-    auto apply = [&](const std::string& key, const raw_value& v) -> std::string {
+    auto apply = [&](const std::string& key, const raw_value& v) -> status {
         const size_t i = find(key);
         if (i == names.size()) return unknown(key, v.origin);
         return set(i, prefix + key, v);
@@ -101,37 +115,35 @@ std::string load_section(const std::string& section, const std::vector<std::stri
 
     if (!file.empty()) {
         std::ifstream in(file);
-        if (!in) return fmt::format("config file '{}': cannot be opened", file);
-        json doc;
-        try {
-            doc = json::parse(in);
-        } catch (const json::parse_error& e) {
-            return fmt::format("config file '{}': not valid JSON ({})", file, e.what());
-        }
-        if (!doc.is_object()) return fmt::format("config file '{}': expected one JSON object", file);
+        if (!in) return status::invalid(fmt::format("config file '{}': cannot be opened", file));
+        result<json> parsed = read_json(in);
+        if (!parsed.is_ok()) return status::invalid(fmt::format("config file '{}': {}", file, parsed.error().message));
+        const json doc = std::move(parsed).value();
+        if (!doc.is_object()) return status::invalid(fmt::format("config file '{}': expected one JSON object", file));
         const json* keys = &doc;
         if (!section.empty()) {
             const auto it = doc.find(section);
             keys = it == doc.end() ? nullptr : &*it;
             if (keys != nullptr && !keys->is_object())
-                return fmt::format("config file '{}': '{}' must be a JSON object", file, section);
+                return status::invalid(fmt::format("config file '{}': '{}' must be a JSON object", file, section));
         }
         if (keys != nullptr) {
             for (const auto& [key, value] : keys->items()) {
                 if (section.empty() && is_section(key)) continue;
-                if (std::string e = apply(key, raw_value{value, false, file}); !e.empty()) return e;
+                DS_TRY(apply(key, raw_value{value, false, file}));
             }
         }
     }
     for (const std::string& key : names) {
         const std::string name = env_name(section, key);
         if (const char* value = std::getenv(name.c_str())) {
-            if (std::string e = apply(key, raw_value{json(value), true, name}); !e.empty()) return e;
+            DS_TRY(apply(key, raw_value{json(value), true, name}));
         }
     }
     for (const std::string& item : overrides) {
         const size_t eq = item.find('=');
-        if (eq == std::string::npos || eq == 0) return fmt::format("override '{}': expected key=value", item);
+        if (eq == std::string::npos || eq == 0)
+            return status::invalid(fmt::format("override '{}': expected key=value", item));
         std::string key = item.substr(0, eq);
         const size_t dot = key.find('.');
         const std::string item_section = dot == std::string::npos ? "" : key.substr(0, dot);
@@ -141,10 +153,9 @@ std::string load_section(const std::string& section, const std::vector<std::stri
             continue;
         }
         if (!section.empty()) key = key.substr(dot + 1);
-        if (std::string e = apply(key, raw_value{json(item.substr(eq + 1)), true, "the command line"}); !e.empty())
-            return e;
+        DS_TRY(apply(key, raw_value{json(item.substr(eq + 1)), true, "the command line"}));
     }
-    return {};
+    return status::success();
 }
 
 }  // namespace ds::config_keys

@@ -11,7 +11,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
+
+#include "core/status.h"
 
 namespace ds::config_keys {
 
@@ -22,45 +25,57 @@ struct raw_value {
     std::string origin;
 };
 
-std::string bad(const std::string& key, const raw_value& v, const std::string& expected);
-std::string read_int(const std::string& key, const raw_value& v, int64_t lo, int64_t hi, int64_t& out);
-std::string read_choice(const std::string& key, const raw_value& v, const std::vector<std::string>& choices,
-                        std::string& out);
-std::string read_string(const std::string& key, const raw_value& v, std::string& out);
+// The sections besides the top level: "faults", "gateway", "topology".
+const std::vector<std::string>& sections();
+// DISTSAMPLE_<SECTION>_<KEY>, or DISTSAMPLE_<KEY> at the top level.
+std::string env_name(const std::string& section, const std::string& key);
+
+// An invalid_argument status naming the key, the value (quoted short), where it came from and
+// `expected`.
+status bad(const std::string& key, const raw_value& v, const std::string& expected);
+status read_int(const std::string& key, const raw_value& v, int64_t lo, int64_t hi, int64_t& out);
+status read_choice(const std::string& key, const raw_value& v, const std::vector<std::string>& choices,
+                   std::string& out);
+status read_string(const std::string& key, const raw_value& v, std::string& out);
 
 template <class Config>
 struct key_entry {
     const char* key;
     std::function<nlohmann::json(const Config&)> get;
-    std::function<std::string(const std::string&, const raw_value&, Config&)> set;
+    std::function<status(const std::string&, const raw_value&, Config&)> set;
 };
 
-template <class Config>
-key_entry<Config> int_key(const char* key, int32_t Config::*field, int64_t lo, int64_t hi) {
-    return {key, [field](const Config& c) { return nlohmann::json(c.*field); },
+// `field` names where a key lives in Config: a member pointer, or a generic lambda
+// `[](auto& c) -> auto& { return c.part.field; }` for a key inside one of its parts.
+template <class Config, class Field>
+key_entry<Config> int_key(const char* key, Field field, int64_t lo, int64_t hi) {
+    return {key, [field](const Config& c) { return nlohmann::json(std::invoke(field, c)); },
             [field, lo, hi](const std::string& k, const raw_value& v, Config& c) {
                 int64_t value = 0;
-                std::string e = read_int(k, v, lo, hi, value);
-                if (e.empty()) c.*field = static_cast<int32_t>(value);
-                return e;
+                status s = read_int(k, v, lo, hi, value);
+                auto& target = std::invoke(field, c);
+                if (s.is_ok()) target = static_cast<std::remove_reference_t<decltype(target)>>(value);
+                return s;
             }};
 }
 
-template <class Config>
-key_entry<Config> string_key(const char* key, std::string Config::*field) {
-    return {key, [field](const Config& c) { return nlohmann::json(c.*field); },
-            [field](const std::string& k, const raw_value& v, Config& c) { return read_string(k, v, c.*field); }};
+template <class Config, class Field>
+key_entry<Config> string_key(const char* key, Field field) {
+    return {key, [field](const Config& c) { return nlohmann::json(std::invoke(field, c)); },
+            [field](const std::string& k, const raw_value& v, Config& c) {
+                return read_string(k, v, std::invoke(field, c));
+            }};
 }
 
 // Reads the keys `names` of `section` from the sources; `set(index, key, value)` parses one into
-// the configuration. Returns an empty string or the first error.
-std::string load_section(const std::string& section, const std::vector<std::string>& names,
-                         const std::function<std::string(size_t, const std::string&, const raw_value&)>& set,
-                         const std::string& file, const std::vector<std::string>& overrides);
+// the configuration. Returns ok or the first error.
+status load_section(const std::string& section, const std::vector<std::string>& names,
+                    const std::function<status(size_t, const std::string&, const raw_value&)>& set,
+                    const std::string& file, const std::vector<std::string>& overrides);
 
 template <class Config>
-std::string load(const std::string& section, const std::vector<key_entry<Config>>& table, const std::string& file,
-                 const std::vector<std::string>& overrides, Config& config) {
+status load(const std::string& section, const std::vector<key_entry<Config>>& table, const std::string& file,
+            const std::vector<std::string>& overrides, Config& config) {
     std::vector<std::string> names;
     for (const key_entry<Config>& e : table) names.emplace_back(e.key);
     return load_section(

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 
 namespace ds {
@@ -27,43 +28,54 @@ const char* fault_kind_name(fault_kind kind) {
     return "unknown";
 }
 
-bool parse_fault_kind(const std::string& name, fault_kind& kind) {
-    for (fault_kind k : kAllFaultKinds) {
-        if (name == fault_kind_name(k)) {
-            kind = k;
-            return true;
-        }
-    }
-    return false;
+namespace {
+
+std::string known_kinds() {
+    std::string known;
+    for (fault_kind k : kAllFaultKinds) known += fmt::format("{}{}", known.empty() ? "" : ", ", fault_kind_name(k));
+    return known;
 }
 
-std::string validate_fault_plan(const fault_plan& plan, int32_t tp) {
+}  // namespace
+
+result<fault_kind> parse_fault_kind(const std::string& name) {
+    for (fault_kind k : kAllFaultKinds) {
+        if (name == fault_kind_name(k)) return k;
+    }
+    return status::invalid(fmt::format("unknown kind '{}' (known: {})", name, known_kinds()));
+}
+
+status validate_fault_plan(const fault_plan& plan, int32_t tp) {
     for (std::size_t i = 0; i < plan.faults.size(); ++i) {
         const fault_spec& f = plan.faults[i];
         if (f.rank < 0 || f.rank >= tp)
-            return fmt::format("faults[{}].rank = {}: expected a rank in [0, {})", i, f.rank, tp);
+            return status::invalid(fmt::format("faults[{}].rank = {}: expected a rank in [0, {})", i, f.rank, tp));
         if (f.first_step < 1 || f.last_step < f.first_step) {
-            return fmt::format("faults[{}].steps = {}-{}: expected 1 <= first <= last", i, f.first_step, f.last_step);
+            return status::invalid(
+                fmt::format("faults[{}].steps = {}-{}: expected 1 <= first <= last", i, f.first_step, f.last_step));
         }
         if (!(f.probability >= 0.0 && f.probability <= 1.0)) {
-            return fmt::format("faults[{}].p = {}: expected a probability in [0, 1]", i, f.probability);
+            return status::invalid(
+                fmt::format("faults[{}].p = {}: expected a probability in [0, 1]", i, f.probability));
         }
         const bool delays = f.kind == fault_kind::delay_kernel || f.kind == fault_kind::delay_transport ||
                             f.kind == fault_kind::slow_connection;
         if (delays ? f.delay_ms <= 0 : f.delay_ms != 0) {
-            return fmt::format("faults[{}].ms = {}: {}", i, f.delay_ms,
-                               delays ? "expected a delay > 0" : "only delays take ms");
+            return status::invalid(fmt::format("faults[{}].ms = {}: {}", i, f.delay_ms,
+                                               delays ? "expected a delay > 0" : "only delays take ms"));
         }
     }
-    return {};
+    return status::success();
 }
 
 namespace {
 
+// Decimal digits only, and refused (not clamped) past 2^64 - 1.
 bool parse_u64(const std::string& s, uint64_t& out) {
     if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return false;
+    errno = 0;
     out = std::strtoull(s.c_str(), nullptr, 10);
-    return true;
+    return errno == 0;
 }
 
 // splitmix64: a well-mixed hash of (seed, index, step) for the per-step coin.
@@ -76,7 +88,7 @@ uint64_t mix(uint64_t x) {
 
 }  // namespace
 
-std::string parse_fault_spec(const std::string& text, fault_spec& out) {
+result<fault_spec> parse_fault_spec(const std::string& text) {
     fault_spec spec;
     std::vector<std::string> parts;
     for (std::size_t begin = 0;;) {
@@ -85,11 +97,9 @@ std::string parse_fault_spec(const std::string& text, fault_spec& out) {
         if (end == std::string::npos) break;
         begin = end + 1;
     }
-    if (!parse_fault_kind(parts[0], spec.kind)) {
-        std::string known;
-        for (fault_kind k : kAllFaultKinds) known += fmt::format("{}{}", known.empty() ? "" : ", ", fault_kind_name(k));
-        return fmt::format("fault '{}': unknown kind '{}' (known: {})", text, parts[0], known);
-    }
+    const result<fault_kind> kind = parse_fault_kind(parts[0]);
+    if (!kind.is_ok()) return status::invalid(fmt::format("fault '{}': {}", text, kind.error().message));
+    spec.kind = *kind;
     bool has_rank = false;
     for (std::size_t i = 1; i < parts.size(); ++i) {
         const std::size_t eq = parts[i].find('=');
@@ -111,20 +121,22 @@ std::string parse_fault_spec(const std::string& text, fault_spec& out) {
         } else if (key == "p") {
             char* end = nullptr;
             spec.probability = std::strtod(value.c_str(), &end);
-            ok = !value.empty() && *end == '\0';
+            // strtod alone would take " 0.5", "nan" and "0x1p-1".
+            ok = !value.empty() && *end == '\0' && value.find_first_not_of("0123456789.eE+-") == std::string::npos;
         } else if (key == "ms") {
             ok = parse_u64(value, number) && number <= 3600000;
             spec.delay_ms = static_cast<int32_t>(number);
         } else {
-            return fmt::format("fault '{}': unknown field '{}' (expected rank, steps, p, ms)", text, key);
+            return status::invalid(
+                fmt::format("fault '{}': unknown field '{}' (expected rank, steps, p, ms)", text, key));
         }
-        if (!ok) return fmt::format("fault '{}': bad value '{}' for {}", text, value, key);
+        if (!ok) return status::invalid(fmt::format("fault '{}': bad value '{}' for {}", text, value, key));
     }
     if (is_connection_fault(spec.kind) && has_rank)
-        return fmt::format("fault '{}': a connection fault takes no rank", text);
-    if (!is_connection_fault(spec.kind) && !has_rank) return fmt::format("fault '{}': rank=R is required", text);
-    out = spec;
-    return {};
+        return status::invalid(fmt::format("fault '{}': a connection fault takes no rank", text));
+    if (!is_connection_fault(spec.kind) && !has_rank)
+        return status::invalid(fmt::format("fault '{}': rank=R is required", text));
+    return spec;
 }
 
 std::string format_fault_spec(const fault_spec& spec) {

@@ -1,6 +1,6 @@
-// A fault plan (docs/faults.md): which faults to inject into which rank at which steps. Whether a fault
-// fires on a step is a pure function of (plan seed, fault index, step id), so a run with the same
-// plan and the same steps replays the same faults, whatever the timing.
+// A fault plan (docs/faults.md): which faults to inject into which rank at which steps. Whether a
+// fault fires on a step is a pure function of (plan seed, fault index, step id), so a run with the
+// same plan and the same steps replays the same faults, whatever the timing.
 //
 // The command line and the library take one fault as text:
 //   kind:rank=R[:steps=A-B][:p=P][:ms=D]   (connection faults take no rank)
@@ -11,6 +11,8 @@
 #include <limits>
 #include <string>
 #include <vector>
+
+#include "core/status.h"
 
 namespace ds {
 
@@ -46,7 +48,8 @@ inline constexpr fault_kind kAllFaultKinds[] = {fault_kind::alter_token,       f
                                                 fault_kind::cut_connection,    fault_kind::crash};
 
 const char* fault_kind_name(fault_kind kind);
-bool parse_fault_kind(const std::string& name, fault_kind& kind);
+// An unknown name is an invalid_argument status listing the kinds.
+result<fault_kind> parse_fault_kind(const std::string& name);
 
 struct fault_spec {
     fault_kind kind = fault_kind::alter_token;
@@ -64,11 +67,11 @@ struct fault_plan {
     bool empty() const { return faults.empty(); }
 };
 
-// Empty when usable, else a message naming the fault and the field.
-std::string validate_fault_plan(const fault_plan& plan, int32_t tp);
+// Ok when usable, else an invalid_argument status naming the fault and the field.
+status validate_fault_plan(const fault_plan& plan, int32_t tp);
 
-// Parses "kind:rank=R[:steps=A-B][:p=P][:ms=D]"; empty on success, else what is wrong.
-std::string parse_fault_spec(const std::string& text, fault_spec& out);
+// Parses "kind:rank=R[:steps=A-B][:p=P][:ms=D]", or says what is wrong.
+result<fault_spec> parse_fault_spec(const std::string& text);
 // The inverse of parse_fault_spec (defaults left out).
 std::string format_fault_spec(const fault_spec& spec);
 

@@ -45,7 +45,7 @@ const std::vector<gateway_key>& keys() {
 
 std::string load_gateway_config(const std::string& file, const std::vector<std::string>& overrides,
                                 gateway_config& config) {
-    std::string e = config_keys::load("gateway", keys(), file, overrides, config);
+    std::string e = config_keys::load("gateway", keys(), file, overrides, config).message;
     // A server on a free port takes a free metrics port too, unless one was chosen.
     if (e.empty() && config.port == 0 && config.metrics_port == kDefaultMetricsPort) config.metrics_port = 0;
     return e;

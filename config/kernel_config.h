@@ -3,9 +3,20 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
+
+#include "core/status.h"
 
 namespace ds {
+
+// The ranges of the sizes, one place for the config keys, kernel_config and the step inputs that
+// are sized by them (docs/configuration.md, "Limits").
+constexpr int32_t kMaxVocabSize = 1 << 24;
+constexpr int32_t kMaxBatchSize = 1 << 16;  // requests in one step
+constexpr int32_t kMaxTokensPerRequest = 64;
+constexpr int32_t kMaxSlots = 1 << 20;
+constexpr int32_t kMaxPenaltyTokens = 1 << 20;
+constexpr int32_t kMaxLogitBias = 1 << 20;
+constexpr int32_t kMaxThreads = 1024;
 
 struct kernel_config {
     int32_t vocab_size = 32000;         // V of the rows this backend sees (full vocab or a shard)
@@ -19,7 +30,7 @@ struct kernel_config {
     int64_t max_rows() const { return int64_t{max_batch} * max_tokens_per_req; }
 };
 
-// Returns an empty string when the configuration is usable, else a message naming the field.
-std::string validate_kernel_config(const kernel_config& config);
+// Ok when the configuration is usable, else an invalid_argument status naming the field.
+status validate_kernel_config(const kernel_config& config);
 
 }  // namespace ds

@@ -13,8 +13,8 @@ using namespace config_keys;
 using topology_key = key_entry<topology_config>;
 
 // The items of a list key: a JSON array in the file, comma-separated text elsewhere.
-std::string read_items(const std::string& key, const raw_value& v, const std::string& expected,
-                       std::vector<raw_value>& items) {
+status read_items(const std::string& key, const raw_value& v, const std::string& expected,
+                  std::vector<raw_value>& items) {
     items.clear();
     if (v.text) {
         const std::string& all = v.value.get_ref<const std::string&>();
@@ -23,20 +23,20 @@ std::string read_items(const std::string& key, const raw_value& v, const std::st
             items.push_back(raw_value{json(all.substr(begin, end - begin)), true, v.origin});
             begin = end + 1;
         }
-        return {};
+        return status::success();
     }
     if (!v.value.is_array()) return bad(key, v, expected);
     for (const json& item : v.value) items.push_back(raw_value{item, false, v.origin});
-    return {};
+    return status::success();
 }
 
 topology_key millis_key(const char* key, std::chrono::milliseconds topology_config::*field, int64_t lo) {
     return {key, [field](const topology_config& c) { return json((c.*field).count()); },
             [field, lo](const std::string& k, const raw_value& v, topology_config& c) {
                 int64_t value = 0;
-                std::string e = read_int(k, v, lo, 3'600'000, value);
-                if (e.empty()) c.*field = std::chrono::milliseconds(value);
-                return e;
+                status s = read_int(k, v, lo, 3'600'000, value);
+                if (s.is_ok()) c.*field = std::chrono::milliseconds(value);
+                return s;
             }};
 }
 
@@ -47,32 +47,29 @@ const std::vector<topology_key>& keys() {
         {"hosts", [](const topology_config& c) { return json(c.hosts); },
          [](const std::string& k, const raw_value& v, topology_config& c) {
              std::vector<raw_value> items;
-             if (std::string e = read_items(k, v, "a list of host addresses, one per rank", items); !e.empty())
-                 return e;
+             DS_TRY(read_items(k, v, "a list of host addresses, one per rank", items));
              c.hosts.clear();
              for (size_t i = 0; i < items.size(); ++i) {
                  std::string host;
-                 if (read_string(k, items[i], host).empty() && !host.empty()) {
+                 if (read_string(k, items[i], host).is_ok() && !host.empty()) {
                      c.hosts.push_back(host);
                      continue;
                  }
                  return bad(fmt::format("{}[{}]", k, i), items[i], "a host address (not empty)");
              }
-             return std::string{};
+             return status::success();
          }},
         {"devices", [](const topology_config& c) { return json(c.devices); },
          [](const std::string& k, const raw_value& v, topology_config& c) {
              std::vector<raw_value> items;
-             if (std::string e = read_items(k, v, "a list of CUDA device indices, one per rank", items); !e.empty())
-                 return e;
+             DS_TRY(read_items(k, v, "a list of CUDA device indices, one per rank", items));
              c.devices.clear();
              for (size_t i = 0; i < items.size(); ++i) {
                  int64_t device = 0;
-                 if (std::string e = read_int(fmt::format("{}[{}]", k, i), items[i], 0, 1023, device); !e.empty())
-                     return e;
+                 DS_TRY(read_int(fmt::format("{}[{}]", k, i), items[i], 0, 1023, device));
                  c.devices.push_back(static_cast<int32_t>(device));
              }
-             return std::string{};
+             return status::success();
          }},
         string_key<topology_config>("ucx_tls", &topology_config::ucx_tls),
         string_key<topology_config>("ucx_net_devices", &topology_config::ucx_net_devices),
@@ -91,23 +88,25 @@ const std::vector<topology_key>& keys() {
 
 }  // namespace
 
-std::string load_topology_config(const std::string& file, const std::vector<std::string>& overrides,
-                                 topology_config& config) {
+status load_topology_config(const std::string& file, const std::vector<std::string>& overrides,
+                            topology_config& config) {
     return config_keys::load("topology", keys(), file, overrides, config);
 }
 
-std::string validate_topology_config(const topology_config& config, int32_t tp) {
-    auto per_rank = [tp](const char* key, size_t count) -> std::string {
-        if (count == 0 || count == static_cast<size_t>(tp)) return {};
-        return fmt::format("topology.{} has {} entries: expected one per rank (tp = {}) or none", key, count, tp);
+status validate_topology_config(const topology_config& config, int32_t tp) {
+    auto per_rank = [tp](const char* key, size_t count) {
+        if (count == 0 || count == static_cast<size_t>(tp)) return status::success();
+        return status::invalid(
+            fmt::format("topology.{} has {} entries: expected one per rank (tp = {}) or none", key, count, tp));
     };
-    if (std::string e = per_rank("hosts", config.hosts.size()); !e.empty()) return e;
-    if (std::string e = per_rank("devices", config.devices.size()); !e.empty()) return e;
+    DS_TRY(per_rank("hosts", config.hosts.size()));
+    DS_TRY(per_rank("devices", config.devices.size()));
     if (config.heartbeat >= config.connection_timeout) {
-        return fmt::format("topology.heartbeat_ms = {}: expected less than topology.connection_timeout_ms ({})",
-                           config.heartbeat.count(), config.connection_timeout.count());
+        return status::invalid(
+            fmt::format("topology.heartbeat_ms = {}: expected less than topology.connection_timeout_ms ({})",
+                        config.heartbeat.count(), config.connection_timeout.count()));
     }
-    return {};
+    return status::success();
 }
 
 json topology_config_to_json(const topology_config& config) { return config_keys::to_json(keys(), config); }

@@ -1,7 +1,7 @@
-// Where the processes of a multi-process group run and how they meet (docs/deployment.md), in the "topology"
-// section of the same configuration as the group (config/config_keys.h): the file's "topology"
-// object, DISTSAMPLE_TOPOLOGY_<KEY> variables, then "topology.<key>=value" overrides, then the
-// flags of `distsample coordinator` and `distsample rank` (--listen, --coordinator, --rank).
+// Where the processes of a multi-process group run and how they meet (docs/deployment.md), in the
+// "topology" section of the same configuration as the group (config/config_keys.h): the file's
+// "topology" object, DISTSAMPLE_TOPOLOGY_<KEY> variables, then "topology.<key>=value" overrides,
+// then the flags of `distsample coordinator` and `distsample rank` (--listen, --coordinator, --rank).
 // List keys (hosts, devices) take a JSON array in the file and comma-separated text elsewhere.
 // The transport backend itself is the group's key `transport`; ucx_tls and ucx_net_devices pick
 // what UCX uses under it.
@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "core/status.h"
 
 namespace ds {
 
@@ -38,13 +40,13 @@ struct topology_config {
     bool ranks_make_logits() const { return logits_source != "wire"; }
 };
 
-// Fills `config` from the topology section of the sources; "" or the first error.
-std::string load_topology_config(const std::string& file, const std::vector<std::string>& overrides,
-                                 topology_config& config);
+// Fills `config` from the topology section of the sources; ok or the first error.
+status load_topology_config(const std::string& file, const std::vector<std::string>& overrides,
+                            topology_config& config);
 
 // Checks the combination against the group's `tp`: hosts and devices have one entry per rank (or
-// none), the heartbeat is shorter than the connection timeout. "" when usable.
-std::string validate_topology_config(const topology_config& config, int32_t tp);
+// none), the heartbeat is shorter than the connection timeout.
+status validate_topology_config(const topology_config& config, int32_t tp);
 
 // Every key with its effective value.
 nlohmann::json topology_config_to_json(const topology_config& config);

@@ -9,12 +9,12 @@
 
 int main() {
     ds::group_config config;
-    config.tp = 2;
-    config.vocab_size = 8;
-    config.max_batch = 2;
-    config.max_tokens_per_req = 1;
-    config.max_slots = 4;
-    config.mode = ds::dist_mode::sharded;  // logits never leave their rank
+    config.distribution.tp = 2;
+    config.limits.vocab_size = 8;
+    config.limits.max_batch = 2;
+    config.limits.max_tokens_per_req = 1;
+    config.limits.max_slots = 4;
+    config.distribution.mode = ds::dist_mode::sharded;  // logits never leave their rank
     std::unique_ptr<ds::group> group;
     if (ds::status s = ds::group::create(config, group); !s.is_ok()) {
         std::fprintf(stderr, "error: %s\n", s.message.c_str());

@@ -102,14 +102,15 @@ wire::Error bad_field(const char* field, std::string message) {
 bool check_step_shape(const wire::Step& step, bool verify, const group_config& config, bool have_model,
                       wire::Error& error) {
     const int64_t bs = step.slots_size();
-    if (bs < 1 || bs > config.max_batch) {
-        error = bad_field("slots", fmt::format("{} requests: expected 1 to {} (max_batch)", bs, config.max_batch));
+    if (bs < 1 || bs > config.limits.max_batch) {
+        error =
+            bad_field("slots", fmt::format("{} requests: expected 1 to {} (max_batch)", bs, config.limits.max_batch));
         return false;
     }
     const int64_t n = verify ? step.tokens_per_req() : 1;
-    if (n < 1 || n > config.max_tokens_per_req) {
-        error = bad_field("tokens_per_req",
-                          fmt::format("{}: expected 1 to {} (max_tokens_per_req)", n, config.max_tokens_per_req));
+    if (n < 1 || n > config.limits.max_tokens_per_req) {
+        error = bad_field("tokens_per_req", fmt::format("{}: expected 1 to {} (max_tokens_per_req)", n,
+                                                        config.limits.max_tokens_per_req));
         return false;
     }
     if (step.positions_size() != bs) {
@@ -124,16 +125,16 @@ bool check_step_shape(const wire::Step& step, bool verify, const group_config& c
         return false;
     }
     const int64_t rows = bs * n;
-    const int64_t words = bitmask_words(config.vocab_size);
+    const int64_t words = bitmask_words(config.limits.vocab_size);
     if (step.bitmask_size() != 0 && step.bitmask_size() != rows * words) {
         error = bad_field("bitmask", fmt::format("{} words: expected 0 or {} ({} rows of {})", step.bitmask_size(),
                                                  rows * words, rows, words));
         return false;
     }
-    const int64_t logits = rows * config.vocab_size;
+    const int64_t logits = rows * config.limits.vocab_size;
     if (step.logits_size() != 0 && step.logits_size() != logits) {
         error = bad_field("logits", fmt::format("{} values: expected 0 or {} ({} rows of V = {})", step.logits_size(),
-                                                logits, rows, config.vocab_size));
+                                                logits, rows, config.limits.vocab_size));
         return false;
     }
     if (step.logits_size() == 0 && !have_model) {

@@ -109,7 +109,7 @@ bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config
     if (step.logits_size() == 0) {
         // Row b*N + j: the model's distribution after the request's committed context and its
         // drafts 1..j (the anchor, candidate 0, is the last committed token).
-        const int32_t vocab = config.vocab_size;
+        const int32_t vocab = config.limits.vocab_size;
         out.model_logits.resize(static_cast<size_t>(bs) * n * vocab);
         for (int32_t b = 0; b < bs; ++b) {
             uint64_t context = slots.context(step.slots(b));
@@ -121,7 +121,8 @@ bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config
         rows_data = out.model_logits.data();
     }
     r.shards = split_vocab(
-        logits_view{rows_data, logits_dtype::f32, int64_t{bs} * n, config.vocab_size, config.vocab_size}, config.tp);
+        logits_view{rows_data, logits_dtype::f32, int64_t{bs} * n, config.limits.vocab_size, config.limits.vocab_size},
+        config.distribution.tp);
     out.frame = std::move(frame);
     return true;
 }

@@ -13,8 +13,7 @@
 namespace ds {
 
 status make_backend(backend_kind kind, const kernel_config& config, std::unique_ptr<sampling_backend>& out) {
-    const std::string config_error = validate_kernel_config(config);
-    if (!config_error.empty()) return status::invalid(config_error);
+    DS_TRY(validate_kernel_config(config));
     if (kind == backend_kind::cuda) {
 #if defined(DISTSAMPLE_HAVE_CUDA)
         std::unique_ptr<cuda::cuda_backend> backend;

@@ -4,9 +4,9 @@
 
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "config/choices.h"
 #include "config/kernel_config.h"
 #include "kernels/param_pool.h"
 #include "kernels/sampling_types.h"
@@ -31,11 +31,6 @@ class sampling_backend {
     // penalty counts. Call once per step with the outputs every rank agreed on.
     status commit_tokens(const step_input& step, const step_output& out);
 };
-
-enum class backend_kind { cpu, cuda };
-
-// "cpu" or "cuda"; an unknown name is an invalid_argument status naming the allowed values.
-status parse_backend_kind(std::string_view name, backend_kind& kind);
 
 // Builds a backend, or returns a status saying why it cannot (bad config, CUDA not built).
 status make_backend(backend_kind kind, const kernel_config& config, std::unique_ptr<sampling_backend>& out);

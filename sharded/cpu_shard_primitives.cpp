@@ -16,9 +16,9 @@ using namespace shard_encoding;
 class cpu_shard_primitives final : public shard_primitives {
    public:
     explicit cpu_shard_primitives(const group_config& config)
-        : mask_words_(static_cast<size_t>(bitmask_words(config.vocab_size))),
-          shard_vocab_(config.vocab_size / config.tp),
-          logits_(static_cast<size_t>(config.max_batch) * static_cast<size_t>(config.max_tokens_per_req) *
+        : mask_words_(static_cast<size_t>(bitmask_words(config.limits.vocab_size))),
+          shard_vocab_(config.limits.vocab_size / config.distribution.tp),
+          logits_(static_cast<size_t>(config.limits.max_batch) * static_cast<size_t>(config.limits.max_tokens_per_req) *
                   static_cast<size_t>(shard_vocab_)),
           masses_(logits_.size()) {}
 

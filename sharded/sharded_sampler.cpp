@@ -15,8 +15,8 @@ using namespace shard_encoding;
 
 sharded_sampler::sharded_sampler(const group_config& config, int32_t rank, std::unique_ptr<shard_primitives> primitives)
     : rank_(rank),
-      world_(config.tp),
-      shard_vocab_(config.vocab_size / config.tp),
+      world_(config.distribution.tp),
+      shard_vocab_(config.limits.vocab_size / config.distribution.tp),
       vocab_offset_(rank * shard_vocab_),
       primitives_(std::move(primitives)) {}
 

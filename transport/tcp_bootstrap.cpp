@@ -132,22 +132,17 @@ status resolve(const std::string& host, uint16_t port, sockaddr_in& address) {
 
 }  // namespace
 
-bool parse_host_port(const std::string& text, std::string& host, uint16_t& port, std::string& error) {
+result<host_port> parse_host_port(const std::string& text) {
     const size_t colon = text.rfind(':');
-    if (colon == std::string::npos || colon == 0) {
-        error = fmt::format("'{}': expected HOST:PORT", text);
-        return false;
-    }
-    char* end = nullptr;
+    if (colon == std::string::npos || colon == 0) return status::invalid(fmt::format("'{}': expected HOST:PORT", text));
     const std::string digits = text.substr(colon + 1);
-    const unsigned long value = std::strtoul(digits.c_str(), &end, 10);
-    if (digits.empty() || *end != '\0' || value > 65535) {
-        error = fmt::format("'{}': expected a port in [0, 65535] after the colon", text);
-        return false;
-    }
-    host = text.substr(0, colon);
-    port = static_cast<uint16_t>(value);
-    return true;
+    // strtoul alone would take " 80", "+80" and "-0".
+    const bool decimal =
+        !digits.empty() && digits.size() <= 5 && digits.find_first_not_of("0123456789") == std::string::npos;
+    const unsigned long value = decimal ? std::strtoul(digits.c_str(), nullptr, 10) : 0;
+    if (!decimal || value > 65535)
+        return status::invalid(fmt::format("'{}': expected a port in [0, 65535] after the colon", text));
+    return host_port{text.substr(0, colon), static_cast<uint16_t>(value)};
 }
 
 tcp_rendezvous::~tcp_rendezvous() {

@@ -53,7 +53,12 @@ class tcp_bootstrap final : public bootstrap {
     std::chrono::milliseconds timeout_;
 };
 
-// "HOST:PORT" → host and port; false (and `error` says why) when malformed.
-bool parse_host_port(const std::string& text, std::string& host, uint16_t& port, std::string& error);
+struct host_port {
+    std::string host;
+    uint16_t port = 0;
+};
+
+// "HOST:PORT" → host and port (decimal digits only), or an invalid_argument status saying why.
+result<host_port> parse_host_port(const std::string& text);
 
 }  // namespace ds

@@ -27,14 +27,16 @@ struct transport_config {
     int64_t max_swap_rows = 0;                   // rows one rank may receive from swap_batch_vocab
     std::size_t max_collective_bytes = 1 << 16;  // per rank, for all_gather / all_reduce / broadcast
     std::chrono::milliseconds timeout{5000};     // bound of every wait
-    // ucx: where the vocab swap's logits live (transport/ucx_memory_path.h); the other backends
-    // ignore both.
-    ucx_memory_mode ucx_device_memory = ucx_memory_mode::automatic;
-    bool backend_on_device = false;       // the rank samples with the cuda backend
-    bool ucx_peer_error_handling = true;  // group_config::ucx_peer_error_handling
 
-    // Empty when usable, else a message naming the field.
-    std::string validate() const;
+    // Ok when usable, else an invalid_argument status naming the field.
+    status validate() const;
+};
+
+// The ucx backend's own options (the other backends have none): the group's ucx keys, and whether
+// the rank samples with the cuda backend, so that the swap's logits may live in GPU memory
+// (transport/ucx_memory_path.h).
+struct ucx_endpoint_options : ucx_options {
+    bool backend_on_device = false;
 };
 
 // The checks every backend makes at its boundary (one message per violation, naming the field).

@@ -17,8 +17,9 @@ namespace ds {
 namespace {
 
 // `advice` says what to do instead.
-status unavailable(const std::string& name, const std::string& why, const std::string& advice) {
-    return {status_code::unsupported, fmt::format("transport '{}' is not available: {}; {}", name, why, advice)};
+status unavailable(transport_kind kind, const std::string& why, const std::string& advice) {
+    return {status_code::unsupported,
+            fmt::format("transport '{}' is not available: {}; {}", transport_name(kind), why, advice)};
 }
 
 std::string set_instead(const char* choices) {
@@ -35,10 +36,6 @@ constexpr const char* kNoNccl =
     "and NCCL)";
 #endif
 
-status unknown(const std::string& name) {
-    return status::invalid(fmt::format("transport = '{}': expected one of 'auto' 'local' 'ucx' 'nccl'", name));
-}
-
 }  // namespace
 
 std::vector<std::string> built_transports() {
@@ -52,58 +49,60 @@ std::vector<std::string> built_transports() {
     return built;
 }
 
-status make_transport_group(const std::string& name, const transport_config& config,
-                            std::unique_ptr<transport_group>& out) {
-    if (std::string e = config.validate(); !e.empty()) return status::invalid(e);
-    if (name == "auto" || name == "local") {
-        out = std::make_unique<local_group>(config);
-    } else if (name == "ucx") {
+// `ucx` goes unused in a build without UCX.
+status make_transport_group(transport_kind kind, const transport_config& config,
+                            [[maybe_unused]] const ucx_endpoint_options& ucx, std::unique_ptr<transport_group>& out) {
+    DS_TRY(config.validate());
+    switch (kind) {
+        case transport_kind::automatic:
+        case transport_kind::local: out = std::make_unique<local_group>(config); break;
+        case transport_kind::ucx: {
 #ifdef DISTSAMPLE_HAVE_UCX
-        std::unique_ptr<ucx_group> group;
-        if (status s = ucx_group::create(config, group); !s.is_ok()) return s;
-        out = std::move(group);
+            std::unique_ptr<ucx_group> group;
+            if (status s = ucx_group::create(config, ucx, group); !s.is_ok()) return s;
+            out = std::move(group);
+            break;
 #else
-        return unavailable(name, kNoUcx, set_instead("auto or local"));
+            return unavailable(kind, kNoUcx, set_instead("auto or local"));
 #endif
-    } else if (name == "nccl") {
+        }
+        case transport_kind::nccl:
 #ifdef DISTSAMPLE_HAVE_NCCL
-        return unavailable(name, kNcclInProcess, set_instead("auto, local or ucx"));
+            return unavailable(kind, kNcclInProcess, set_instead("auto, local or ucx"));
 #else
-        return unavailable(name, kNoNccl, set_instead("auto, local or ucx"));
+            return unavailable(kind, kNoNccl, set_instead("auto, local or ucx"));
 #endif
-    } else {
-        return unknown(name);
     }
-    transport_log().info("transport '{}': {} ranks as threads of this process over {}", name, config.world_size,
-                         out->backend_name());
+    transport_log().info("transport '{}': {} ranks as threads of this process over {}", transport_name(kind),
+                         config.world_size, out->backend_name());
     return status::success();
 }
 
 // The parameters go unused in a build without UCX and NCCL.
-status make_rank_transport(const std::string& name, [[maybe_unused]] const transport_config& config,
-                           [[maybe_unused]] bootstrap& boot, [[maybe_unused]] std::unique_ptr<transport>& out) {
-    if (name == "local") {
-        return unavailable(name, "it connects ranks that are threads of one process, not rank processes",
+status make_rank_transport(transport_kind kind, [[maybe_unused]] const transport_config& config,
+                           [[maybe_unused]] const ucx_endpoint_options& ucx, [[maybe_unused]] bootstrap& boot,
+                           [[maybe_unused]] std::unique_ptr<transport>& out) {
+    if (kind == transport_kind::local) {
+        return unavailable(kind, "it connects ranks that are threads of one process, not rank processes",
                            set_instead("ucx or auto"));
     }
-    if (name == "nccl") {
+    if (kind == transport_kind::nccl) {
 #ifdef DISTSAMPLE_HAVE_NCCL
         std::unique_ptr<nccl_endpoint> endpoint;
         if (status s = nccl_endpoint::create(config, boot, {}, endpoint); !s.is_ok()) return s;
         out = std::move(endpoint);
         return status::success();
 #else
-        return unavailable(name, kNoNccl, set_instead("ucx or auto"));
+        return unavailable(kind, kNoNccl, set_instead("ucx or auto"));
 #endif
     }
-    if (name != "auto" && name != "ucx") return unknown(name);
 #ifdef DISTSAMPLE_HAVE_UCX
     std::unique_ptr<ucx_endpoint> endpoint;
-    if (status s = ucx_endpoint::create(config, boot, endpoint); !s.is_ok()) return s;
+    if (status s = ucx_endpoint::create(config, ucx, boot, endpoint); !s.is_ok()) return s;
     out = std::move(endpoint);
     return status::success();
 #else
-    return unavailable(name, kNoUcx, "rank processes have no other transport yet");
+    return unavailable(kind, kNoUcx, "rank processes have no other transport yet");
 #endif
 }
 

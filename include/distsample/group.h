@@ -5,7 +5,7 @@
 //   ds::status s = ds::group::create(config, group);
 //   s = group->register_request(1, params);  // slot 1 on every rank
 //   ds::step_request step;                   // slots, positions, candidates, per-rank shards
-//   step.shards = ds::split_vocab(full_logits, config.tp);   // or each rank's own shard pointer
+//   step.shards = ds::split_vocab(full_logits, config.distribution.tp);  // or each rank's own shard
 //   ds::step_reply reply = group->step(step);                // blocks; reply.result.is_ok()
 //
 // Every submitted step gets exactly one reply, in submission order: the outputs (equal to the

@@ -23,17 +23,17 @@ constexpr int32_t kMaxN = 4;
 
 group_config test_config(int32_t tp, dist_mode mode, rank0_policy policy = rank0_policy::on_mismatch) {
     group_config c;
-    c.tp = tp;
-    c.vocab_size = kVocab;
-    c.max_batch = kMaxBatch;
-    c.max_tokens_per_req = kMaxN;
-    c.max_slots = kMaxBatch + 1;
-    c.max_penalty_tokens = 64;
-    c.max_logit_bias = 16;
-    c.mode = mode;
-    c.policy = policy;
-    c.step_timeout = std::chrono::milliseconds(3000);
-    c.transport_timeout = std::chrono::milliseconds(3000);
+    c.distribution.tp = tp;
+    c.limits.vocab_size = kVocab;
+    c.limits.max_batch = kMaxBatch;
+    c.limits.max_tokens_per_req = kMaxN;
+    c.limits.max_slots = kMaxBatch + 1;
+    c.limits.max_penalty_tokens = 64;
+    c.limits.max_logit_bias = 16;
+    c.distribution.mode = mode;
+    c.distribution.policy = policy;
+    c.distribution.step_timeout = std::chrono::milliseconds(3000);
+    c.transport.timeout = std::chrono::milliseconds(3000);
     return c;
 }
 
@@ -213,7 +213,7 @@ class EveryTpAndMode : public ::testing::TestWithParam<std::tuple<int32_t, dist_
 TEST_P(EveryTpAndMode, RandomStepsEqualTheBackendOnFullRows) {
     const auto [tp, mode, transport] = GetParam();
     group_config config = test_config(tp, mode);
-    config.transport = transport;
+    config.transport.kind = *parse_transport_kind(transport);
     std::unique_ptr<group> g;
     status st = group::create(config, g);
     ASSERT_TRUE(st.is_ok()) << st.message;
@@ -223,10 +223,10 @@ TEST_P(EveryTpAndMode, RandomStepsEqualTheBackendOnFullRows) {
 // Polling instead of sleeping (config/group_config.h) changes when threads wake, not what they do.
 TEST(Group, SpinningSchedulerCallerAndRanksGiveTheSameTokens) {
     group_config config = test_config(2, dist_mode::swap);
-    config.scheduler_threads = 2;
-    config.scheduler_spin_us = 200;
-    config.reply_spin_us = 200;
-    config.rank_spin_us = 200;
+    config.tuning.scheduler_threads = 2;
+    config.tuning.scheduler_spin_us = 200;
+    config.tuning.reply_spin_us = 200;
+    config.tuning.rank_spin_us = 200;
     std::unique_ptr<group> g;
     status st = group::create(config, g);
     ASSERT_TRUE(st.is_ok()) << st.message;
@@ -240,7 +240,7 @@ class CudaRanks : public ::testing::TestWithParam<std::tuple<int32_t, dist_mode>
 TEST_P(CudaRanks, RandomStepsEqualTheCpuBackend) {
     const auto [tp, mode] = GetParam();
     group_config config = test_config(tp, mode);
-    config.backend = "cuda";
+    config.backend = backend_kind::cuda;
     std::unique_ptr<group> g;
     status st = group::create(config, g);
     if (st.code == status_code::unsupported) GTEST_SKIP() << st.message;
@@ -257,7 +257,7 @@ TEST(DeviceLogits, EveryModeEqualsTheCpuBackend) {
         for (const char* backend : {"cpu", "cuda"}) {
             if (mode == dist_mode::sharded && std::string(backend) == "cuda") continue;  // sharded runs on the CPU
             group_config config = test_config(2, mode);
-            config.backend = backend;
+            config.backend = *parse_backend_kind(backend);
             std::unique_ptr<group> g;
             status st = group::create(config, g);
             ASSERT_TRUE(st.is_ok()) << st.message;
@@ -368,9 +368,9 @@ TEST(Group, RankThatNeverAnswersFailsTheStepByNameInTime) {
         for (dist_mode mode : {dist_mode::swap, dist_mode::sharded}) {
             SCOPED_TRACE(std::string(transport) + " " + mode_name(mode));
             group_config c = test_config(4, mode);
-            c.transport = transport;
-            c.step_timeout = std::chrono::milliseconds(300);
-            c.transport_timeout = std::chrono::milliseconds(5000);
+            c.transport.kind = *parse_transport_kind(transport);
+            c.distribution.step_timeout = std::chrono::milliseconds(300);
+            c.transport.timeout = std::chrono::milliseconds(5000);
             std::unique_ptr<group> g;
             ASSERT_TRUE(group::create(c, g).is_ok());
             const random_step s = fixed_step(11);
@@ -436,7 +436,7 @@ TEST(Group, RepliesComeOnceInSubmissionOrder) {
 // gets one reply, an error, rather than a broken promise or a wait for ever.
 TEST(Group, StepsPendingWhenTheGroupGoesAreAnsweredWithAnError) {
     group_config c = test_config(2, dist_mode::swap);
-    c.step_timeout = std::chrono::milliseconds(60000);
+    c.distribution.step_timeout = std::chrono::milliseconds(60000);
     std::unique_ptr<group> g;
     ASSERT_TRUE(group::create(c, g).is_ok());
     const random_step s = fixed_step(13);

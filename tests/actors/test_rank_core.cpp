@@ -22,11 +22,11 @@ constexpr int32_t kVocab = 64;
 
 group_config one_rank_config() {
     group_config config;
-    config.tp = 1;
-    config.vocab_size = kVocab;
-    config.max_batch = 4;
-    config.max_slots = 8;
-    config.transport_timeout = std::chrono::milliseconds{2000};
+    config.distribution.tp = 1;
+    config.limits.vocab_size = kVocab;
+    config.limits.max_batch = 4;
+    config.limits.max_slots = 8;
+    config.transport.timeout = std::chrono::milliseconds{2000};
     return config;
 }
 

@@ -136,14 +136,14 @@ std::vector<cut_case> cases() {
 
 group_config sharded_config(int32_t tp) {
     group_config c;
-    c.tp = tp;
-    c.vocab_size = kVocab;
-    c.max_batch = kRows;
-    c.max_tokens_per_req = 1;
-    c.max_slots = kRows + 1;
-    c.mode = dist_mode::sharded;
-    c.step_timeout = std::chrono::milliseconds(10000);
-    c.transport_timeout = std::chrono::milliseconds(10000);
+    c.distribution.tp = tp;
+    c.limits.vocab_size = kVocab;
+    c.limits.max_batch = kRows;
+    c.limits.max_tokens_per_req = 1;
+    c.limits.max_slots = kRows + 1;
+    c.distribution.mode = dist_mode::sharded;
+    c.distribution.step_timeout = std::chrono::milliseconds(10000);
+    c.transport.timeout = std::chrono::milliseconds(10000);
     return c;
 }
 

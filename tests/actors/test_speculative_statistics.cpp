@@ -27,14 +27,14 @@ TEST_P(SpeculativeNgram, FirstTokenFollowsTheTargetWhateverTheDraft) {
     ASSERT_EQ(ngram_lm::train(testing::kToyCorpus, 2, draft), "");
     const int32_t vocab = target.vocab_size();
     group_config config;
-    config.tp = 2;
-    config.vocab_size = vocab;
-    config.max_batch = kBatch;
-    config.max_tokens_per_req = 2;
-    config.max_slots = kBatch + 1;
-    config.mode = GetParam();
-    config.step_timeout = std::chrono::milliseconds(20000);
-    config.transport_timeout = std::chrono::milliseconds(20000);
+    config.distribution.tp = 2;
+    config.limits.vocab_size = vocab;
+    config.limits.max_batch = kBatch;
+    config.limits.max_tokens_per_req = 2;
+    config.limits.max_slots = kBatch + 1;
+    config.distribution.mode = GetParam();
+    config.distribution.step_timeout = std::chrono::milliseconds(20000);
+    config.transport.timeout = std::chrono::milliseconds(20000);
     std::unique_ptr<group> ranks;
     ASSERT_TRUE(group::create(config, ranks).is_ok());
 
@@ -68,8 +68,8 @@ TEST_P(SpeculativeNgram, FirstTokenFollowsTheTargetWhateverTheDraft) {
             step.candidates.push_back(target.token_id("cat"));
             step.candidates.push_back(proposal);
         }
-        step.shards =
-            split_vocab(logits_view{logits.data(), logits_dtype::f32, int64_t{kBatch} * 2, vocab, vocab}, config.tp);
+        step.shards = split_vocab(logits_view{logits.data(), logits_dtype::f32, int64_t{kBatch} * 2, vocab, vocab},
+                                  config.distribution.tp);
         const step_reply reply = ranks->step(std::move(step));
         ASSERT_TRUE(reply.result.is_ok()) << reply.result.message;
         for (int32_t b = 0; b < kBatch; ++b)

@@ -1,6 +1,5 @@
 // `distsample kernel ...` driven from outside: JSON on stdin, JSON on stdout, exit codes.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
@@ -10,48 +9,16 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 
-#include "support/child_processes.h"
+#include "support/cli_runner.h"
 
 using nlohmann::json;
 
 namespace {
 
-struct run_result {
-    int exit_code = -1;
-    std::string out;
-    std::string err;
-};
-
-std::string slurp(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-// The tool sits next to the test binary (build/bin/, or a GPU bundle's bin/).
-std::string tool_path() { return ds::sibling_binary("distsample"); }
-
-run_result run_cli(const std::string& args, const std::string& input) {
-    // ctest runs tests of this binary in parallel: one set of files per test.
-    // The pid keeps concurrent runs of this binary (other build trees) apart.
-    const std::string stem = ::testing::TempDir() + "/ds_cli_" + std::to_string(::getpid()) + "_" +
-                             ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    const std::string in_path = stem + "_in.json";
-    const std::string out_path = stem + "_out.json";
-    const std::string err_path = stem + "_err.txt";
-    std::ofstream(in_path) << input;
-    const std::string cmd = tool_path() + " " + args + " < " + in_path + " > " + out_path + " 2> " + err_path;
-    const int raw = std::system(cmd.c_str());
-    run_result r;
-    r.exit_code = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    r.out = slurp(out_path);
-    r.err = slurp(err_path);
-    return r;
-}
+using run_result = ds::cli_run;
+using ds::run_cli;
 
 json one_hot_rows(int rows, int vocab, const std::vector<int>& peaks) {
     json logits = json::array();

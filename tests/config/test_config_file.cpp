@@ -21,16 +21,16 @@ TEST(ConfigFile, LaterSourcesWin) {
     setenv("DISTSAMPLE_MAX_BATCH", "48", 1);
     setenv("DISTSAMPLE_RANK0_POLICY", "always", 1);
     group_config config;
-    const std::string e = load_group_config(path, {"rank0_policy=never", "step_timeout_ms=250"}, config);
+    const std::string e = load_group_config(path, {"rank0_policy=never", "step_timeout_ms=250"}, config).message;
     unsetenv("DISTSAMPLE_MAX_BATCH");
     unsetenv("DISTSAMPLE_RANK0_POLICY");
     ASSERT_EQ(e, "");
-    EXPECT_EQ(config.tp, 2);                                  // file
-    EXPECT_EQ(config.mode, dist_mode::sharded);               // file
-    EXPECT_EQ(config.max_batch, 48);                          // environment over file
-    EXPECT_EQ(config.policy, rank0_policy::never);            // override over environment
-    EXPECT_EQ(config.step_timeout.count(), 250);              // override
-    EXPECT_EQ(config.vocab_size, group_config{}.vocab_size);  // default
+    EXPECT_EQ(config.distribution.tp, 2);                                   // file
+    EXPECT_EQ(config.distribution.mode, dist_mode::sharded);                // file
+    EXPECT_EQ(config.limits.max_batch, 48);                                 // environment over file
+    EXPECT_EQ(config.distribution.policy, rank0_policy::never);             // override over environment
+    EXPECT_EQ(config.distribution.step_timeout.count(), 250);               // override
+    EXPECT_EQ(config.limits.vocab_size, group_config{}.limits.vocab_size);  // default
     const nlohmann::json out = group_config_to_json(config);
     EXPECT_EQ(out["max_batch"], 48);
     EXPECT_EQ(out["rank0_policy"], "never");
@@ -39,27 +39,27 @@ TEST(ConfigFile, LaterSourcesWin) {
 // ucx_device_memory (transport/ucx_memory_path.h): auto by default, from every source.
 TEST(ConfigFile, UcxDeviceMemoryFromFileEnvironmentAndOverrides) {
     group_config config;
-    ASSERT_EQ(load_group_config("", {}, config), "");
-    EXPECT_EQ(config.ucx_device_memory, ucx_memory_mode::automatic);
+    ASSERT_EQ(load_group_config("", {}, config).message, "");
+    EXPECT_EQ(config.transport.ucx.device_memory, ucx_memory_mode::automatic);
     EXPECT_EQ(group_config_to_json(config)["ucx_device_memory"], "auto");
 
     const std::string path = write_config("ds_config_ucx_memory.json", R"({"ucx_device_memory": "direct"})");
-    ASSERT_EQ(load_group_config(path, {}, config), "");
-    EXPECT_EQ(config.ucx_device_memory, ucx_memory_mode::direct);
+    ASSERT_EQ(load_group_config(path, {}, config).message, "");
+    EXPECT_EQ(config.transport.ucx.device_memory, ucx_memory_mode::direct);
 
     setenv("DISTSAMPLE_UCX_DEVICE_MEMORY", "staged", 1);
     group_config from_env;
-    const std::string env_error = load_group_config(path, {}, from_env);
+    const std::string env_error = load_group_config(path, {}, from_env).message;
     group_config overridden;
-    const std::string override_error = load_group_config(path, {"ucx_device_memory=auto"}, overridden);
+    const std::string override_error = load_group_config(path, {"ucx_device_memory=auto"}, overridden).message;
     group_config bad;
     setenv("DISTSAMPLE_UCX_DEVICE_MEMORY", "pinned", 1);
-    const std::string bad_error = load_group_config("", {}, bad);
+    const std::string bad_error = load_group_config("", {}, bad).message;
     unsetenv("DISTSAMPLE_UCX_DEVICE_MEMORY");
     ASSERT_EQ(env_error, "");
-    EXPECT_EQ(from_env.ucx_device_memory, ucx_memory_mode::staged);  // environment over file
+    EXPECT_EQ(from_env.transport.ucx.device_memory, ucx_memory_mode::staged);  // environment over file
     ASSERT_EQ(override_error, "");
-    EXPECT_EQ(overridden.ucx_device_memory, ucx_memory_mode::automatic);  // command line over environment
+    EXPECT_EQ(overridden.transport.ucx.device_memory, ucx_memory_mode::automatic);  // command line over environment
     EXPECT_NE(
         bad_error.find(
             "config key 'ucx_device_memory' = 'pinned' (from DISTSAMPLE_UCX_DEVICE_MEMORY): expected one of 'auto' "
@@ -92,17 +92,19 @@ TEST(ConfigFile, ErrorsNameTheKeyTheValueAndTheSource) {
     for (const bad_case& c : cases) {
         const std::string path = write_config("ds_config_bad.json", c.file_text);
         group_config config;
-        const std::string e = load_group_config(path, c.overrides, config);
+        const std::string e = load_group_config(path, c.overrides, config).message;
         EXPECT_NE(e.find(c.expect), std::string::npos) << "got: " << e;
     }
     group_config config;
-    EXPECT_NE(load_group_config("/nonexistent/ds.json", {}, config).find("cannot be opened"), std::string::npos);
+    EXPECT_NE(load_group_config("/nonexistent/ds.json", {}, config).message.find("cannot be opened"),
+              std::string::npos);
     // Values that are fine alone but not together are left to validate_group_config.
     const std::string path = write_config("ds_config_pair.json", R"({"tp": 3, "vocab_size": 100})");
-    ASSERT_EQ(load_group_config(path, {}, config), "");
-    EXPECT_NE(validate_group_config(config).find("vocab_size = 100: expected a multiple of tp = 3"), std::string::npos);
+    ASSERT_EQ(load_group_config(path, {}, config).message, "");
+    EXPECT_NE(validate_group_config(config).message.find("vocab_size = 100: expected a multiple of tp = 3"),
+              std::string::npos);
     setenv("DISTSAMPLE_TP", "-3", 1);
-    const std::string e = load_group_config("", {}, config);
+    const std::string e = load_group_config("", {}, config).message;
     unsetenv("DISTSAMPLE_TP");
     EXPECT_NE(e.find("config key 'tp' = '-3' (from DISTSAMPLE_TP)"), std::string::npos) << e;
 }

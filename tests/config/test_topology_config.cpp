@@ -23,7 +23,7 @@ TEST(TopologyConfig, LaterSourcesWinAndListsComeAsArraysOrCommaText) {
         "ucx_tls": "tcp", "heartbeat_ms": 100}})");
     setenv("DISTSAMPLE_TOPOLOGY_DEVICES", "3,2", 1);
     topology_config topology;
-    const std::string e = load_topology_config(path, {"topology.join_timeout_ms=1500", "tp=2"}, topology);
+    const std::string e = load_topology_config(path, {"topology.join_timeout_ms=1500", "tp=2"}, topology).message;
     unsetenv("DISTSAMPLE_TOPOLOGY_DEVICES");
     ASSERT_EQ(e, "");
     EXPECT_EQ(topology.coordinator, "10.0.0.9:7800");
@@ -33,38 +33,38 @@ TEST(TopologyConfig, LaterSourcesWinAndListsComeAsArraysOrCommaText) {
     EXPECT_EQ(topology.heartbeat.count(), 100);
     EXPECT_EQ(topology.join_timeout.count(), 1500);
     EXPECT_EQ(topology.connection_timeout.count(), topology_config{}.connection_timeout.count());
-    EXPECT_EQ(validate_topology_config(topology, 2), "");
+    EXPECT_EQ(validate_topology_config(topology, 2).message, "");
     const nlohmann::json out = topology_config_to_json(topology);
     EXPECT_EQ(out["devices"], nlohmann::json::array({3, 2}));
     EXPECT_EQ(out["coordinator"], "10.0.0.9:7800");
 
     // The group's own keys still load from the same file, the section left to its table.
     group_config group;
-    EXPECT_EQ(load_group_config(path, {}, group), "");
-    EXPECT_EQ(group.tp, 2);
+    EXPECT_EQ(load_group_config(path, {}, group).message, "");
+    EXPECT_EQ(group.distribution.tp, 2);
 }
 
 TEST(TopologyConfig, ErrorsNameTheKeyAndTheAllowedRange) {
     topology_config topology;
-    std::string e = load_topology_config("", {"topology.devices=0,1024"}, topology);
+    std::string e = load_topology_config("", {"topology.devices=0,1024"}, topology).message;
     EXPECT_NE(e.find("topology.devices[1]"), std::string::npos) << e;
     EXPECT_NE(e.find("[0, 1023]"), std::string::npos) << e;
-    e = load_topology_config("", {"topology.rendezvous_port=70000"}, topology);
+    e = load_topology_config("", {"topology.rendezvous_port=70000"}, topology).message;
     EXPECT_NE(e.find("topology.rendezvous_port"), std::string::npos) << e;
     EXPECT_NE(e.find("[0, 65535]"), std::string::npos) << e;
-    e = load_topology_config("", {"topology.heartbeat_ms=5"}, topology);
+    e = load_topology_config("", {"topology.heartbeat_ms=5"}, topology).message;
     EXPECT_NE(e.find("[10, 3600000]"), std::string::npos) << e;
-    e = load_topology_config("", {"topology.ports=1"}, topology);
+    e = load_topology_config("", {"topology.ports=1"}, topology).message;
     EXPECT_NE(e.find("'topology.ports'"), std::string::npos) << e;
     EXPECT_NE(e.find("topology.coordinator"), std::string::npos) << e;  // the known keys listed
 
     topology = topology_config{};
     topology.hosts = {"a", "b", "c"};
-    e = validate_topology_config(topology, 4);
+    e = validate_topology_config(topology, 4).message;
     EXPECT_NE(e.find("topology.hosts has 3 entries"), std::string::npos) << e;
     topology = topology_config{};
     topology.heartbeat = std::chrono::milliseconds(3000);
-    e = validate_topology_config(topology, 4);
+    e = validate_topology_config(topology, 4).message;
     EXPECT_NE(e.find("topology.heartbeat_ms = 3000"), std::string::npos) << e;
 }
 

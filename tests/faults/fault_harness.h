@@ -17,18 +17,18 @@ constexpr int32_t kMaxN = 2;
 
 inline group_config tiny_config(int32_t tp) {
     group_config c;
-    c.tp = tp;
-    c.vocab_size = kVocab;
-    c.max_batch = kBatch;
-    c.max_tokens_per_req = kMaxN;
-    c.max_slots = kBatch + 1;
-    c.max_penalty_tokens = 64;
-    c.max_logit_bias = 4;
-    c.mode = dist_mode::swap;
-    c.policy = rank0_policy::on_mismatch;
-    c.payload_checksums = true;
-    c.step_timeout = std::chrono::milliseconds(200);
-    c.transport_timeout = std::chrono::milliseconds(1000);
+    c.distribution.tp = tp;
+    c.limits.vocab_size = kVocab;
+    c.limits.max_batch = kBatch;
+    c.limits.max_tokens_per_req = kMaxN;
+    c.limits.max_slots = kBatch + 1;
+    c.limits.max_penalty_tokens = 64;
+    c.limits.max_logit_bias = 4;
+    c.distribution.mode = dist_mode::swap;
+    c.distribution.policy = rank0_policy::on_mismatch;
+    c.transport.payload_checksums = true;
+    c.distribution.step_timeout = std::chrono::milliseconds(200);
+    c.transport.timeout = std::chrono::milliseconds(1000);
     return c;
 }
 
@@ -37,7 +37,7 @@ inline group_config tiny_config(int32_t tp) {
 // Not for the soak, which bounds memory (see there).
 inline group_config reference_config(int32_t tp) {
     group_config c = tiny_config(tp);
-    c.step_timeout = std::chrono::seconds(10);
+    c.distribution.step_timeout = std::chrono::seconds(10);
     return c;
 }
 

@@ -13,9 +13,15 @@
 namespace ds {
 namespace {
 
+// The spec, or the test fails with the error.
+fault_spec parsed(const std::string& text) {
+    result<fault_spec> spec = parse_fault_spec(text);
+    EXPECT_TRUE(spec.is_ok()) << spec.error().message;
+    return spec.is_ok() ? *spec : fault_spec{};
+}
+
 TEST(FaultPlan, ParsesAndFormatsTheTextForm) {
-    fault_spec f;
-    ASSERT_EQ(parse_fault_spec("delay_kernel:rank=3:steps=10-20:p=0.5:ms=40", f), "");
+    fault_spec f = parsed("delay_kernel:rank=3:steps=10-20:p=0.5:ms=40");
     EXPECT_EQ(f.kind, fault_kind::delay_kernel);
     EXPECT_EQ(f.rank, 3);
     EXPECT_EQ(f.first_step, 10u);
@@ -23,41 +29,41 @@ TEST(FaultPlan, ParsesAndFormatsTheTextForm) {
     EXPECT_EQ(f.probability, 0.5);
     EXPECT_EQ(f.delay_ms, 40);
     EXPECT_EQ(format_fault_spec(f), "delay_kernel:rank=3:steps=10-20:p=0.5:ms=40");
-    ASSERT_EQ(parse_fault_spec("hang:rank=1:steps=7", f), "");
+    f = parsed("hang:rank=1:steps=7");
     EXPECT_EQ(f.first_step, 7u);
     EXPECT_EQ(f.last_step, 7u);
-    ASSERT_EQ(parse_fault_spec("slow_connection:steps=4:ms=250", f), "");
+    f = parsed("slow_connection:steps=4:ms=250");
     EXPECT_EQ(f.kind, fault_kind::slow_connection);
     EXPECT_EQ(format_fault_spec(f), "slow_connection:steps=4-4:ms=250");
     for (fault_kind k : kAllFaultKinds) {
-        fault_kind parsed;
-        ASSERT_TRUE(parse_fault_kind(fault_kind_name(k), parsed));
-        EXPECT_EQ(parsed, k);
+        const result<fault_kind> kind = parse_fault_kind(fault_kind_name(k));
+        ASSERT_TRUE(kind.is_ok());
+        EXPECT_EQ(*kind, k);
     }
 }
 
 TEST(FaultPlan, BadTextNamesWhatIsWrong) {
-    fault_spec f;
-    EXPECT_NE(parse_fault_spec("melt:rank=1", f).find("unknown kind 'melt'"), std::string::npos);
-    EXPECT_NE(parse_fault_spec("hang", f).find("rank=R is required"), std::string::npos);
-    EXPECT_NE(parse_fault_spec("cut_connection:rank=1", f).find("a connection fault takes no rank"), std::string::npos);
-    EXPECT_NE(parse_fault_spec("hang:rank=x", f).find("bad value 'x' for rank"), std::string::npos);
-    EXPECT_NE(parse_fault_spec("hang:rank=1:when=now", f).find("unknown field 'when'"), std::string::npos);
-    EXPECT_NE(parse_fault_spec("hang:rank=1:p=", f).find("for p"), std::string::npos);
+    EXPECT_NE(parse_fault_spec("melt:rank=1").error().message.find("unknown kind 'melt'"), std::string::npos);
+    EXPECT_NE(parse_fault_spec("hang").error().message.find("rank=R is required"), std::string::npos);
+    EXPECT_NE(parse_fault_spec("cut_connection:rank=1").error().message.find("a connection fault takes no rank"),
+              std::string::npos);
+    EXPECT_NE(parse_fault_spec("hang:rank=x").error().message.find("bad value 'x' for rank"), std::string::npos);
+    EXPECT_NE(parse_fault_spec("hang:rank=1:when=now").error().message.find("unknown field 'when'"), std::string::npos);
+    EXPECT_NE(parse_fault_spec("hang:rank=1:p=").error().message.find("for p"), std::string::npos);
 }
 
 TEST(FaultPlan, ValidationNamesTheFaultAndField) {
     fault_plan plan;
     plan.faults.push_back(fault_spec{fault_kind::hang, 4, 1, 10, 1.0, 0});
-    EXPECT_NE(validate_fault_plan(plan, 4).find("faults[0].rank = 4"), std::string::npos);
+    EXPECT_NE(validate_fault_plan(plan, 4).message.find("faults[0].rank = 4"), std::string::npos);
     plan.faults[0] = fault_spec{fault_kind::hang, 1, 5, 4, 1.0, 0};
-    EXPECT_NE(validate_fault_plan(plan, 4).find("faults[0].steps"), std::string::npos);
+    EXPECT_NE(validate_fault_plan(plan, 4).message.find("faults[0].steps"), std::string::npos);
     plan.faults[0] = fault_spec{fault_kind::hang, 1, 1, 4, 1.5, 0};
-    EXPECT_NE(validate_fault_plan(plan, 4).find("faults[0].p"), std::string::npos);
+    EXPECT_NE(validate_fault_plan(plan, 4).message.find("faults[0].p"), std::string::npos);
     plan.faults[0] = fault_spec{fault_kind::delay_kernel, 1, 1, 4, 1.0, 0};
-    EXPECT_NE(validate_fault_plan(plan, 4).find("expected a delay"), std::string::npos);
+    EXPECT_NE(validate_fault_plan(plan, 4).message.find("expected a delay"), std::string::npos);
     plan.faults[0].delay_ms = 5;
-    EXPECT_EQ(validate_fault_plan(plan, 4), "");
+    EXPECT_EQ(validate_fault_plan(plan, 4).message, "");
 }
 
 TEST(FaultPlan, FiringIsAPureFunctionOfSeedFaultAndStepAtTheRate) {
@@ -96,25 +102,25 @@ TEST(FaultConfig, TheFaultsSectionTheEnvironmentAndTheCommandLineAddUp) {
     setenv("DISTSAMPLE_FAULTS_INJECT", "delay_kernel:rank=3:ms=20", 1);
     group_config config;
     const std::string e =
-        load_group_config(path, {"faults.inject=corrupt_payload:rank=0:steps=2-3", "faults.seed=11"}, config);
+        load_group_config(path, {"faults.inject=corrupt_payload:rank=0:steps=2-3", "faults.seed=11"}, config).message;
     unsetenv("DISTSAMPLE_FAULTS_INJECT");
     ASSERT_EQ(e, "");
     EXPECT_EQ(config.faults.seed, 11u);
-    EXPECT_TRUE(config.payload_checksums);
+    EXPECT_TRUE(config.transport.payload_checksums);
     ASSERT_EQ(config.faults.faults.size(), 4u);
     EXPECT_EQ(format_fault_spec(config.faults.faults[0]), "hang:rank=1:steps=5-5");
     EXPECT_EQ(format_fault_spec(config.faults.faults[1]), "alter_token:rank=2:p=0.01");
     EXPECT_EQ(format_fault_spec(config.faults.faults[2]), "delay_kernel:rank=3:ms=20");
     EXPECT_EQ(format_fault_spec(config.faults.faults[3]), "corrupt_payload:rank=0:steps=2-3");
-    EXPECT_EQ(validate_group_config(config), "");
+    EXPECT_EQ(validate_group_config(config).message, "");
     EXPECT_EQ(group_config_to_json(config)["faults"]["inject"].size(), 4u);
 
     config = group_config{};
-    const std::string bad = load_group_config("", {"faults.inject=melt:rank=1"}, config);
+    const std::string bad = load_group_config("", {"faults.inject=melt:rank=1"}, config).message;
     EXPECT_NE(bad.find("config key 'faults.inject' = 'melt:rank=1' (from the command line)"), std::string::npos) << bad;
     config = group_config{};
-    ASSERT_EQ(load_group_config("", {"tp=2", "faults.inject=hang:rank=2"}, config), "");
-    EXPECT_NE(validate_group_config(config).find("faults[0].rank = 2"), std::string::npos);
+    ASSERT_EQ(load_group_config("", {"tp=2", "faults.inject=hang:rank=2"}, config).message, "");
+    EXPECT_NE(validate_group_config(config).message.find("faults[0].rank = 2"), std::string::npos);
     std::remove(path.c_str());
 }
 

@@ -116,7 +116,7 @@ std::string run_soak(bool print_table) {
     register_requests(*clean);
     const fault_plan plan = soak_plan();
     EXPECT_TRUE(faulty->set_fault_plan(plan).is_ok());
-    fault_ledger ledger(plan, config.policy);
+    fault_ledger ledger(plan, config.distribution.policy);
     int64_t warm_rss = 0;
     uint64_t failed = 0;
     tiny_step s;
@@ -127,7 +127,7 @@ std::string run_soak(bool print_table) {
         const auto start = std::chrono::steady_clock::now();
         std::future<step_reply> future = faulty->submit(s.request);
         // Answered, and in time: the step timeout plus a margin for a loaded machine.
-        if (future.wait_for(config.step_timeout + std::chrono::seconds(2)) != std::future_status::ready) {
+        if (future.wait_for(config.distribution.step_timeout + std::chrono::seconds(2)) != std::future_status::ready) {
             ADD_FAILURE() << "step " << id << " left unanswered";
             return {};
         }

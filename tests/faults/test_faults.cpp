@@ -48,7 +48,7 @@ TEST_P(EveryFaultKind, IsDetectedInTimeByRankAndTheOtherStepsMatchAFaultFreeRun)
     plan.seed = 1;
     plan.faults.push_back(fault_spec{param.kind, kFaultRank, kFaultStep, kFaultStep, 1.0, param.delay_ms});
     ASSERT_TRUE(faulty->set_fault_plan(plan).is_ok());
-    fault_ledger ledger(plan, config.policy);
+    fault_ledger ledger(plan, config.distribution.policy);
 
     for (uint64_t index = 0; index < kSteps; ++index) {
         const uint64_t id = index + 1;
@@ -80,7 +80,8 @@ TEST_P(EveryFaultKind, IsDetectedInTimeByRankAndTheOtherStepsMatchAFaultFreeRun)
                 EXPECT_LT(latency, 100'000'000) << "caught within the step, long before any timeout";
             } else {
                 EXPECT_EQ(reply.result.code, status_code::timeout) << reply.result.message;
-                EXPECT_LT(latency, (config.step_timeout + std::chrono::milliseconds(300)).count() * 1'000'000);
+                EXPECT_LT(latency,
+                          (config.distribution.step_timeout + std::chrono::milliseconds(300)).count() * 1'000'000);
             }
         }
         if (reply.result.is_ok()) {
@@ -128,7 +129,7 @@ TEST(Faults, ADelayWithinTheTimeoutIsMaskedAndTheStepAnswered) {
     fault_plan plan;
     plan.faults.push_back(fault_spec{fault_kind::delay_transport, 1, 1, 1, 1.0, 20});
     ASSERT_TRUE(g->set_fault_plan(plan).is_ok());
-    fault_ledger ledger(plan, config.policy);
+    fault_ledger ledger(plan, config.distribution.policy);
     tiny_step s;
     make_tiny_step(0, kTp, s);
     const step_reply reply = g->step(s.request);
@@ -140,7 +141,7 @@ TEST(Faults, ADelayWithinTheTimeoutIsMaskedAndTheStepAnswered) {
 
 TEST(Faults, WithoutChecksumsTheDigestCatchesACorruptedGatherAndRepairsIt) {
     group_config config = tiny_config(kTp);
-    config.payload_checksums = false;
+    config.transport.payload_checksums = false;
     std::unique_ptr<group> g, clean;
     ASSERT_TRUE(group::create(config, g).is_ok());
     ASSERT_TRUE(group::create(reference_config(kTp), clean).is_ok());
@@ -186,7 +187,7 @@ TEST(Faults, ALedgerKeepsTheLatestRecordsAndCountsThemAll) {
 
 TEST(Faults, TheGroupKeepsOnlyTheLatestDesyncEvents) {
     group_config config = tiny_config(kTp);
-    config.step_timeout =
+    config.distribution.step_timeout =
         std::chrono::seconds(10);  // about desyncs, not timeouts: no step may time out on a loaded machine
     std::unique_ptr<group> g;
     ASSERT_TRUE(group::create(config, g).is_ok());

@@ -11,9 +11,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     using namespace ds::gateway;
     if (size == 0) return 0;
     ds::group_config config;
-    config.vocab_size = 64;
-    config.max_batch = 8;
-    config.max_tokens_per_req = 4;
+    config.limits.vocab_size = 64;
+    config.limits.max_batch = 8;
+    config.limits.max_tokens_per_req = 4;
     const size_t chunk = 1 + data[0] % 64;
     frame_reader reader(4096);
     for (size_t at = 1; at < size; at += chunk) {

@@ -26,15 +26,15 @@ constexpr int32_t kVocab = 64;
 
 inline group_config small_group_config() {
     group_config c;
-    c.tp = 2;
-    c.vocab_size = kVocab;
-    c.max_batch = 8;
-    c.max_tokens_per_req = 4;
-    c.max_slots = 40;
-    c.max_penalty_tokens = 64;
-    c.max_logit_bias = 8;
-    c.step_timeout = std::chrono::milliseconds(20000);
-    c.transport_timeout = std::chrono::milliseconds(20000);
+    c.distribution.tp = 2;
+    c.limits.vocab_size = kVocab;
+    c.limits.max_batch = 8;
+    c.limits.max_tokens_per_req = 4;
+    c.limits.max_slots = 40;
+    c.limits.max_penalty_tokens = 64;
+    c.limits.max_logit_bias = 8;
+    c.distribution.step_timeout = std::chrono::milliseconds(20000);
+    c.transport.timeout = std::chrono::milliseconds(20000);
     return c;
 }
 

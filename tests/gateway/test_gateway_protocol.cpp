@@ -168,7 +168,7 @@ TEST(GatewayProtocol, FramingErrors) {
 // Counts from the wire are checked against the limits before anything is sized from them.
 TEST(GatewayProtocol, StepValidationNamesTheField) {
     const group_config config = testing::small_group_config();
-    slot_table slots(config.max_slots);
+    slot_table slots(config.limits.max_slots);
     slots.set(1, {}, 1);
     slots.set(2, {}, 1);
     synthetic_lm_config m;
@@ -257,11 +257,11 @@ TEST(GatewayConfig, SectionOfTheSameSources) {
     gateway_config gateway;
     group_config group;
     const std::vector<std::string> overrides = {"gateway.port=9001", "mode=sharded"};
-    EXPECT_EQ(load_group_config(path, overrides, group), "");  // the group loader leaves the section alone
+    EXPECT_EQ(load_group_config(path, overrides, group).message, "");  // the group loader leaves the section alone
     EXPECT_EQ(load_gateway_config(path, overrides, gateway), "");
     unsetenv("DISTSAMPLE_GATEWAY_MAX_FRAME_BYTES");
-    EXPECT_EQ(group.tp, 2);
-    EXPECT_EQ(group.mode, dist_mode::sharded);
+    EXPECT_EQ(group.distribution.tp, 2);
+    EXPECT_EQ(group.distribution.mode, dist_mode::sharded);
     EXPECT_EQ(gateway.port, 9001);             // override over file
     EXPECT_EQ(gateway.model, "ngram");         // file
     EXPECT_EQ(gateway.max_frame_bytes, 4096);  // environment
@@ -274,7 +274,8 @@ TEST(GatewayConfig, SectionOfTheSameSources) {
         std::string::npos);
     EXPECT_NE(load_gateway_config("", {"gateway.colour=red"}, bad).find("config key 'gateway.colour'"),
               std::string::npos);
-    EXPECT_NE(load_group_config("", {"nosuch.key=1"}, group).find("config key 'nosuch.key'"), std::string::npos);
+    EXPECT_NE(load_group_config("", {"nosuch.key=1"}, group).message.find("config key 'nosuch.key'"),
+              std::string::npos);
     gateway_config open;
     open.listen_address = "0.0.0.0";
     EXPECT_NE(validate_gateway_config(open).find("expected gateway.secret"), std::string::npos);

@@ -126,7 +126,7 @@ TEST(GatewayServer, TypedErrorsKeepTheConnection) {
 
 TEST(GatewayServer, AStalledRankIsATimeoutAndTheNextStepWorks) {
     group_config settings = testing::small_group_config();
-    settings.step_timeout = std::chrono::milliseconds(300);
+    settings.distribution.step_timeout = std::chrono::milliseconds(300);
     running_gateway gw("", 1 << 20, settings);
     auto c = gw.connect();
     wire::Step step;
@@ -145,8 +145,8 @@ constexpr const char* kFaultSecret = "faults";
 
 TEST(GatewayServer, InjectAndClearAFaultPlan) {
     group_config settings = testing::small_group_config();
-    settings.step_timeout = std::chrono::milliseconds(300);  // the hang below
-    running_gateway gw(kFaultSecret, 1 << 20, settings);     // fault injection needs a secret
+    settings.distribution.step_timeout = std::chrono::milliseconds(300);  // the hang below
+    running_gateway gw(kFaultSecret, 1 << 20, settings);                  // fault injection needs a secret
     auto c = gw.connect(kFaultSecret);
     wire::Step step;
     ASSERT_NO_FATAL_FAILURE(register_one_request(*c, 4, step));
@@ -400,7 +400,7 @@ TEST(GatewayServer, MetricsAndHealthz) {
     EXPECT_NE(metrics.find("distsample_steps_total 1\n"), std::string::npos) << metrics;
     EXPECT_NE(metrics.find("distsample_step_latency_seconds_count 1\n"), std::string::npos);
     EXPECT_NE(metrics.find("distsample_accept_length_bucket{le=\"1\"} 1\n"), std::string::npos);
-    for (int rank = 0; rank < gw.ranks->config().tp; ++rank) {  // one series per rank
+    for (int rank = 0; rank < gw.ranks->config().distribution.tp; ++rank) {  // one series per rank
         const std::string series = "{rank=\"" + std::to_string(rank) + "\"} 1\n";
         EXPECT_NE(metrics.find("distsample_rank_transport_seconds_count" + series), std::string::npos) << metrics;
         EXPECT_NE(metrics.find("distsample_rank_compute_seconds_count" + series), std::string::npos) << metrics;

@@ -23,10 +23,10 @@ TEST(GatewayStatistics, FirstTokenFollowsTheTargetWhateverTheDraft) {
     ASSERT_EQ(ngram_lm::train(ds::testing::kToyCorpus, 3, target), "");
     ASSERT_EQ(ngram_lm::train(ds::testing::kToyCorpus, 2, draft), "");
     group_config config = testing::small_group_config();
-    config.vocab_size = target.vocab_size();
-    config.max_batch = kBatch;
-    config.max_tokens_per_req = 2;
-    config.max_slots = kBatch + 1;
+    config.limits.vocab_size = target.vocab_size();
+    config.limits.max_batch = kBatch;
+    config.limits.max_tokens_per_req = 2;
+    config.limits.max_slots = kBatch + 1;
     std::unique_ptr<group> ranks;
     ASSERT_TRUE(group::create(config, ranks).is_ok());
     gateway_config gw;
@@ -40,7 +40,7 @@ TEST(GatewayStatistics, FirstTokenFollowsTheTargetWhateverTheDraft) {
     // History "the cat": the target (trigram) says sat / ate; the draft proposes its argmax.
     const int32_t the = target.token_id("the");
     const int32_t cat = target.token_id("cat");
-    std::vector<float> row0(static_cast<size_t>(config.vocab_size));
+    std::vector<float> row0(static_cast<size_t>(config.limits.vocab_size));
     std::vector<float> draft_row(row0.size());
     target.logits(ngram_lm::context_of(the, cat), row0.data());
     draft.logits(ngram_lm::context_of(the, cat), draft_row.data());

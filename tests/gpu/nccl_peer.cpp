@@ -20,17 +20,17 @@ int main(int argc, char** argv) {
     }
     const int32_t rank = std::stoi(argv[1]);
     const int32_t world = std::stoi(argv[2]);
-    std::string host, error;
-    uint16_t port = 0;
-    if (!ds::parse_host_port(argv[3], host, port, error)) {
-        std::fprintf(stderr, "nccl_peer: %s\n", error.c_str());
+    const ds::result<ds::host_port> address = ds::parse_host_port(argv[3]);
+    if (!address.is_ok()) {
+        std::fprintf(stderr, "nccl_peer: %s\n", address.error().message.c_str());
         return 1;
     }
+    const auto& [host, port] = *address;
     ds::transport_config config = ds::script_transport_config(world);
     config.timeout = std::chrono::milliseconds(std::stoi(argv[5]));
     ds::tcp_bootstrap boot(host, port, rank, world, config.timeout);
     std::unique_ptr<ds::transport> endpoint;
-    ds::status s = ds::make_rank_transport("nccl", config, boot, endpoint);
+    ds::status s = ds::make_rank_transport(ds::transport_kind::nccl, config, {}, boot, endpoint);
     std::vector<unsigned char> transcript;
     const ds::script_device_memory device{ds::cuda::upload_to_device, ds::cuda::copy_rows_to_host};
     if (s.is_ok()) s = ds::run_collective_script(*endpoint, transcript, &device);

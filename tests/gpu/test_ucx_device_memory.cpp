@@ -45,17 +45,17 @@ constexpr int kDirectUnsupportedExit = 77;
 
 group_config config_for(const char* backend, const char* transport, dist_mode mode, ucx_memory_mode memory) {
     group_config c;
-    c.tp = kTp;
-    c.vocab_size = kVocab;
-    c.max_batch = kMaxBatch;
-    c.max_tokens_per_req = kMaxN;
-    c.max_slots = kMaxBatch + 1;
-    c.backend = backend;
-    c.transport = transport;
-    c.mode = mode;
-    c.ucx_device_memory = memory;
-    c.step_timeout = std::chrono::milliseconds(10000);
-    c.transport_timeout = std::chrono::milliseconds(8000);
+    c.distribution.tp = kTp;
+    c.limits.vocab_size = kVocab;
+    c.limits.max_batch = kMaxBatch;
+    c.limits.max_tokens_per_req = kMaxN;
+    c.limits.max_slots = kMaxBatch + 1;
+    c.backend = *parse_backend_kind(backend);
+    c.transport.kind = *parse_transport_kind(transport);
+    c.distribution.mode = mode;
+    c.transport.ucx.device_memory = memory;
+    c.distribution.step_timeout = std::chrono::milliseconds(10000);
+    c.transport.timeout = std::chrono::milliseconds(8000);
     return c;
 }
 
@@ -190,8 +190,10 @@ status swap_device_shard(int32_t r, uint16_t port, bool peer_error_handling) {
     config.world_size = kDirectWorld;
     config.vocab_size = kVocab;
     config.max_swap_rows = kDirectRowsPerRank;
-    config.ucx_device_memory = ucx_memory_mode::direct;
-    config.backend_on_device = true;
+    ucx_endpoint_options options;
+    options.device_memory = ucx_memory_mode::direct;
+    options.backend_on_device = true;
+    options.peer_error_handling = peer_error_handling;
     config.timeout = kDirectTimeout;
     const std::vector<float> full = direct_full_logits();
     std::vector<float> shard_host(static_cast<size_t>(kDirectRows) * kShardVocab);
@@ -204,9 +206,8 @@ status swap_device_shard(int32_t r, uint16_t port, bool peer_error_handling) {
     std::shared_ptr<void> shard_device;
     status s = cuda::upload_to_device(shard_host.data(), shard_host.size() * sizeof(float), shard_device);
     tcp_bootstrap boot("127.0.0.1", port, r, kDirectWorld, config.timeout);
-    config.ucx_peer_error_handling = peer_error_handling;
     std::unique_ptr<ucx_endpoint> endpoint;
-    if (s.is_ok()) s = ucx_endpoint::create(config, boot, endpoint);
+    if (s.is_ok()) s = ucx_endpoint::create(config, options, boot, endpoint);
     logits_view rows;
     const logits_view shard{shard_device.get(), logits_dtype::f32, kDirectRows, kShardVocab, kShardVocab, true};
     if (s.is_ok()) s = endpoint->swap_batch_vocab(shard, int64_t{r} * kDirectRowsPerRank, kDirectRowsPerRank, rows);

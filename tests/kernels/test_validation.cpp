@@ -162,19 +162,19 @@ TEST_F(ValidateStep, BackendRejectsInvalidStepsWithoutTouchingOutputs) {
 }
 
 TEST(ValidateConfig, EachFieldOutOfRange) {
-    EXPECT_EQ(validate_kernel_config(kernel_config{}), "");
+    EXPECT_EQ(validate_kernel_config(kernel_config{}).message, "");
     kernel_config c;
     c.vocab_size = 0;
-    EXPECT_NE(validate_kernel_config(c).find("kernel_config.vocab_size = 0"), std::string::npos);
+    EXPECT_NE(validate_kernel_config(c).message.find("kernel_config.vocab_size = 0"), std::string::npos);
     c = kernel_config{};
     c.max_slots = 1;
-    EXPECT_NE(validate_kernel_config(c).find("kernel_config.max_slots"), std::string::npos);
+    EXPECT_NE(validate_kernel_config(c).message.find("kernel_config.max_slots"), std::string::npos);
     c = kernel_config{};
     c.max_tokens_per_req = 65;
-    EXPECT_NE(validate_kernel_config(c).find("[1, 64]"), std::string::npos);
+    EXPECT_NE(validate_kernel_config(c).message.find("[1, 64]"), std::string::npos);
     c = kernel_config{};
     c.threads = -1;
-    EXPECT_NE(validate_kernel_config(c).find("kernel_config.threads"), std::string::npos);
+    EXPECT_NE(validate_kernel_config(c).message.find("kernel_config.threads"), std::string::npos);
     std::unique_ptr<sampling_backend> backend;
     expect_invalid(make_backend(backend_kind::cpu, c, backend), "kernel_config.threads", "[0, 1024]");
 }
@@ -198,9 +198,10 @@ TEST(ValidatePool, SlotsAndHistory) {
 }
 
 TEST(BackendFactory, NamesAndUnavailableBackends) {
-    backend_kind kind{};
-    expect_invalid(parse_backend_kind("tpu", kind), "backend = 'tpu'", "'cpu' or 'cuda'");
-    ASSERT_TRUE(parse_backend_kind("cuda", kind).is_ok());
+    expect_invalid(parse_backend_kind("tpu").to_status(), "backend = 'tpu'", "'cpu' or 'cuda'");
+    const result<backend_kind> parsed = parse_backend_kind("cuda");
+    ASSERT_TRUE(parsed.is_ok());
+    const backend_kind kind = *parsed;
     // Without CUDA support or a GPU the request is refused with a pointer to the CPU backend.
     std::unique_ptr<sampling_backend> backend;
     const status s = make_backend(kind, kernel_config{}, backend);

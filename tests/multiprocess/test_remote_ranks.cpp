@@ -24,6 +24,33 @@ TEST_P(RemoteRanksModes, SampleAndVerifyEqualTheKernelOnTheFullLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, RemoteRanksModes, ::testing::Values("swap", "sharded", "gathered"));
 
+// `coordinator --wait-ranks-ms`: a second line says when the group has formed, so the first step
+// needs no retries; without ranks the wait ends in time with exit code 1.
+class RemoteRanksReady : public RemoteRanks {
+   protected:
+    std::vector<std::string> listen_args() const override {
+        return {"--listen", "127.0.0.1:0", "--wait-ranks-ms", std::to_string(wait_.count())};
+    }
+    milliseconds wait_{30000};
+};
+
+TEST_F(RemoteRanksReady, TheCoordinatorSaysWhenTheGroupHasFormed) {
+    start_group("swap");
+    EXPECT_EQ(read_reply(wait_ + milliseconds(5000)), (json{{"ready", {{"tp", kTp}}}}));
+    const json sample = random_step(false, 1);
+    expect_same_outputs(call("sample", sample), kernel_output("sample", sample));
+}
+
+TEST_F(RemoteRanksReady, AGroupThatDoesNotFormEndsTheWaitInTime) {
+    wait_ = milliseconds(500);
+    start_coordinator("swap");
+    const auto start = clock_type::now();
+    EXPECT_EQ(read_reply(milliseconds(15000)), (json{{"error", "test: the coordinator closed its output"}}));
+    EXPECT_LT(clock_type::now() - start, milliseconds(10000));
+    EXPECT_NE(slurp(test_stem() + "_coordinator.log").find("--wait-ranks-ms 500: the group did not form in time"),
+              std::string::npos);
+}
+
 // Whether `distsample kernel --backend cuda` runs here: a GPU and a build with CUDA.
 bool cuda_backend_runs() {
     json step = random_step(false, 1);

@@ -105,7 +105,7 @@ TEST(LocalTransport, RejectsOversizedRequestsNamingTheLimit) {
     status s = group.endpoint(0).all_reduce(big.data(), big.size(), reduce_op::sum);
     EXPECT_EQ(s.code, status_code::invalid_argument);
     EXPECT_NE(s.message.find("max_collective_bytes"), std::string::npos) << s.message;
-    EXPECT_NE(small_group(3, 8).validate().find("vocab_size"), std::string::npos);
+    EXPECT_NE(small_group(3, 8).validate().message.find("vocab_size"), std::string::npos);
 }
 
 TEST(LocalTransport, MissingRankTimesOutByNameAndNewEpochRecovers) {

@@ -90,13 +90,12 @@ TEST(UcxMemoryPath, GpuTransportsAreCudaIpcAndRdma) {
 
 TEST(UcxMemoryMode, NamesRoundTrip) {
     for (const ucx_memory_mode mode : {ucx_memory_mode::automatic, ucx_memory_mode::direct, ucx_memory_mode::staged}) {
-        ucx_memory_mode parsed = ucx_memory_mode::staged;
-        ASSERT_TRUE(parse_ucx_memory_mode(ucx_memory_mode_name(mode), parsed));
-        EXPECT_EQ(parsed, mode);
+        const result<ucx_memory_mode> parsed = parse_ucx_memory_mode(ucx_memory_mode_name(mode));
+        ASSERT_TRUE(parsed.is_ok());
+        EXPECT_EQ(*parsed, mode);
     }
-    ucx_memory_mode parsed = ucx_memory_mode::automatic;
-    EXPECT_FALSE(parse_ucx_memory_mode("gpu", parsed));
-    EXPECT_FALSE(parse_ucx_memory_mode("automatic", parsed));
+    EXPECT_FALSE(parse_ucx_memory_mode("gpu").is_ok());
+    EXPECT_FALSE(parse_ucx_memory_mode("automatic").is_ok());
 }
 
 }  // namespace

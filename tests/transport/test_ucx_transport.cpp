@@ -72,7 +72,8 @@ class rendezvous_thread {
 
 // Creates `world` UCX endpoints on threads of this process and runs body(rank, endpoint) on each.
 std::vector<status> on_ucx_threads(const transport_config& config,
-                                   const std::function<status(int32_t, ucx_endpoint&)>& body) {
+                                   const std::function<status(int32_t, ucx_endpoint&)>& body,
+                                   const ucx_endpoint_options& options = {}) {
     rendezvous_thread rendezvous(config.world_size, config.timeout);
     EXPECT_TRUE(rendezvous.listening().is_ok()) << rendezvous.listening().message;
     std::vector<status> results(static_cast<size_t>(config.world_size));
@@ -81,7 +82,7 @@ std::vector<status> on_ucx_threads(const transport_config& config,
         threads.emplace_back([&, r] {
             tcp_bootstrap boot("127.0.0.1", rendezvous.port(), r, config.world_size, config.timeout);
             std::unique_ptr<ucx_endpoint> endpoint;
-            status s = ucx_endpoint::create(config, boot, endpoint);
+            status s = ucx_endpoint::create(config, options, boot, endpoint);
             if (s.is_ok()) s = body(r, *endpoint);
             results[static_cast<size_t>(r)] = s;
         });
@@ -271,28 +272,35 @@ TEST(UcxTransport, RejectsOversizedCallsNamingTheLimit) {
 TEST(UcxTransport, ResolvesUcxDeviceMemoryAtCreation) {
     transport_config config = script_transport_config();
     config.world_size = 1;
-    config.ucx_device_memory = ucx_memory_mode::automatic;
-    auto results = on_ucx_threads(config, [](int32_t, ucx_endpoint& endpoint) {
-        if (endpoint.memory_path() != ucx_memory_path::host || endpoint.swaps_device_logits()) {
-            return status{status_code::internal,
-                          std::string("expected host, got ") + ucx_memory_path_name(endpoint.memory_path())};
-        }
-        std::vector<float> rows(64);
-        logits_view out;
-        const status s = endpoint.swap_batch_vocab({rows.data(), logits_dtype::f32, 1, 64, 64, true}, 0, 1, out);
-        if (s.code != status_code::unsupported || s.message.find("resolved to host") == std::string::npos) {
-            return status{status_code::internal, "expected a refused device shard: " + s.message};
-        }
-        return status::success();
-    });
+    ucx_endpoint_options options;
+    options.device_memory = ucx_memory_mode::automatic;
+    auto results = on_ucx_threads(
+        config,
+        [](int32_t, ucx_endpoint& endpoint) {
+            if (endpoint.memory_path() != ucx_memory_path::host || endpoint.swaps_device_logits()) {
+                return status{status_code::internal,
+                              std::string("expected host, got ") + ucx_memory_path_name(endpoint.memory_path())};
+            }
+            std::vector<float> rows(64);
+            logits_view out;
+            const status s = endpoint.swap_batch_vocab({rows.data(), logits_dtype::f32, 1, 64, 64, true}, 0, 1, out);
+            if (s.code != status_code::unsupported || s.message.find("resolved to host") == std::string::npos) {
+                return status{status_code::internal, "expected a refused device shard: " + s.message};
+            }
+            return status::success();
+        },
+        options);
     EXPECT_TRUE(results[0].is_ok()) << results[0].message;
 
-    config.ucx_device_memory = ucx_memory_mode::direct;
-    config.backend_on_device = true;
-    results = on_ucx_threads(config, [](int32_t, ucx_endpoint& endpoint) {
-        return endpoint.swaps_device_logits() ? status::success()
-                                              : status{status_code::internal, "direct without device swaps"};
-    });
+    options.device_memory = ucx_memory_mode::direct;
+    options.backend_on_device = true;
+    results = on_ucx_threads(
+        config,
+        [](int32_t, ucx_endpoint& endpoint) {
+            return endpoint.swaps_device_logits() ? status::success()
+                                                  : status{status_code::internal, "direct without device swaps"};
+        },
+        options);
     if (results[0].is_ok()) return;  // this UCX and this build move CUDA memory
     EXPECT_EQ(results[0].code, status_code::unsupported) << results[0].message;
     EXPECT_NE(results[0].message.find("rank 0: ucx_device_memory = 'direct' is not available"), std::string::npos)
@@ -307,8 +315,8 @@ TEST(UcxTransport, APeerThatCannotStartIsNamedAtOnce) {
     transport_config config = script_transport_config();
     config.world_size = 2;
     config.timeout = milliseconds(20000);
-    transport_config refused = config;
-    refused.ucx_device_memory = ucx_memory_mode::direct;
+    ucx_endpoint_options refused;
+    refused.device_memory = ucx_memory_mode::direct;
     refused.backend_on_device = !cuda_built();  // direct cannot work: no CUDA build, or the cpu backend
     rendezvous_thread rendezvous(config.world_size, config.timeout);
     ASSERT_TRUE(rendezvous.listening().is_ok()) << rendezvous.listening().message;
@@ -319,7 +327,7 @@ TEST(UcxTransport, APeerThatCannotStartIsNamedAtOnce) {
         threads.emplace_back([&, r] {
             tcp_bootstrap boot("127.0.0.1", rendezvous.port(), r, config.world_size, config.timeout);
             std::unique_ptr<ucx_endpoint> endpoint;
-            results[r] = ucx_endpoint::create(r == 0 ? refused : config, boot, endpoint);
+            results[r] = ucx_endpoint::create(config, r == 0 ? refused : ucx_endpoint_options{}, boot, endpoint);
         });
     }
     for (std::thread& t : threads) t.join();
@@ -367,14 +375,14 @@ TEST(TcpBootstrap, AMissingRankIsNamed) {
 }
 
 TEST(TcpBootstrap, ParsesHostAndPort) {
-    std::string host, error;
-    uint16_t port = 0;
-    EXPECT_TRUE(parse_host_port("10.213.0.2:4100", host, port, error));
-    EXPECT_EQ(host, "10.213.0.2");
-    EXPECT_EQ(port, 4100);
-    EXPECT_FALSE(parse_host_port("localhost", host, port, error));
-    EXPECT_FALSE(parse_host_port("localhost:99999", host, port, error));
-    EXPECT_NE(error.find("port"), std::string::npos);
+    const result<host_port> address = parse_host_port("10.213.0.2:4100");
+    ASSERT_TRUE(address.is_ok());
+    EXPECT_EQ(address->host, "10.213.0.2");
+    EXPECT_EQ(address->port, 4100);
+    EXPECT_FALSE(parse_host_port("localhost").is_ok());
+    const result<host_port> bad_port = parse_host_port("localhost:99999");
+    EXPECT_FALSE(bad_port.is_ok());
+    EXPECT_NE(bad_port.error().message.find("port"), std::string::npos);
 }
 
 }  // namespace

@@ -42,22 +42,21 @@ bool run_script_to(ds::transport& endpoint, const std::string& path) {
 // Joins the group at "HOST:PORT" as `rank` over ucx.
 ds::status join(const std::string& rendezvous, int32_t rank, const ds::transport_config& config,
                 std::unique_ptr<ds::transport>& out) {
-    std::string host, error;
-    uint16_t port = 0;
-    if (!ds::parse_host_port(rendezvous, host, port, error)) return ds::status::invalid(error);
-    ds::tcp_bootstrap boot(host, port, rank, config.world_size, config.timeout);
-    return ds::make_rank_transport("ucx", config, boot, out);
+    DS_TRY_ASSIGN(const ds::host_port address, ds::parse_host_port(rendezvous));
+    ds::tcp_bootstrap boot(address.host, address.port, rank, config.world_size, config.timeout);
+    return ds::make_rank_transport(ds::transport_kind::ucx, config, {}, boot, out);
 }
 
 int serve_rendezvous(int argc, char** argv) {
-    std::string host, error;
-    uint16_t port = 0;
-    if (argc != 5 || !ds::parse_host_port(argv[2], host, port, error)) {
-        std::fprintf(stderr, "usage: ucx_peer rendezvous HOST:PORT WORLD TIMEOUT_MS %s\n", error.c_str());
+    const ds::result<ds::host_port> address =
+        argc == 5 ? ds::parse_host_port(argv[2]) : ds::status::invalid("expected 4 arguments");
+    if (!address.is_ok()) {
+        std::fprintf(stderr, "usage: ucx_peer rendezvous HOST:PORT WORLD TIMEOUT_MS %s\n",
+                     address.error().message.c_str());
         return 1;
     }
     ds::tcp_rendezvous rendezvous;
-    ds::status s = rendezvous.listen(host, port);
+    ds::status s = rendezvous.listen(address->host, address->port);
     if (s.is_ok()) s = rendezvous.serve(std::stoi(argv[3]), std::chrono::milliseconds(std::stoi(argv[4])));
     if (!s.is_ok()) std::fprintf(stderr, "ucx_peer rendezvous: %s\n", s.message.c_str());
     return s.is_ok() ? 0 : 1;

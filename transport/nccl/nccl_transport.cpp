@@ -41,7 +41,7 @@ nccl_endpoint::nccl_endpoint(const transport_config& config, int32_t rank)
 
 status nccl_endpoint::create(const transport_config& config, bootstrap& boot, const nccl_options& options,
                              std::unique_ptr<nccl_endpoint>& out) {
-    if (std::string e = config.validate(); !e.empty()) return status::invalid(e);
+    DS_TRY(config.validate());
     if (boot.world_size() != config.world_size) {
         return status::invalid(fmt::format("bootstrap world_size = {}: expected the transport's {}", boot.world_size(),
                                            config.world_size));

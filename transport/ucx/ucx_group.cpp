@@ -6,8 +6,9 @@
 
 namespace ds {
 
-status ucx_group::create(const transport_config& config, std::unique_ptr<ucx_group>& out) {
-    if (std::string e = config.validate(); !e.empty()) return status::invalid(e);
+status ucx_group::create(const transport_config& config, const ucx_endpoint_options& options,
+                         std::unique_ptr<ucx_group>& out) {
+    DS_TRY(config.validate());
     tcp_rendezvous rendezvous;
     if (status s = rendezvous.listen("127.0.0.1", 0); !s.is_ok()) return s;
     const auto world = static_cast<size_t>(config.world_size);
@@ -20,7 +21,7 @@ status ucx_group::create(const transport_config& config, std::unique_ptr<ucx_gro
         threads.emplace_back([&, r] {
             tcp_bootstrap boot("127.0.0.1", rendezvous.port(), r, config.world_size, config.timeout);
             results[static_cast<size_t>(r)] =
-                ucx_endpoint::create(config, boot, group->endpoints_[static_cast<size_t>(r)]);
+                ucx_endpoint::create(config, options, boot, group->endpoints_[static_cast<size_t>(r)]);
         });
     }
     const status served = rendezvous.serve(config.world_size, config.timeout);

@@ -15,7 +15,8 @@ namespace ds {
 class ucx_group final : public transport_group {
    public:
     // Connects config.world_size endpoints (bounded by config.timeout).
-    static status create(const transport_config& config, std::unique_ptr<ucx_group>& out);
+    static status create(const transport_config& config, const ucx_endpoint_options& options,
+                         std::unique_ptr<ucx_group>& out);
 
     int32_t world_size() const override { return static_cast<int32_t>(endpoints_.size()); }
     const char* backend_name() const override { return "ucx"; }

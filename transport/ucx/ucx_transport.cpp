@@ -114,16 +114,17 @@ struct ucx_endpoint::resources {
     std::vector<void*> flush_requests;        // per rank, reused by every flush
 };
 
-ucx_endpoint::ucx_endpoint(const transport_config& config, int32_t rank)
-    : config_(config), rank_(rank), ucx_(std::make_unique<resources>()) {}
+ucx_endpoint::ucx_endpoint(const transport_config& config, const ucx_endpoint_options& options, int32_t rank)
+    : config_(config), options_(options), rank_(rank), ucx_(std::make_unique<resources>()) {}
 
-status ucx_endpoint::create(const transport_config& config, bootstrap& boot, std::unique_ptr<ucx_endpoint>& out) {
-    if (std::string e = config.validate(); !e.empty()) return status::invalid(e);
+status ucx_endpoint::create(const transport_config& config, const ucx_endpoint_options& options, bootstrap& boot,
+                            std::unique_ptr<ucx_endpoint>& out) {
+    DS_TRY(config.validate());
     if (boot.world_size() != config.world_size) {
         return status::invalid(fmt::format("bootstrap world_size = {}: expected the transport's {}", boot.world_size(),
                                            config.world_size));
     }
-    std::unique_ptr<ucx_endpoint> endpoint(new ucx_endpoint(config, boot.rank()));
+    std::unique_ptr<ucx_endpoint> endpoint(new ucx_endpoint(config, options, boot.rank()));
     if (status s = endpoint->setup(boot); !s.is_ok()) return s;
     out = std::move(endpoint);
     return status::success();
@@ -155,8 +156,8 @@ status ucx_endpoint::prepare(std::string& mine) {
     // dropped silently: between rank processes on the H200 host (UCX 1.22) the barrier's flags never
     // arrived. Shared memory and cuda_ipc carry everything without it, unless UCX_TLS says otherwise.
     const std::pair<const char*, const char*> overrides[] = {
-        {"MEMTYPE_CACHE", config_.backend_on_device ? "n" : nullptr},
-        {"TLS", config_.ucx_peer_error_handling ? nullptr : "^cma"},
+        {"MEMTYPE_CACHE", options_.backend_on_device ? "n" : nullptr},
+        {"TLS", options_.peer_error_handling ? nullptr : "^cma"},
     };
     for (const auto& [name, value] : overrides) {
         if (value == nullptr || std::getenv(fmt::format("UCX_{}", name).c_str()) != nullptr) continue;
@@ -279,7 +280,7 @@ status ucx_endpoint::connect(const std::vector<std::string>& blobs) {
         ucp_ep_params_t ep_params{};
         ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
         ep_params.address = reinterpret_cast<const ucp_address_t*>(swap_rkey + theirs.swap_rkey_bytes);
-        if (config_.ucx_peer_error_handling) {
+        if (options_.peer_error_handling) {
             ep_params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
             ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
             ep_params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t st) {
@@ -325,7 +326,7 @@ status ucx_endpoint::connect(const std::vector<std::string>& blobs) {
         "{} "
         "over {}",
         rank_, world, (control_.size() + swap_bytes) >> 10, ucx_memory_path_name(memory_path_),
-        config_.ucx_peer_error_handling ? "on" : "off", (rank_ + 1) % world,
+        options_.peer_error_handling ? "on" : "off", (rank_ + 1) % world,
         transport_summary_.empty() ? "(none)" : transport_summary_);
     return status::success();
 }
@@ -336,7 +337,7 @@ status ucx_endpoint::choose_memory_path() {
     if (ucs_status_t st = ucp_context_query(ucx_->context, &attributes); st != UCS_OK)
         return ucx_failure(rank_, "ucp_context_query", st);
     ucx_memory_facts facts;
-    facts.backend_on_device = config_.backend_on_device;
+    facts.backend_on_device = options_.backend_on_device;
     facts.cuda_built = cuda_built();
     facts.ucx_has_cuda = (attributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
     // The context's transports matter only where GPU memory could be put at all.
@@ -345,7 +346,7 @@ status ucx_endpoint::choose_memory_path() {
         carries_gpu_memory(printed([&](FILE* stream) { ucp_context_print_info(ucx_->context, stream); }));
     facts.ucx_version = ucp_get_version_string();
     ucx_memory_choice choice;
-    if (status s = choose_ucx_memory_path(config_.ucx_device_memory, facts, choice); !s.is_ok()) {
+    if (status s = choose_ucx_memory_path(options_.device_memory, facts, choice); !s.is_ok()) {
         return {s.code, fmt::format("rank {}: {}", rank_, s.message)};
     }
     memory_path_ = choice.path;
@@ -365,7 +366,7 @@ ucx_endpoint::~ucx_endpoint() {
         // Force-closing (no goodbye to the peer) needs peer error handling on both sides.
         ucp_request_param_t close{};
         close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        close.flags = config_.ucx_peer_error_handling ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        close.flags = options_.peer_error_handling ? UCP_EP_CLOSE_FLAG_FORCE : 0;
         void* request = ucp_ep_close_nbx(ep, &close);
         if (!UCS_PTR_IS_PTR(request)) continue;
         const auto deadline = clock::now() + kCloseTimeout;

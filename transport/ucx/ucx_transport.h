@@ -12,7 +12,7 @@
 //
 // Peer failure: endpoints use UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails the call with an
 // error naming its rank instead of a hang (with Debian's UCX 1.13 this drops the shared-memory
-// transports and traffic goes over tcp, docs/deployment.md, UCX settings; transport_config::ucx_peer_error_handling
+// transports and traffic goes over tcp, docs/deployment.md, UCX settings; ucx_options::peer_error_handling
 // = false keeps shared memory, without cma, and leaves a dead peer to the timeout). A wait past
 // the timeout fails naming the ranks whose flags are missing, or whose endpoints have not
 // acknowledged this rank's puts. abort() may be called from any thread and wakes the waiter. After a failure the
@@ -46,7 +46,8 @@ class ucx_endpoint final : public transport {
     // Creates this rank's UCX context, worker and registered region, exchanges addresses and
     // rkeys through `boot`, connects to every peer and meets them in a barrier (bounded by
     // config.timeout). Logs the chosen transports.
-    static status create(const transport_config& config, bootstrap& boot, std::unique_ptr<ucx_endpoint>& out);
+    static status create(const transport_config& config, const ucx_endpoint_options& options, bootstrap& boot,
+                         std::unique_ptr<ucx_endpoint>& out);
     ~ucx_endpoint() override;
     ucx_endpoint(const ucx_endpoint&) = delete;
     ucx_endpoint& operator=(const ucx_endpoint&) = delete;
@@ -84,7 +85,7 @@ class ucx_endpoint final : public transport {
     struct resources;
     struct peer_failure_context;
 
-    ucx_endpoint(const transport_config& config, int32_t rank);
+    ucx_endpoint(const transport_config& config, const ucx_endpoint_options& options, int32_t rank);
 
     // The two registered regions a peer puts into; index into resources' per-region arrays.
     enum class region { control = 0, swap = 1 };
@@ -94,7 +95,7 @@ class ucx_endpoint final : public transport {
     status setup(bootstrap& boot);
     status prepare(std::string& mine);
     status connect(const std::vector<std::string>& blobs);
-    // Asks the UCX context for CUDA support, resolves config_.ucx_device_memory, logs the choice.
+    // Asks the UCX context for CUDA support, resolves options_.device_memory, logs the choice.
     status choose_memory_path();
     // One collective: issue_puts(parity) puts this rank's data into the peers' areas of that
     // parity; then flush, flag every peer, and wait for every peer's flag of this call.
@@ -123,6 +124,7 @@ class ucx_endpoint final : public transport {
     unsigned char* control_at(std::size_t offset) { return control_.data() + offset; }
 
     transport_config config_;
+    ucx_endpoint_options options_;
     int32_t rank_;
     std::unique_ptr<resources> ucx_;
     ucx_memory_path memory_path_ = ucx_memory_path::host;
