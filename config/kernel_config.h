@@ -10,7 +10,9 @@ namespace ds {
 
 // The ranges of the sizes, one place for the config keys, kernel_config and the step inputs that
 // are sized by them (docs/configuration.md, "Limits").
-constexpr int32_t kMaxVocabSize = 1 << 24;
+// Below 2^24: a row's integer masses (at most 2^40 each) then sum below 2^64 (docs/semantics.md,
+// "Integer mass").
+constexpr int32_t kMaxVocabSize = (1 << 24) - 1;
 constexpr int32_t kMaxBatchSize = 1 << 16;  // requests in one step
 constexpr int32_t kMaxTokensPerRequest = 64;
 constexpr int32_t kMaxSlots = 1 << 20;

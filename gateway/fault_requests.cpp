@@ -9,12 +9,12 @@ bool requested_fault_plan(const wire::Request& request, fault_plan& plan, wire::
     if (!request.has_inject()) return true;
     plan.seed = request.inject().seed();
     for (int i = 0; i < request.inject().faults_size(); ++i) {
-        fault_spec spec;
-        if (std::string e = parse_fault_spec(request.inject().faults(i), spec); !e.empty()) {
-            error = make_error(wire::Error::BAD_FIELD, fmt::format("faults[{}]", i), e);
+        result<fault_spec> spec = parse_fault_spec(request.inject().faults(i));
+        if (!spec.is_ok()) {
+            error = make_error(wire::Error::BAD_FIELD, fmt::format("faults[{}]", i), spec.error().message);
             return false;
         }
-        plan.faults.push_back(spec);
+        plan.faults.push_back(*spec);
     }
     return true;
 }

@@ -18,8 +18,8 @@ request_handlers::request_handlers(const gateway_config& config, group& ranks, c
       metrics_(metrics),
       dispatcher_(dispatcher),
       completer_(completer),
-      slots_(limits_.max_slots),
-      faults_(limits_.faults, limits_.policy) {}
+      slots_(limits_.limits.max_slots),
+      faults_(limits_.faults, limits_.distribution.policy) {}
 
 void request_handlers::handle(const connection_ptr& conn, uint64_t seq, request_ptr request,
                               clock_type::time_point arrived) {
@@ -75,10 +75,10 @@ bool request_handlers::registration_slot(const wire::Register& m, uint64_t owner
         return false;
     }
     for (int i = 0; i < m.history_size(); ++i) {
-        if (m.history(i) < 0 || m.history(i) >= limits_.vocab_size) {
+        if (m.history(i) < 0 || m.history(i) >= limits_.limits.vocab_size) {
             error = make_error(
                 wire::Error::BAD_FIELD, fmt::format("history[{}]", i),
-                fmt::format("history[{}] = {}: expected a token id in [0, {})", i, m.history(i), limits_.vocab_size));
+                fmt::format("history[{}] = {}: expected a token id in [0, {})", i, m.history(i), limits_.limits.vocab_size));
             return false;
         }
     }

@@ -57,7 +57,7 @@ struct server::impl {
         : config(c),
           ranks(g),
           model(m),
-          metrics(g.config().tp),
+          metrics(g.config().distribution.tp),
           budget(config),
           handlers(config, g, m, metrics, dispatcher, completer) {}
 
@@ -70,9 +70,9 @@ struct server::impl {
 
 status server::impl::check_config() const {
     if (std::string e = validate_gateway_config(config); !e.empty()) return status::invalid(e);
-    if (model != nullptr && model->vocab_size() != ranks.config().vocab_size) {
+    if (model != nullptr && model->vocab_size() != ranks.config().limits.vocab_size) {
         return status::invalid(fmt::format("gateway.model vocabulary = {}: expected the group's vocab_size = {}",
-                                           model->vocab_size(), ranks.config().vocab_size));
+                                           model->vocab_size(), ranks.config().limits.vocab_size));
     }
     return status::success();
 }

@@ -9,11 +9,11 @@ void fill_stats(const gateway_metrics& metrics, const slot_table& slots, const g
     out.set_desync_events(metrics.desync_events.load());
     out.set_connections(static_cast<uint32_t>(metrics.connections_open.load()));
     out.set_registered_slots(static_cast<uint32_t>(slots.registered_count()));
-    out.set_tp(limits.tp);
-    out.set_vocab_size(limits.vocab_size);
-    out.set_max_batch(limits.max_batch);
-    out.set_max_tokens_per_req(limits.max_tokens_per_req);
-    out.set_max_slots(limits.max_slots);
+    out.set_tp(limits.distribution.tp);
+    out.set_vocab_size(limits.limits.vocab_size);
+    out.set_max_batch(limits.limits.max_batch);
+    out.set_max_tokens_per_req(limits.limits.max_tokens_per_req);
+    out.set_max_slots(limits.limits.max_slots);
     out.set_protocol_version(kProtocolVersion);
     for (fault_kind kind : kAllFaultKinds) {
         const gateway_metrics::fault_counts& c = metrics.faults[static_cast<size_t>(kind)];

@@ -19,7 +19,7 @@ void request_handlers::on_step(const connection_ptr& conn, uint64_t seq, const r
     const wire::Step& step = request->has_verify_step() ? request->verify_step() : request->sample_step();
     const int64_t model_logits =
         step.logits_size() > 0 ? 0
-                               : int64_t{step.slots_size()} * std::max(1, step.tokens_per_req()) * limits_.vocab_size;
+                               : int64_t{step.slots_size()} * std::max(1, step.tokens_per_req()) * limits_.limits.vocab_size;
     auto job = [this, conn, seq, request, arrived] { submit_step(conn, seq, request, arrived); };
     if (model_logits <= kInlineModelLogits) {
         dispatcher_.run_or_push(std::move(job));

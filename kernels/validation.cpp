@@ -6,6 +6,8 @@
 
 namespace ds {
 
+static_assert(kMaxVocabSize <= exact::kMaxVocab, "a configured row's masses must sum without wrapping");
+
 namespace {
 
 std::string field_name(std::string_view prefix, std::string_view field) { return fmt::format("{}{}", prefix, field); }

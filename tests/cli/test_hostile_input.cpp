@@ -76,7 +76,7 @@ TEST(HostileInput, NumbersBeyondADoubleNameTheField) {
     };
     const text_case cases[] = {
         {R"({"vocab_size": 1e400, "logits": [[1]], "requests": [{}]})", "kernel sample",
-         "vocab_size: expected an integer in [1, 16777216], got 1e400"},
+         "vocab_size: expected an integer in [1, 16777215], got 1e400"},
         {R"({"vocab_size": 2, "logits": [[1, 2]], "requests": [{"top_p": 1e400}]})", "kernel sample",
          "requests[0].top_p = 1e400: expected 0 or a magnitude in"},
         {R"({"vocab_size": 2, "logits": [[1, 2]], "requests": [{"position": 1e400}]})", "kernel sample",

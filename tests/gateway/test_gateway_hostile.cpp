@@ -318,7 +318,7 @@ TEST(GatewayHostile, ASlotTwiceInOneStepIsRefusedByTheGatewayAndTheGroup) {
     direct.positions = {0, 0};
     const std::vector<float> logits(2 * testing::kVocab, 0.0f);
     direct.shards = split_vocab(logits_view{logits.data(), logits_dtype::f32, 2, testing::kVocab, testing::kVocab},
-                                gw.ranks->config().tp);
+                                gw.ranks->config().distribution.tp);
     const step_reply refused = gw.ranks->step(direct);
     EXPECT_EQ(refused.result.code, status_code::invalid_argument);
     EXPECT_NE(refused.result.message.find("slots[1] = 3"), std::string::npos) << refused.result.message;
