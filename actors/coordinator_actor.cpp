@@ -185,8 +185,7 @@ void complete_step(coordinator* self) {
         }
     }
     if (o.failure.is_ok()) {
-        for (const rank_actor_type& rank : st.ranks)
-            self->send(rank, commit_msg{st.current_step, o.ship ? o.agreed : nullptr});
+        for (const rank_actor_type& rank : st.ranks) self->send(rank, commit_msg{step.id, o.ship ? o.agreed : nullptr});
     }
     finish_job(self);
 }
@@ -281,7 +280,7 @@ void start_step(coordinator* self, job& j) {
                                      st.config.distribution.policy, st.current_reply.sink, st.journal, st.timeline);
     for (size_t r = 0; r < st.ranks.size(); ++r) {
         const auto rank = static_cast<int32_t>(r);
-        self->request(st.ranks[r], caf::infinite, run_step_msg{st.current_step, st.board})
+        self->request(st.ranks[r], caf::infinite, step_msg{st.current_step, {}, st.board})
             .then([self, id](rank_result& result) { on_rank_result(self, id, result); },
                   [self, id, rank](caf::error& e) { on_rank_error(self, id, rank, e); });
     }

@@ -9,6 +9,7 @@
 #include "actors/coordinator_actor.h"
 #include "actors/messages.h"
 #include "actors/rank_actor.h"
+#include "actors/rank_core.h"
 #include "actors/rank_engine.h"
 #include "config/capacity.h"
 #include "transport/transport_factory.h"
@@ -56,8 +57,12 @@ status group::create(const group_config& config, std::unique_ptr<group>& out) {
     std::unique_ptr<transport_group> transport;
     DS_TRY(make_transport_group(config.transport.kind, t, rank_ucx_options(config), transport));
     auto state = std::make_unique<impl>(config, std::move(transport));
-    for (int32_t r = 0; r < config.distribution.tp; ++r)
-        state->ranks.push_back(spawn_rank_actor(state->system, config, r, *state->transport, state->fault_delays));
+    for (int32_t r = 0; r < config.distribution.tp; ++r) {
+        auto core = std::make_shared<rank_core>(config, r, rank_host::thread, state->fault_delays);
+        // A backend that cannot be built is reported by the health check below, naming the rank.
+        (void)core->attach(*state->transport);
+        state->ranks.push_back(spawn_rank_actor(state->system, std::move(core)));
+    }
     state->coordinator = spawn_coordinator_actor(state->system, config, state->ranks, *state->transport);
     out.reset(new group(std::move(state)));
     // Building a rank's backend can fail (e.g. cuda not built): say so now, naming the rank.

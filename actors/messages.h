@@ -1,10 +1,11 @@
 // Every message the actors exchange, registered in one CAF type-ID block (CAF 0.17.6), and the
 // mapping between ds::status and caf::error.
 //
-// Messages that carry a shared_ptr (a planned step, a submitted step, agreed outputs) are
-// process-local: the rank actors read the caller's logits in place. Ranks in other processes
-// (actors/remote_ranks.h) get the serialized forms below (join_msg ... remote_commit_msg); every
-// value message is inspectable.
+// One family of messages runs between the coordinator and its ranks, whether a rank is a thread
+// of this process or a process of its own (docs/architecture.md, Ranks in other processes). In
+// one process they travel by shared pointer (a rank thread reads the caller's logits in place and
+// its outputs are not copied); to another process CAF serializes them, the shared values by value
+// (the inspect functions below), and a step then carries its rank's logits in `payload`.
 #pragma once
 
 #include <caf/all.hpp>
@@ -18,6 +19,7 @@
 #include <distsample/group.h>
 #include <distsample/testing.h>
 #include "actors/dist_step.h"
+#include "actors/rank_core.h"
 
 namespace ds {
 
@@ -36,7 +38,8 @@ struct fault_msg {
     rank_fault fault = rank_fault::none;
 };
 
-// Replaces a rank's fault plan (config/fault_plan.h); answered with op_ack.
+// Replaces a rank's fault plan (config/fault_plan.h); answered with op_ack. Travels between
+// processes as the seed and the fault texts.
 struct fault_plan_msg {
     std::shared_ptr<const fault_plan> plan;
 };
@@ -56,27 +59,20 @@ struct desync_log {
 
 class step_board;
 
-// Coordinator -> rank: run a planned step, and file a successful result on `board`
-// (actors/step_board.h) before answering.
-struct run_step_msg {
+// Coordinator -> rank: run a planned step, answered with a rank_result (actors/rank_core.h).
+// `payload`: the rank's shard rows when they travel with the step (a rank process whose logits
+// the coordinator has); a rank thread reads `step->shards`. A rank of this process files a
+// successful result on `board` (actors/step_board.h) before answering; `board` never leaves the
+// process.
+struct step_msg {
     std::shared_ptr<const dist_step> step;
+    shard_payload payload;
     std::shared_ptr<step_board> board;
 };
 
-// Rank -> coordinator: a rank's outputs (or why it failed) and their digest.
-struct rank_result {
-    int32_t rank = 0;
-    uint64_t step_id = 0;
-    int32_t code = 0;  // status_code
-    std::string message;
-    uint64_t digest = 0;
-    std::shared_ptr<const step_outputs> outputs;
-    step_timing timing;
-};
-
-// Coordinator -> ranks: the outputs to add to the penalty counts (null: the rank's own outputs).
+// Coordinator -> ranks: step `step_id`'s outputs to add to the penalty counts (null: the rank's own).
 struct commit_msg {
-    std::shared_ptr<const dist_step> step;
+    uint64_t step_id = 0;
     std::shared_ptr<const step_outputs> agreed;
 };
 
@@ -139,40 +135,6 @@ struct form_msg {
     std::string host;
     uint16_t port = 0;
     std::vector<register_msg> registrations;
-};
-
-// Coordinator -> a rank process: a planned step (`step.shards` empty) and this rank's vocab shard
-// of the step's rows, `step.plan.shard_vocab` values of `dtype` per row. Carrying logits over CAF
-// suits tests and small V only: a deployment's rank reads them from its model runtime.
-struct remote_step_msg {
-    dist_step step;
-    logits_dtype dtype = logits_dtype::f32;
-    std::vector<uint8_t> logits;
-};
-
-// Coordinator -> a rank process: its fault plan (config/fault_plan.h) as the seed and the fault
-// texts; answered with op_ack once the rank applies it to its next step.
-struct remote_fault_plan_msg {
-    uint64_t seed = 0;
-    std::vector<std::string> faults;
-};
-
-// A rank process's answer: rank_result with the outputs by value.
-struct remote_result {
-    int32_t rank = 0;
-    uint64_t step_id = 0;
-    int32_t code = 0;  // status_code
-    std::string message;
-    uint64_t digest = 0;
-    step_outputs outputs;
-    step_timing timing;
-};
-
-// Coordinator -> rank processes: commit_msg for step `step_id` (the rank's last step).
-struct remote_commit_msg {
-    uint64_t step_id = 0;
-    bool own = true;  // commit the rank's own outputs, else `agreed`
-    step_outputs agreed;
 };
 
 // CAF's error for a failed status (category "distsample", code = status_code, context = message).
@@ -282,24 +244,64 @@ typename Inspector::result_type inspect(Inspector& f, form_msg& x) {
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, remote_step_msg& x) {
-    return f(caf::meta::type_name("remote_step_msg"), x.step, x.dtype, x.logits);
+typename Inspector::result_type inspect(Inspector& f, shard_payload& x) {
+    return f(caf::meta::type_name("shard_payload"), x.dtype, x.bytes);
+}
+
+// A shared value between processes: a presence flag and the value (a copy when saving: only
+// messages that leave the process are serialized).
+template <class T>
+struct shared_value {
+    std::shared_ptr<const T>& pointer;
+    bool present = pointer != nullptr;
+    T value = pointer ? *pointer : T{};
+
+    caf::error restore() {
+        pointer = present ? std::make_shared<const T>(std::move(value)) : nullptr;
+        return caf::none;
+    }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_msg& x) {
+    shared_value<dist_step> step{x.step};
+    return f(caf::meta::type_name("step_msg"), step.present, step.value, x.payload,
+             caf::meta::load_callback([&step] { return step.restore(); }));
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, remote_result& x) {
-    return f(caf::meta::type_name("remote_result"), x.rank, x.step_id, x.code, x.message, x.digest, x.outputs,
-             x.timing);
+typename Inspector::result_type inspect(Inspector& f, rank_result& x) {
+    shared_value<step_outputs> outputs{x.outputs};
+    return f(caf::meta::type_name("rank_result"), x.rank, x.step_id, x.code, x.message, x.digest, outputs.present,
+             outputs.value, x.timing, caf::meta::load_callback([&outputs] { return outputs.restore(); }));
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, remote_fault_plan_msg& x) {
-    return f(caf::meta::type_name("remote_fault_plan_msg"), x.seed, x.faults);
+typename Inspector::result_type inspect(Inspector& f, commit_msg& x) {
+    shared_value<step_outputs> agreed{x.agreed};
+    return f(caf::meta::type_name("commit_msg"), x.step_id, agreed.present, agreed.value,
+             caf::meta::load_callback([&agreed] { return agreed.restore(); }));
 }
 
+// The plan's seed and fault texts; a text this rank cannot parse fails the message.
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, remote_commit_msg& x) {
-    return f(caf::meta::type_name("remote_commit_msg"), x.step_id, x.own, x.agreed);
+typename Inspector::result_type inspect(Inspector& f, fault_plan_msg& x) {
+    uint64_t seed = x.plan ? x.plan->seed : 0;
+    std::vector<std::string> texts;
+    if (x.plan) {
+        for (const fault_spec& spec : x.plan->faults) texts.push_back(format_fault_spec(spec));
+    }
+    return f(caf::meta::type_name("fault_plan_msg"), seed, texts, caf::meta::load_callback([&]() -> caf::error {
+                 auto plan = std::make_shared<fault_plan>();
+                 plan->seed = seed;
+                 for (const std::string& text : texts) {
+                     result<fault_spec> spec = parse_fault_spec(text);
+                     if (!spec.is_ok()) return make_caf_error(spec.error());
+                     plan->faults.push_back(*spec);
+                 }
+                 x.plan = std::move(plan);
+                 return caf::none;
+             }));
 }
 
 }  // namespace ds
@@ -314,7 +316,7 @@ CAF_ADD_TYPE_ID(distsample, (ds::op_ack))
 CAF_ADD_TYPE_ID(distsample, (ds::desync_query))
 CAF_ADD_TYPE_ID(distsample, (ds::desync_event))
 CAF_ADD_TYPE_ID(distsample, (ds::desync_log))
-CAF_ADD_TYPE_ID(distsample, (ds::run_step_msg))
+CAF_ADD_TYPE_ID(distsample, (ds::step_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::rank_result))
 CAF_ADD_TYPE_ID(distsample, (ds::commit_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::submit_msg))
@@ -323,29 +325,23 @@ CAF_ADD_TYPE_ID(distsample, (ds::caller_submit_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::fault_plan_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::join_msg))
 CAF_ADD_TYPE_ID(distsample, (ds::form_msg))
-CAF_ADD_TYPE_ID(distsample, (ds::remote_step_msg))
-CAF_ADD_TYPE_ID(distsample, (ds::remote_result))
-CAF_ADD_TYPE_ID(distsample, (ds::remote_commit_msg))
-CAF_ADD_TYPE_ID(distsample, (ds::remote_fault_plan_msg))
 CAF_END_TYPE_ID_BLOCK(distsample)
 
 // Process-local messages (they carry shared pointers): never serialized.
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::run_step_msg)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::rank_result)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::commit_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::submit_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::step_answer)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::caller_submit_msg)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ds::fault_plan_msg)
 
 namespace ds {
 
-// The typed interfaces of the actors (checked at compile time by CAF).
+// The typed interfaces of the actors (checked at compile time by CAF). A rank, a thread of this
+// process or a process of its own, takes the one family; form_msg only means something to a rank
+// process (a rank thread has its endpoint for the group's lifetime).
 using rank_actor_type =
-    caf::typed_actor<caf::replies_to<register_msg>::with<op_ack>, caf::replies_to<release_msg>::with<op_ack>,
-                     caf::replies_to<health_msg>::with<op_ack>, caf::replies_to<fault_msg>::with<op_ack>,
-                     caf::replies_to<fault_plan_msg>::with<op_ack>, caf::replies_to<run_step_msg>::with<rank_result>,
-                     caf::reacts_to<commit_msg>>;
+    caf::typed_actor<caf::replies_to<form_msg>::with<op_ack>, caf::replies_to<register_msg>::with<op_ack>,
+                     caf::replies_to<release_msg>::with<op_ack>, caf::replies_to<health_msg>::with<op_ack>,
+                     caf::replies_to<fault_msg>::with<op_ack>, caf::replies_to<fault_plan_msg>::with<op_ack>,
+                     caf::replies_to<step_msg>::with<rank_result>, caf::reacts_to<commit_msg>>;
 
 // The coordinator to itself: look at the running step's deadline (actors/coordinator_actor.cpp).
 using deadline_check_atom = caf::atom_constant<caf::atom("deadline")>;
@@ -355,12 +351,5 @@ using coordinator_actor_type =
                      caf::replies_to<register_msg>::with<op_ack>, caf::replies_to<release_msg>::with<op_ack>,
                      caf::replies_to<health_msg>::with<op_ack>, caf::replies_to<desync_query>::with<desync_log>,
                      caf::replies_to<fault_msg>::with<op_ack>, caf::reacts_to<deadline_check_atom>>;
-
-// A rank in another process (actors/rank_process.h); its coordinator side is actors/remote_ranks.h.
-using remote_rank_actor_type =
-    caf::typed_actor<caf::replies_to<form_msg>::with<op_ack>, caf::replies_to<register_msg>::with<op_ack>,
-                     caf::replies_to<release_msg>::with<op_ack>, caf::replies_to<health_msg>::with<op_ack>,
-                     caf::replies_to<remote_step_msg>::with<remote_result>, caf::reacts_to<remote_commit_msg>,
-                     caf::replies_to<remote_fault_plan_msg>::with<op_ack>>;
 
 }  // namespace ds

@@ -12,39 +12,6 @@
 
 namespace ds {
 
-void alter_outputs(bool token, bool accept_length, int32_t vocab, int32_t n, step_outputs& out) {
-    const int32_t bs = out.batch_size();
-    if (bs == 0) return;
-    if (token) out.packed[0] = (out.packed[0] + 1) % vocab;
-    if (accept_length) {
-        int32_t& length = out.packed[static_cast<size_t>(bs) * static_cast<size_t>(n)];
-        length = length == 1 ? 2 : 1;
-    }
-}
-
-armed_transport_faults transport_faults_at(const fault_plan& plan, const rank_step_faults& own, int32_t rank,
-                                           int32_t world, uint64_t step, std::chrono::milliseconds drop_wait) {
-    armed_transport_faults armed;
-    armed.delay_ms = own.transport_delay_ms;
-    armed.corrupt = own.corrupt_payload;
-    armed.corrupt_seed = step;
-    armed.alter_logit = own.alter_logit;
-    armed.drop_put_ms = own.drop_put ? static_cast<int32_t>(drop_wait.count()) : 0;
-    for (std::size_t i = 0; i < plan.faults.size(); ++i) {
-        const fault_spec& f = plan.faults[i];
-        if (f.kind == fault_kind::duplicate_put && f.rank != rank && (f.rank + 1) % world == rank &&
-            fault_fires(plan, i, step)) {
-            armed.stale_put_from = f.rank;
-            break;
-        }
-    }
-    return armed;
-}
-
-std::chrono::milliseconds drop_put_wait(const group_config& config) {
-    return std::min(config.distribution.step_timeout, config.transport.timeout) + std::chrono::milliseconds(20);
-}
-
 namespace {
 
 kernel_config rank_kernel_config(const group_config& config, int32_t max_batch) {
@@ -95,11 +62,11 @@ status allocating(const std::string& what, Phase&& phase) {
 rank_engine::rank_engine(const group_config& config, int32_t rank, transport& endpoint)
     : config_(config), rank_(rank), endpoint_(endpoint) {
     const group_limits& limits = config.limits;
-    init_status_ = allocating(fmt::format("its backend and buffers (max_slots = {}, max_batch = {}, "
-                                          "max_tokens_per_req = {}, vocab_size = {})",
-                                          limits.max_slots, limits.max_batch, limits.max_tokens_per_req,
-                                          limits.vocab_size),
-                              [&] { return build(); });
+    init_status_ =
+        allocating(fmt::format("its backend and buffers (max_slots = {}, max_batch = {}, "
+                               "max_tokens_per_req = {}, vocab_size = {})",
+                               limits.max_slots, limits.max_batch, limits.max_tokens_per_req, limits.vocab_size),
+                   [&] { return build(); });
 }
 
 status rank_engine::build() {
@@ -107,13 +74,13 @@ status rank_engine::build() {
     const int32_t max_pad_bs = config.max_pad_bs();
     if (config.distribution.mode == dist_mode::sharded) {
         if (config.backend != backend_kind::cpu) {
-            return {status_code::unsupported,
-                    fmt::format("backend = '{}': sharded mode runs on the cpu backend only", backend_name(config.backend))};
+            return {status_code::unsupported, fmt::format("backend = '{}': sharded mode runs on the cpu backend only",
+                                                          backend_name(config.backend))};
         }
         const kernel_config k = rank_kernel_config(config, config.limits.max_batch);
         DS_TRY(validate_kernel_config(k));
         shard_pool_ = std::make_unique<param_pool>(k);
-        sharded_ = std::make_unique<sharded_sampler>(config, rank_);
+        sharded_ = std::make_unique<sharded_sampler>(config, rank_, make_cpu_shard_primitives(config));
         return status::success();
     }
     const backend_kind kind = config.backend;
@@ -157,35 +124,32 @@ status rank_engine::release(int32_t slot) {
     return pool().release(slot);
 }
 
-status rank_engine::run(const dist_step& planned, step_outputs& out) {
+status rank_engine::run(const dist_step& step, const logits_view& shard, step_outputs& out) {
     if (!init_status_.is_ok()) return init_status_;
-    return allocating(fmt::format("step {} (bs = {}, N = {}, vocab_size = {})", planned.id, planned.plan.bs,
-                                  planned.plan.tokens_per_req, config_.limits.vocab_size),
-                      [&] { return run_allocating(planned, out); });
+    return allocating(fmt::format("step {} (bs = {}, N = {}, vocab_size = {})", step.id, step.plan.bs,
+                                  step.plan.tokens_per_req, config_.limits.vocab_size),
+                      [&] { return run_allocating(step, shard, out); });
 }
 
-status rank_engine::run_allocating(const dist_step& planned, step_outputs& out) {
-    out.resize(planned.plan.bs, planned.plan.tokens_per_req);
+status rank_engine::run_allocating(const dist_step& step, const logits_view& handed, step_outputs& out) {
+    out.resize(step.plan.bs, step.plan.tokens_per_req);
     const auto start = std::chrono::steady_clock::now();
     endpoint_.reset();
     // The shard goes where it is read: device memory for a transport that swaps it there (nccl),
     // else the host (the local and UCX transports, sharded mode), whichever the model produced.
-    const logits_view& shard = planned.shards[static_cast<size_t>(rank_)];
     const bool read_on_device = config_.distribution.mode != dist_mode::sharded && endpoint_.swaps_device_logits();
-    dist_step staged;
-    if (shard.on_device != read_on_device) {
-        staged = planned;
-        logits_view& moved = staged.shards[static_cast<size_t>(rank_)];
-        status s = read_on_device ? stage_host_logits(shard, device_staging_, device_staging_bytes_, moved)
-                                  : stage_to_host(shard, moved);
-        if (!s.is_ok()) return s;
+    logits_view shard = handed;
+    if (handed.on_device != read_on_device) {
+        DS_TRY(read_on_device ? stage_host_logits(handed, device_staging_, device_staging_bytes_, shard)
+                              : stage_to_host(handed, shard));
     }
-    const dist_step& step = shard.on_device != read_on_device ? staged : planned;
     status s;
     switch (config_.distribution.mode) {
-        case dist_mode::gathered: s = run_gathered(step, out); break;
-        case dist_mode::swap: s = run_swap(step, out); break;
-        case dist_mode::sharded: s = sharded_->run(step, *shard_pool_, endpoint_, out); break;
+        case dist_mode::gathered: s = run_gathered(step, shard, out); break;
+        case dist_mode::swap: s = run_swap(step, shard, out); break;
+        case dist_mode::sharded:
+            s = sharded_->run(step.slice(0, step.plan.bs, shard), *shard_pool_, endpoint_, out.view());
+            break;
     }
     last_run_ns_ =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
@@ -194,10 +158,10 @@ status rank_engine::run_allocating(const dist_step& planned, step_outputs& out) 
     return s;
 }
 
-status rank_engine::run_gathered(const dist_step& step, step_outputs& out) {
+status rank_engine::run_gathered(const dist_step& step, const logits_view& shard, step_outputs& out) {
     const int64_t rows = int64_t{step.plan.bs} * step.plan.tokens_per_req;
     logits_view full;
-    status s = endpoint_.swap_batch_vocab(step.shards[static_cast<size_t>(rank_)], 0, rows, full);
+    status s = endpoint_.swap_batch_vocab(shard, 0, rows, full);
     if (s.is_ok()) s = readable_by_backend(full);
     if (!s.is_ok()) return s;
     const step_input in = step.slice(0, step.plan.bs, full);
@@ -206,14 +170,13 @@ status rank_engine::run_gathered(const dist_step& step, step_outputs& out) {
 
 // The seed's batch-DP: swap the vocab so this rank holds its requests' full rows, sample them,
 // then all-gather the packed [reqs_per_rank, 2N+1] blocks (and the logprobs and error flags).
-status rank_engine::run_swap(const dist_step& step, step_outputs& out) {
+status rank_engine::run_swap(const dist_step& step, const logits_view& shard, step_outputs& out) {
     const step_plan& plan = step.plan;
     const int32_t n = plan.tokens_per_req;
     const int32_t per_rank = plan.reqs_per_rank;
     const int32_t first = plan.first_request(rank_);
     logits_view mine;
-    status s = endpoint_.swap_batch_vocab(step.shards[static_cast<size_t>(rank_)], int64_t{first} * n,
-                                          int64_t{per_rank} * n, mine);
+    status s = endpoint_.swap_batch_vocab(shard, int64_t{first} * n, int64_t{per_rank} * n, mine);
     if (s.is_ok()) s = readable_by_backend(mine);
     if (!s.is_ok()) return s;
     const step_input in = step.slice(first, per_rank, mine);

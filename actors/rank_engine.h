@@ -1,36 +1,20 @@
 // What one TP rank does, without the actor around it: owns the rank's parameter pool, its
 // sampling backend (full-vocab rows for `gathered` and `swap`) or shard sampler (`sharded`), and
-// runs a planned step through its transport endpoint. The rank actor (rank_actor.h) wraps one.
+// runs a planned step through its transport endpoint. The rank core (rank_core.h) owns one.
 #pragma once
 
 #include <chrono>
 #include <memory>
 
 #include "actors/dist_step.h"
-#include "actors/sharded_sampler.h"
 #include "config/group_config.h"
 #include "kernels/device_memory.h"
 #include "kernels/sampling_backend.h"
+#include "sharded/sharded_sampler.h"
 #include "transport/faulty_transport.h"
 #include "transport/timed_transport.h"
 
 namespace ds {
-
-// The desync faults (config/fault_plan.h): a changed first token, a changed first accept length
-// (the digest catches both: docs/architecture.md, Rank-0 policy and desync events). Used by
-// in-process ranks and rank processes alike.
-void alter_outputs(bool token, bool accept_length, int32_t vocab, int32_t n, step_outputs& out);
-
-// The transport faults of step `step` on rank `rank` of `world`: its own, and the stale
-// duplicate of the previous rank's payload when that rank's duplicate_put fires. A rank whose put
-// is dropped gives up after `drop_wait` (drop_put_wait).
-armed_transport_faults transport_faults_at(const fault_plan& plan, const rank_step_faults& own, int32_t rank,
-                                           int32_t world, uint64_t step, std::chrono::milliseconds drop_wait);
-
-// How long a rank whose put was dropped waits before it gives up: until it has been named, by the
-// coordinator's step timeout or its peers' transport timeout, whichever comes first, so that it
-// is back for the next step (or the next epoch's rendezvous).
-std::chrono::milliseconds drop_put_wait(const group_config& config);
 
 // What the group's mode needs of each rank's transport endpoint (swap rows, collective bytes).
 transport_config rank_transport_config(const group_config& config);
@@ -49,9 +33,9 @@ class rank_engine {
     status register_request(int32_t slot, const sampling_params& params, const std::vector<int32_t>& history);
     status release(int32_t slot);
 
-    // Runs the step; `out` receives the outputs of the step's bs requests (every rank ends with
-    // the whole batch's outputs).
-    status run(const dist_step& step, step_outputs& out);
+    // Runs the step on `shard`, this rank's vocab shard of the step's rows (host or device); `out`
+    // receives the outputs of the step's bs requests (every rank ends with the whole batch's).
+    status run(const dist_step& step, const logits_view& shard, step_outputs& out);
 
     // Time the last run() took in all, and the part of it spent in collectives.
     int64_t last_run_ns() const { return last_run_ns_; }
@@ -65,10 +49,10 @@ class rank_engine {
     // The constructor's work: the backend (or the sharded sampler) and the mode's buffers.
     status build();
     // run() but for a failed allocation, which run() reports naming the step.
-    status run_allocating(const dist_step& step, step_outputs& out);
+    status run_allocating(const dist_step& step, const logits_view& shard, step_outputs& out);
     param_pool& pool();
-    status run_gathered(const dist_step& step, step_outputs& out);
-    status run_swap(const dist_step& step, step_outputs& out);
+    status run_gathered(const dist_step& step, const logits_view& shard, step_outputs& out);
+    status run_swap(const dist_step& step, const logits_view& shard, step_outputs& out);
     // Swapped rows in device memory (nccl) for a backend that reads the host: staged there.
     status readable_by_backend(logits_view& rows);
     // Device rows copied into the host staging buffer.

@@ -29,11 +29,11 @@ struct pending_call {
 
 struct membership_state {
     group_config config;
-    std::string host;                           // where each epoch's rendezvous listens
-    uint16_t rendezvous_port = 0;               // and on which port (0: any free one)
-    std::vector<remote_rank_actor_type> ranks;  // null until the rank joins
-    std::vector<register_msg> registrations;    // by slot, replayed when the group forms
-    remote_fault_plan_msg faults;               // every rank's plan, sent again when the group forms
+    std::string host;                         // where each epoch's rendezvous listens
+    uint16_t rendezvous_port = 0;             // and on which port (0: any free one)
+    std::vector<rank_actor_type> ranks;       // null until the rank joins
+    std::vector<register_msg> registrations;  // by slot, replayed when the group forms
+    fault_plan_msg faults;                    // every rank's plan, sent again when the group forms
     bool formed = false;
     bool forming = false;
     bool reform_requested = false;  // while forming: form again when done
@@ -86,28 +86,21 @@ std::pair<int32_t, std::string> not_formed(const membership_state& st, int32_t r
     return {rank, fmt::format("the group is being formed (epoch {})", st.epoch)};
 }
 
-// Copies rank `rank`'s shard rows (row stride = shard vocab) for a remote_step_msg; nothing when
+// Copies rank `rank`'s shard rows (row stride = shard vocab) into the step's payload; nothing when
 // the ranks make their own logits (no shards).
-status copy_shard(const dist_step& step, int32_t rank, remote_step_msg& out) {
+status copy_shard(const dist_step& step, int32_t rank, shard_payload& out) {
     if (step.shards.empty()) return status::success();
     const logits_view& v = step.shards[static_cast<size_t>(rank)];
     if (v.on_device) return {status_code::unsupported, "logits in device memory cannot be sent to a rank process"};
     const size_t row_bytes = static_cast<size_t>(v.vocab) * dtype_size(v.dtype);
     out.dtype = v.dtype;
-    out.logits.resize(row_bytes * static_cast<size_t>(v.rows));
+    out.bytes.resize(row_bytes * static_cast<size_t>(v.rows));
     const auto* base = static_cast<const uint8_t*>(v.data);
     for (int64_t row = 0; row < v.rows; ++row) {
-        std::memcpy(out.logits.data() + static_cast<size_t>(row) * row_bytes,
+        std::memcpy(out.bytes.data() + static_cast<size_t>(row) * row_bytes,
                     base + static_cast<size_t>(row * v.row_stride) * dtype_size(v.dtype), row_bytes);
     }
     return status::success();
-}
-
-// A plan as it travels to a rank process: its seed and fault texts.
-remote_fault_plan_msg remote_plan(const fault_plan& plan) {
-    remote_fault_plan_msg msg{plan.seed, {}};
-    for (const fault_spec& f : plan.faults) msg.faults.push_back(format_fault_spec(f));
-    return msg;
 }
 
 // The rendezvous blocks until every rank has arrived (bounded): a blocking actor, its own thread.
@@ -209,7 +202,7 @@ void on_down(membership_actor* self, const caf::down_msg& d) {
         if (!st.ranks[r] || st.ranks[r].address() != d.source) continue;
         const auto rank = static_cast<int32_t>(r);
         coordinator_log().warn("rank {}: its process is gone ({})", rank, caf::to_string(d.reason));
-        st.ranks[r] = remote_rank_actor_type{};
+        st.ranks[r] = rank_actor_type{};
         st.formed = false;
         const status gone{status_code::aborted, fmt::format("the rank process is gone ({})", caf::to_string(d.reason))};
         // An epoch being formed with it cannot complete: give it up now rather than at its timeout.
@@ -252,13 +245,45 @@ caf::result<op_ack> forward_op(membership_actor* self, int32_t rank, const Msg& 
     return caf::delegated<op_ack>{};
 }
 
+// Hands a step to rank `rank`'s process, with its shard rows when the coordinator has them, and
+// its answer back as it came (filed on the step's board first, as rank threads do).
+caf::result<rank_result> forward_step(membership_actor* self, int32_t rank, const step_msg& m) {
+    membership_state& st = self->state;
+    const uint64_t step_id = m.step->id;
+    if (!st.formed) {
+        const auto [culprit, reason] = not_formed(st, rank);
+        return failed_result(culprit, step_id, status_code::aborted, reason);
+    }
+    step_msg msg{m.step, {}, nullptr};
+    if (status c = copy_shard(*m.step, rank, msg.payload); !c.is_ok())
+        return failed_result(rank, step_id, c.code, c.message);
+    auto promise = self->make_response_promise();
+    const uint64_t key = track(self, rank, [promise, rank, step_id](const status& why) mutable {
+        promise.deliver(failed_result(rank, step_id, why.code, why.message));
+    });
+    self->request(st.ranks[static_cast<size_t>(rank)], st.config.distribution.step_timeout, std::move(msg))
+        .then(
+            [self, key, promise, board = m.board](rank_result& result) mutable {
+                if (!untrack(self, key)) return;
+                if (board) board->file(result);
+                promise.deliver(std::move(result));
+            },
+            [self, key, promise, rank, step_id](caf::error& e) mutable {
+                if (!untrack(self, key)) return;
+                const status why = to_status(e, fmt::format("did not answer within {} ms",
+                                                            self->state.config.distribution.step_timeout.count()));
+                promise.deliver(failed_result(rank, step_id, why.code, why.message));
+            });
+    return caf::delegated<rank_result>{};
+}
+
 caf::behavior membership_behavior(membership_actor* self, group_config config, std::string host,
                                   uint16_t rendezvous_port) {
     membership_state& st = self->state;
     st.config = config;
     st.host = std::move(host);
     st.rendezvous_port = rendezvous_port;
-    st.faults = remote_plan(config.faults);
+    st.faults = fault_plan_msg{std::make_shared<const fault_plan>(config.faults)};
     st.ranks.resize(static_cast<size_t>(config.distribution.tp));
     st.registrations.resize(static_cast<size_t>(config.limits.max_slots));
     self->set_down_handler([self](caf::down_msg& d) { on_down(self, d); });
@@ -281,7 +306,7 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
                     status::invalid(fmt::format("mode = {}: the coordinator has mode = {}", mode_name(m.mode),
                                                 mode_name(s.config.distribution.mode))));
             }
-            auto handle = caf::actor_cast<remote_rank_actor_type>(m.handle);
+            auto handle = caf::actor_cast<rank_actor_type>(m.handle);
             if (!handle)
                 return make_caf_error(status::invalid(fmt::format("rank {}: joined without an actor", m.rank)));
             auto& slot = s.ranks[static_cast<size_t>(m.rank)];
@@ -293,50 +318,9 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
             return op_ack{m.rank};
         },
         [self](reform_atom) { try_form(self); },
-        [self](int32_t rank, run_step_msg& m) -> caf::result<rank_result> {
-            membership_state& s = self->state;
-            const uint64_t step_id = m.step->id;
-            if (!s.formed) {
-                const auto [culprit, reason] = not_formed(s, rank);
-                return failed_result(culprit, step_id, status_code::aborted, reason);
-            }
-            remote_step_msg msg{*m.step, logits_dtype::f32, {}};
-            msg.step.shards.clear();
-            if (status c = copy_shard(*m.step, rank, msg); !c.is_ok())
-                return failed_result(rank, step_id, c.code, c.message);
-            auto promise = self->make_response_promise();
-            const uint64_t key = track(self, rank, [promise, rank, step_id](const status& why) mutable {
-                promise.deliver(failed_result(rank, step_id, why.code, why.message));
-            });
-            self->request(s.ranks[static_cast<size_t>(rank)], s.config.distribution.step_timeout, std::move(msg))
-                .then(
-                    [self, key, promise, board = m.board](remote_result& r) mutable {
-                        if (!untrack(self, key)) return;
-                        rank_result result;
-                        result.rank = r.rank;
-                        result.step_id = r.step_id;
-                        result.code = r.code;
-                        result.message = std::move(r.message);
-                        result.digest = r.digest;
-                        result.outputs = std::make_shared<const step_outputs>(std::move(r.outputs));
-                        result.timing = r.timing;
-                        if (board) board->file(result);  // before answering, as rank actors do
-                        promise.deliver(std::move(result));
-                    },
-                    [self, key, promise, rank, step_id](caf::error& e) mutable {
-                        if (!untrack(self, key)) return;
-                        const status why =
-                            to_status(e, fmt::format("did not answer within {} ms",
-                                                     self->state.config.distribution.step_timeout.count()));
-                        promise.deliver(failed_result(rank, step_id, why.code, why.message));
-                    });
-            return caf::delegated<rank_result>{};
-        },
+        [self](int32_t rank, step_msg& m) -> caf::result<rank_result> { return forward_step(self, rank, m); },
         [self](int32_t rank, commit_msg& m) {
-            membership_state& s = self->state;
-            if (!s.formed) return;
-            remote_commit_msg msg{m.step->id, m.agreed == nullptr, m.agreed ? *m.agreed : step_outputs{}};
-            self->send(s.ranks[static_cast<size_t>(rank)], std::move(msg));
+            if (self->state.formed) self->send(self->state.ranks[static_cast<size_t>(rank)], std::move(m));
         },
         [self](int32_t rank, register_msg& m) -> caf::result<op_ack> {
             if (m.slot > 0 && m.slot < self->state.config.limits.max_slots)
@@ -349,11 +333,12 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
             return forward_op(self, rank, m);
         },
         [self](int32_t rank, health_msg& m) -> caf::result<op_ack> { return forward_op(self, rank, m); },
+        [self](int32_t rank, fault_msg& m) -> caf::result<op_ack> { return forward_op(self, rank, m); },
         // Every rank gets the same plan; one that is not formed takes it when the group forms.
         [self](int32_t rank, fault_plan_msg& m) -> caf::result<op_ack> {
-            self->state.faults = remote_plan(m.plan ? *m.plan : fault_plan{});
+            self->state.faults = m;
             if (!self->state.formed) return op_ack{rank};
-            return forward_op(self, rank, self->state.faults);
+            return forward_op(self, rank, m);
         },
     };
 }
@@ -362,16 +347,16 @@ caf::behavior membership_behavior(membership_actor* self, group_config config, s
 rank_actor_type::behavior_type rank_proxy(rank_actor_type::pointer self, caf::actor members, int32_t rank) {
     auto forward = [self, members, rank](auto& msg) { return self->delegate(members, rank, std::move(msg)); };
     return {
+        [rank](form_msg&) -> caf::result<op_ack> {
+            return make_caf_error(
+                status{status_code::unsupported, fmt::format("rank {}: the membership actor forms the group", rank)});
+        },
         forwarding<register_msg, op_ack>(forward),
         forwarding<release_msg, op_ack>(forward),
         forwarding<health_msg, op_ack>(forward),
-        [rank](fault_msg&) -> caf::result<op_ack> {
-            return make_caf_error(
-                status{status_code::unsupported,
-                       fmt::format("rank {}: fault hooks are not available in rank processes", rank)});
-        },
+        forwarding<fault_msg, op_ack>(forward),
         forwarding<fault_plan_msg, op_ack>(forward),
-        forwarding<run_step_msg, rank_result>(forward),
+        forwarding<step_msg, rank_result>(forward),
         // A typed actor may not send() to a dynamically typed one; the mailbox keeps the order anyway.
         [members, rank](commit_msg& m) { caf::anon_send(members, rank, std::move(m)); },
     };

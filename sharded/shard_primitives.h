@@ -1,0 +1,85 @@
+// The work a rank does on its own vocab shard in a sharded step, without talking to its peers
+// (docs/architecture.md, Modes: sharded). The sharded sampler (sharded_sampler.h) runs the phases
+// and the collectives between them; these primitives are what each phase asks of the shard: the
+// seam where a device implementation (one kernel per primitive, over every row of the step at
+// once, reading the shard where the model wrote it) plugs in beside the CPU one. Every result
+// crosses the seam as host integers in the encodings of shard_encoding.h, so the collectives and
+// the decisions stay the sampler's and every implementation gives the same tokens
+// (kernels/exact_rules.h is the rule book).
+//
+// Rows are the step's bs * N rows, in request order. Local tokens are indices into the shard.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "config/group_config.h"
+#include "core/status.h"
+#include "kernels/cpu/row_sampler.h"
+#include "kernels/param_pool.h"
+#include "kernels/sampling_types.h"
+
+namespace ds {
+
+// A cut row's candidates to send: every token of `row` whose mass is at least `threshold`, at
+// most `room` of them.
+struct candidate_request {
+    size_t row = 0;
+    uint64_t threshold = 0;
+    size_t room = 0;
+};
+
+class shard_primitives {
+   public:
+    virtual ~shard_primitives() = default;
+
+    // Row maximum: processes every row of `in.logits` (this rank's shard: penalties, bias and
+    // bitmask, docs/semantics.md) and writes each row's argmax key (argmax_key; 0 when nothing
+    // is allowed) to keys[row].
+    virtual status row_maxima(const step_input& in, const param_pool& pool, int32_t vocab_offset, uint64_t* keys) = 0;
+
+    // Masses, once the rows' global maxima are known: unit_sums[row] is the row's unit-temperature
+    // mass (the log-softmax normaliser's part of this shard; rows without a maximum get 0). Each
+    // stochastic row k gets its masses at temperatures[k], and counts_and_masses[2k], [2k + 1]
+    // their nonzero count and sum.
+    virtual status masses(const std::vector<float>& max_logit, const std::vector<uint8_t>& has_max,
+                          const std::vector<size_t>& stochastic_rows, const std::vector<float>& temperatures,
+                          uint64_t* unit_sums, uint64_t* counts_and_masses) = 0;
+
+    // Candidates: the summary (kSummaryWords words, shard_encoding.h) of each cut row's largest
+    // masses, into summaries[i * kSummaryWords].
+    virtual void summarize(const std::vector<size_t>& cut_rows, uint64_t* summaries) = 0;
+    // Candidate keys (candidate_key) of each request into `keys`, request after request, each
+    // padded with 0 to its room; internal error when a row holds more than its room.
+    virtual status candidates(const std::vector<candidate_request>& requests, uint64_t* keys) = 0;
+    // This rank's own (mass, global token) pairs of `row` at or above `threshold` (the decider's).
+    virtual void own_candidates(size_t row, uint64_t threshold, int32_t vocab_offset,
+                                std::vector<std::pair<uint64_t, int32_t>>& out) = 0;
+
+    // Cut histograms (radix select): for each of `rows` within its local `domains[i]`, the count
+    // and mass of tokens per 8-bit digit at `shift` whose higher digits equal prefixes[i], into
+    // histograms[i * 512] (256 counts, then 256 masses).
+    virtual void cut_histograms(const std::vector<size_t>& rows, const std::vector<cpu::filter_cut>& domains,
+                                const std::vector<uint64_t>& prefixes, int shift, uint64_t* histograms) = 0;
+    // How many tokens of `row` within `domain` have mass exactly q, and the index of the nth.
+    virtual int64_t count_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q) = 0;
+    virtual int32_t nth_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q, int64_t nth) = 0;
+
+    // The mass `row` keeps within its local cut, and one token's mass (0 when the cut drops it).
+    virtual uint64_t kept_mass(size_t row, const cpu::filter_cut& cut) = 0;
+    virtual uint64_t kept_token_mass(size_t row, const cpu::filter_cut& cut, int32_t local_token) = 0;
+
+    // The owner's draw: the local token at mass `target` of `row`'s kept distribution, without
+    // `excluded` (-1: none); -1 when the target lies past the shard's kept mass.
+    virtual int32_t token_at_mass(size_t row, const cpu::filter_cut& cut, uint64_t target, int32_t excluded) = 0;
+    // A token's processed logit (for its logprob).
+    virtual float processed_logit(size_t row, int32_t local_token) = 0;
+};
+
+// The CPU implementation: processed rows and masses in host buffers sized once for the group's
+// largest step.
+std::unique_ptr<shard_primitives> make_cpu_shard_primitives(const group_config& config);
+
+}  // namespace ds
