@@ -222,7 +222,7 @@ std::string fault_report_json(const fault_report& report, bool with_latency) {
         .dump(2);
 }
 
-std::string parse_fault_report_json(const std::string& text, fault_report& report) {
+status parse_fault_report_json(const std::string& text, fault_report& report) {
     report = fault_report{};
     report.summary = empty_fault_summary();
     try {
@@ -233,7 +233,8 @@ std::string parse_fault_report_json(const std::string& text, fault_report& repor
             r.rank = e.at("rank").get<int32_t>();
             const std::string kind = e.at("kind").get<std::string>();
             const result<fault_kind> parsed = parse_fault_kind(kind);
-            if (!parsed.is_ok()) return fmt::format("event of step {}: unknown fault kind '{}'", r.step, kind);
+            if (!parsed.is_ok())
+                return status::invalid(fmt::format("event of step {}: unknown fault kind '{}'", r.step, kind));
             r.kind = *parsed;
             r.detected = e.at("detected").get<bool>();
             r.masked = e.at("masked").get<bool>();
@@ -247,7 +248,7 @@ std::string parse_fault_report_json(const std::string& text, fault_report& repor
         for (const nlohmann::json& k : doc.at("summary")) {
             const std::string name = k.at("kind").get<std::string>();
             const result<fault_kind> kind = parse_fault_kind(name);
-            if (!kind.is_ok()) return fmt::format("summary: unknown fault kind '{}'", name);
+            if (!kind.is_ok()) return status::invalid(fmt::format("summary: unknown fault kind '{}'", name));
             fault_kind_summary& s = report.summary[static_cast<size_t>(*kind)];
             s.injected = k.at("injected").get<int64_t>();
             s.detected = k.at("detected").get<int64_t>();
@@ -263,9 +264,9 @@ std::string parse_fault_report_json(const std::string& text, fault_report& repor
         report.records_left_out = doc.value("events_left_out", int64_t{0});
         report.unexplained_left_out = doc.value("unexplained_left_out", int64_t{0});
     } catch (const nlohmann::json::exception& e) {
-        return fmt::format("not a fault report ({})", e.what());
+        return status::invalid(fmt::format("not a fault report ({})", e.what()));
     }
-    return {};
+    return status::success();
 }
 
 }  // namespace ds

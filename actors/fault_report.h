@@ -68,8 +68,8 @@ std::string fault_table(const std::vector<fault_kind_summary>& summary);
 // `with_latency` is false (a replay gives the same report but not the same timings).
 std::string fault_report_json(const fault_report& report, bool with_latency);
 // Reads what fault_report_json wrote (a report whose summary is empty gets one counted from its
-// records); empty on success, else what is wrong.
-std::string parse_fault_report_json(const std::string& text, fault_report& report);
+// records), or says what is wrong.
+status parse_fault_report_json(const std::string& text, fault_report& report);
 
 // How many records and unexplained events a ledger keeps by default.
 inline constexpr std::size_t kKeptFaultRecords = 4096;

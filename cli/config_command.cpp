@@ -18,9 +18,8 @@ int run_config_check_command(const group_options& options) {
         DS_TRY(load_group_config(options.config_file, options.overrides, config));
         DS_TRY(validate_group_config(config));
         DS_TRY(check_memory_budget(config, 1));  // one rank's buffers (a rank process)
-        if (std::string e = load_gateway_config(options.config_file, options.overrides, gateway); !e.empty())
-            return status::invalid(e);
-        if (std::string e = validate_gateway_config(gateway); !e.empty()) return status::invalid(e);
+        DS_TRY(load_gateway_config(options.config_file, options.overrides, gateway));
+        DS_TRY(validate_gateway_config(gateway));
         DS_TRY(load_topology_config(options.config_file, options.overrides, topology));
         return validate_topology_config(topology, config.distribution.tp);
     };

@@ -81,19 +81,19 @@ std::string join(const logits_source& model, const int32_t* tokens, int32_t coun
 
 // The target model and a weaker draft of it: the synthetic generator with extra draft noise, or a
 // trigram model of a text with its bigram model as the draft.
-std::string make_models(const demo_options& options, std::unique_ptr<logits_source>& target,
-                        std::unique_ptr<logits_source>& draft) {
+status make_models(const demo_options& options, std::unique_ptr<logits_source>& target,
+                   std::unique_ptr<logits_source>& draft) {
     if (options.model == "ngram") {
         auto trigram = std::make_unique<ngram_lm>();
         auto bigram = std::make_unique<ngram_lm>();
-        if (std::string e = ngram_lm::train_file(options.corpus, 3, *trigram); !e.empty()) return e;
-        if (std::string e = ngram_lm::train_file(options.corpus, 2, *bigram); !e.empty()) return e;
+        DS_TRY(ngram_lm::train_file(options.corpus, 3, *trigram));
+        DS_TRY(ngram_lm::train_file(options.corpus, 2, *bigram));
         target = std::move(trigram);
         draft = std::move(bigram);
-        return {};
+        return status::success();
     }
     if (options.model != "synthetic")
-        return fmt::format("--model = '{}': expected 'synthetic' or 'ngram'", options.model);
+        return status::invalid(fmt::format("--model = '{}': expected 'synthetic' or 'ngram'", options.model));
     synthetic_lm_config target_config;
     target_config.vocab_size = options.vocab;
     target_config.seed = options.seed;
@@ -101,7 +101,7 @@ std::string make_models(const demo_options& options, std::unique_ptr<logits_sour
     draft_config.draft_noise = 1.0f;
     target = std::make_unique<synthetic_lm>(target_config);
     draft = std::make_unique<synthetic_lm>(draft_config);
-    return {};
+    return status::success();
 }
 
 status check_demo_options(const demo_options& options) {
@@ -307,7 +307,7 @@ int run_demo_command(const demo_options& options) {
     if (status s = check_demo_options(options); !s.is_ok()) return report(s);
     std::unique_ptr<logits_source> target;
     std::unique_ptr<logits_source> draft;
-    if (std::string e = make_models(options, target, draft); !e.empty()) return report(status::invalid(e));
+    if (status s = make_models(options, target, draft); !s.is_ok()) return report(s);
     const result<group_config> config = demo_group_config(options, target->vocab_size());
     if (!config.is_ok()) return report(config.error());
     std::unique_ptr<group> ranks;

@@ -25,9 +25,9 @@ int run_faults_report_command(const faults_report_options& options) {
     // The shared reader's limits (depth, duplicate keys) first; then the report's own fields.
     const std::string content = text.str();
     const result<nlohmann::json> checked = parse_json(content);
-    const std::string e = checked.is_ok() ? parse_fault_report_json(content, report) : checked.error().message;
-    if (!e.empty()) {
-        std::cerr << "error: fault report '" << options.file << "': " << e << '\n';
+    const status s = checked.is_ok() ? parse_fault_report_json(content, report) : checked.error();
+    if (!s.is_ok()) {
+        std::cerr << "error: fault report '" << options.file << "': " << s.message << '\n';
         return 2;
     }
     if (options.json) {

@@ -306,10 +306,10 @@ int run_rank_command(const rank_options& options) {
         const int32_t rank = rank_of_this_host(options, topology, config.distribution.tp);
         set_rank_environment(topology, rank);
         std::unique_ptr<logits_source> source;  // null: "wire"
-        if (std::string e = make_logits_source(topology.logits_source, config.limits.vocab_size, topology.model_seed,
-                                               topology.corpus, source);
-            !e.empty()) {
-            throw input_error(fmt::format("topology.corpus = '{}': {}", topology.corpus, e));
+        if (status s = make_logits_source(topology.logits_source, config.limits.vocab_size, topology.model_seed,
+                                          topology.corpus, source);
+            !s.is_ok()) {
+            throw input_error(fmt::format("topology.corpus = '{}': {}", topology.corpus, s.message));
         }
         if (source && source->vocab_size() != config.limits.vocab_size) {
             throw input_error(fmt::format("vocab_size = {}: topology.logits_source = {} has a vocabulary of {}",

@@ -19,17 +19,18 @@ namespace ds::cli {
 int run_serve_command(const group_options& options) {
     group_config config;
     gateway_config gateway;
-    std::string e = load_group_config(options.config_file, options.overrides, config).message;
-    if (e.empty()) e = load_gateway_config(options.config_file, options.overrides, gateway);
     std::unique_ptr<logits_source> model;  // fills the logits of steps without a payload (gateway.model), or null
-    if (e.empty())
-        e = make_logits_source(gateway.model, config.limits.vocab_size, gateway.model_seed, gateway.corpus, model);
-    // The n-gram model's vocabulary is the corpus's: the group is sized to it.
-    if (e.empty() && gateway.model == "ngram") config.limits.vocab_size = model->vocab_size();
-    if (e.empty()) e = validate_group_config(config).message;
-    if (e.empty()) e = validate_gateway_config(gateway);
-    if (!e.empty()) {
-        std::cerr << "error: " << e << '\n';
+    auto load = [&]() -> status {
+        DS_TRY(load_group_config(options.config_file, options.overrides, config));
+        DS_TRY(load_gateway_config(options.config_file, options.overrides, gateway));
+        DS_TRY(make_logits_source(gateway.model, config.limits.vocab_size, gateway.model_seed, gateway.corpus, model));
+        // The n-gram model's vocabulary is the corpus's: the group is sized to it.
+        if (gateway.model == "ngram") config.limits.vocab_size = model->vocab_size();
+        DS_TRY(validate_group_config(config));
+        return validate_gateway_config(gateway);
+    };
+    if (status s = load(); !s.is_ok()) {
+        std::cerr << "error: " << s.message << '\n';
         return 2;
     }
     std::unique_ptr<group> ranks;

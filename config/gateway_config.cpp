@@ -43,36 +43,37 @@ const std::vector<gateway_key>& keys() {
 
 }  // namespace
 
-std::string load_gateway_config(const std::string& file, const std::vector<std::string>& overrides,
-                                gateway_config& config) {
-    std::string e = config_keys::load("gateway", keys(), file, overrides, config).message;
+status load_gateway_config(const std::string& file, const std::vector<std::string>& overrides, gateway_config& config) {
+    DS_TRY(config_keys::load("gateway", keys(), file, overrides, config));
     // A server on a free port takes a free metrics port too, unless one was chosen.
-    if (e.empty() && config.port == 0 && config.metrics_port == kDefaultMetricsPort) config.metrics_port = 0;
-    return e;
+    if (config.port == 0 && config.metrics_port == kDefaultMetricsPort) config.metrics_port = 0;
+    return status::success();
 }
 
 bool is_loopback_address(const std::string& address) {
     return address == "localhost" || address == "::1" || address.rfind("127.", 0) == 0;
 }
 
-std::string validate_gateway_config(const gateway_config& config) {
+status validate_gateway_config(const gateway_config& config) {
     if (config.listen_address.empty() && config.unix_socket.empty()) {
-        return "gateway.listen_address and gateway.unix_socket are both empty: expected at least one listener";
+        return status::invalid(
+            "gateway.listen_address and gateway.unix_socket are both empty: expected at least one listener");
     }
     if (!config.listen_address.empty() && !is_loopback_address(config.listen_address) && config.secret.empty()) {
-        return "gateway.listen_address = '" + config.listen_address +
-               "' is not a loopback address: expected gateway.secret to be set (shared-secret authentication)";
+        return status::invalid(
+            "gateway.listen_address = '" + config.listen_address +
+            "' is not a loopback address: expected gateway.secret to be set (shared-secret authentication)");
     }
     if (config.secret.size() > static_cast<size_t>(kMaxSecretBytes)) {
-        return "gateway.secret: " + std::to_string(config.secret.size()) + " bytes: expected at most " +
-               std::to_string(kMaxSecretBytes);
+        return status::invalid("gateway.secret: " + std::to_string(config.secret.size()) + " bytes: expected at most " +
+                               std::to_string(kMaxSecretBytes));
     }
     if (config.max_buffered_bytes < config.max_frame_bytes) {
-        return "gateway.max_buffered_bytes = " + std::to_string(config.max_buffered_bytes) +
-               ": expected at least gateway.max_frame_bytes = " + std::to_string(config.max_frame_bytes) +
-               " (one whole frame)";
+        return status::invalid("gateway.max_buffered_bytes = " + std::to_string(config.max_buffered_bytes) +
+                               ": expected at least gateway.max_frame_bytes = " +
+                               std::to_string(config.max_frame_bytes) + " (one whole frame)");
     }
-    return {};
+    return status::success();
 }
 
 nlohmann::json gateway_config_to_json(const gateway_config& config) { return config_keys::to_json(keys(), config); }

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
+
 namespace ds {
 
 inline constexpr int32_t kDefaultMetricsPort = 9464;
@@ -41,13 +43,12 @@ struct gateway_config {
     int32_t model_seed = 1;                                   // the synthetic model's seed
 };
 
-// Fills `config` from the gateway section of the sources; "" or the first error.
-std::string load_gateway_config(const std::string& file, const std::vector<std::string>& overrides,
-                                gateway_config& config);
+// Fills `config` from the gateway section of the sources, or says what the first error is.
+status load_gateway_config(const std::string& file, const std::vector<std::string>& overrides, gateway_config& config);
 
 // Checks the combination: a non-loopback listen address needs a secret, the secret fits an Auth
-// frame, one frame fits the buffered-bytes budget. "" when usable.
-std::string validate_gateway_config(const gateway_config& config);
+// frame, one frame fits the buffered-bytes budget.
+status validate_gateway_config(const gateway_config& config);
 
 bool is_loopback_address(const std::string& address);
 

@@ -69,7 +69,7 @@ struct server::impl {
 };
 
 status server::impl::check_config() const {
-    if (std::string e = validate_gateway_config(config); !e.empty()) return status::invalid(e);
+    DS_TRY(validate_gateway_config(config));
     if (model != nullptr && model->vocab_size() != ranks.config().limits.vocab_size) {
         return status::invalid(fmt::format("gateway.model vocabulary = {}: expected the group's vocab_size = {}",
                                            model->vocab_size(), ranks.config().limits.vocab_size));

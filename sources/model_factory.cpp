@@ -5,11 +5,11 @@
 
 namespace ds {
 
-std::string make_logits_source(const std::string& name, int32_t vocab_size, int32_t seed, const std::string& corpus,
-                               std::unique_ptr<logits_source>& out) {
+status make_logits_source(const std::string& name, int32_t vocab_size, int32_t seed, const std::string& corpus,
+                          std::unique_ptr<logits_source>& out) {
     if (name == "ngram") {
         auto model = std::make_unique<ngram_lm>();
-        if (std::string e = ngram_lm::train_file(corpus, 3, *model); !e.empty()) return e;
+        DS_TRY(ngram_lm::train_file(corpus, 3, *model));
         out = std::move(model);
     } else if (name == "synthetic") {
         synthetic_lm_config c;
@@ -17,7 +17,7 @@ std::string make_logits_source(const std::string& name, int32_t vocab_size, int3
         c.seed = static_cast<uint64_t>(seed);
         out = std::make_unique<synthetic_lm>(c);
     }
-    return {};
+    return status::success();
 }
 
 }  // namespace ds

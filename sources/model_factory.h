@@ -8,12 +8,13 @@
 #include <memory>
 #include <string>
 
+#include "core/status.h"
 #include "sources/logits_source.h"
 
 namespace ds {
 
-// Makes model `name`; "" or why not (a corpus that cannot be read). Any other name leaves `out` null.
-std::string make_logits_source(const std::string& name, int32_t vocab_size, int32_t seed, const std::string& corpus,
-                               std::unique_ptr<logits_source>& out);
+// Makes model `name`, or says why not (a corpus that cannot be read). Any other name leaves `out` null.
+status make_logits_source(const std::string& name, int32_t vocab_size, int32_t seed, const std::string& corpus,
+                          std::unique_ptr<logits_source>& out);
 
 }  // namespace ds

@@ -49,10 +49,11 @@ bool add_followers(const std::vector<std::pair<int32_t, int32_t>>* list, double 
 
 }  // namespace
 
-std::string ngram_lm::train(const std::string& text, int order, ngram_lm& out) {
-    if (order != 2 && order != 3) return "ngram order = " + std::to_string(order) + ": expected 2 or 3";
+status ngram_lm::train(const std::string& text, int order, ngram_lm& out) {
+    if (order != 2 && order != 3)
+        return status::invalid("ngram order = " + std::to_string(order) + ": expected 2 or 3");
     const std::vector<std::string> words = split_words(text);
-    if (words.size() < 3) return "ngram corpus: expected at least 3 words";
+    if (words.size() < 3) return status::invalid("ngram corpus: expected at least 3 words");
     ngram_lm m;
     m.order_ = order;
     for (const std::string& w : words) {
@@ -76,12 +77,12 @@ std::string ngram_lm::train(const std::string& text, int order, ngram_lm& out) {
     m.bigrams_ = to_followers(bigram_counts);
     if (order == 3) m.trigrams_ = to_followers(trigram_counts);
     out = std::move(m);
-    return {};
+    return status::success();
 }
 
-std::string ngram_lm::train_file(const std::string& path, int order, ngram_lm& out) {
+status ngram_lm::train_file(const std::string& path, int order, ngram_lm& out) {
     std::ifstream in(path);
-    if (!in) return "ngram corpus '" + path + "': cannot be opened";
+    if (!in) return status::invalid("ngram corpus '" + path + "': cannot be opened");
     std::stringstream text;
     text << in.rdbuf();
     return train(text.str(), order, out);

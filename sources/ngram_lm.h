@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/status.h"
 #include "sources/logits_source.h"
 
 namespace ds {
@@ -17,9 +18,9 @@ class ngram_lm final : public logits_source {
    public:
     // Tokens are lower-cased runs of letters and digits, and single punctuation marks. `order` is
     // 2 (bigram) or 3 (trigram). The vocabulary is padded to a multiple of 8 (so it splits over
-    // TP = 1, 2, 4, 8); padding tokens have logit -inf. Returns an error message or "".
-    static std::string train(const std::string& text, int order, ngram_lm& out);
-    static std::string train_file(const std::string& path, int order, ngram_lm& out);
+    // TP = 1, 2, 4, 8); padding tokens have logit -inf.
+    static status train(const std::string& text, int order, ngram_lm& out);
+    static status train_file(const std::string& path, int order, ngram_lm& out);
 
     int32_t vocab_size() const override { return padded_vocab_; }
     void logits(uint64_t context, float* row) const override;

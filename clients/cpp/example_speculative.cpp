@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     constexpr int32_t kN = kDrafts + 1;
 
     ngram_lm draft;
-    if (std::string e = ngram_lm::train_file(corpus, 2, draft); !e.empty()) return fail(e);
+    if (status s = ngram_lm::train_file(corpus, 2, draft); !s.is_ok()) return fail(s.message);
     std::unique_ptr<client::gateway_client> gateway;
     if (status s = client::gateway_client::connect(
             address, std::getenv("DISTSAMPLE_SECRET") ? std::getenv("DISTSAMPLE_SECRET") : "", gateway);
