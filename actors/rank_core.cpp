@@ -80,9 +80,16 @@ class model_supplier final : public shard_supplier {
     void on_register(int32_t slot, const std::vector<int32_t>& history) override {
         contexts_[static_cast<size_t>(slot)] = context_of(history);
     }
-    void on_commit(int32_t slot, const int32_t* tokens, int32_t count) override {
-        uint64_t& context = contexts_[static_cast<size_t>(slot)];
-        for (int32_t i = 0; i < count; ++i) context = logits_source::next_context(context, tokens[i]);
+    // The accepted tokens extend each request's context (gateway/steps.cpp commits the same).
+    void on_commit(const dist_step& step, const step_outputs& outputs) override {
+        const auto n = static_cast<size_t>(step.plan.tokens_per_req);
+        const auto bs = static_cast<size_t>(outputs.batch_size());
+        for (size_t b = 0; b < bs; ++b) {
+            const int32_t accepted = outputs.packed[bs * n + b];
+            uint64_t& context = contexts_[static_cast<size_t>(step.slots[b])];
+            for (int32_t i = 0; i < accepted; ++i)
+                context = logits_source::next_context(context, outputs.packed[b * n + static_cast<size_t>(i)]);
+        }
     }
 
    private:
@@ -243,16 +250,7 @@ status rank_core::commit(uint64_t step_id, const step_outputs* agreed) {
     if (!engine_ || !last_step_ || last_step_->id != step_id) return status::success();
     const step_outputs& outputs = agreed != nullptr ? *agreed : *last_outputs_;
     DS_TRY(engine_->commit(*last_step_, outputs));
-    if (!supplier_) return status::success();
-    // The accepted tokens extend each request's context (gateway/steps.cpp commits the same).
-    const int32_t n = last_step_->plan.tokens_per_req;
-    const int32_t bs = outputs.batch_size();
-    for (int32_t b = 0; b < bs; ++b) {
-        const int32_t accepted =
-            outputs.packed[static_cast<size_t>(bs) * static_cast<size_t>(n) + static_cast<size_t>(b)];
-        supplier_->on_commit(last_step_->slots[static_cast<size_t>(b)],
-                             outputs.packed.data() + static_cast<size_t>(b) * static_cast<size_t>(n), accepted);
-    }
+    if (supplier_) supplier_->on_commit(*last_step_, outputs);
     return status::success();
 }
 

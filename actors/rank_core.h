@@ -59,9 +59,10 @@ class shard_supplier {
     // Fills `shard` with the step's bs * N rows of this rank's vocab shard, valid until the next
     // call; bounded in time.
     virtual status supply(const dist_step& step, logits_view& shard) = 0;
-    // The request in `slot` was registered with `history`, released (empty), or emitted `tokens`.
+    // The request in `slot` was registered with `history`, or released (empty).
     virtual void on_register(int32_t slot, const std::vector<int32_t>& history) = 0;
-    virtual void on_commit(int32_t slot, const int32_t* tokens, int32_t count) = 0;
+    // The group agreed on `outputs` for `step` (its last supplied one).
+    virtual void on_commit(const dist_step& step, const step_outputs& outputs) = 0;
 };
 
 // A shard_supplier over a logits_source: row b*N+j is the model's distribution after the

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <set>
 #include <thread>
@@ -105,8 +106,13 @@ status why_the_coordinator_left(caf::actor_system& system, int32_t rank, const s
 
 }  // namespace
 
+void set_ucx_environment(const topology_config& topology) {
+    if (!topology.ucx_tls.empty()) ::setenv("UCX_TLS", topology.ucx_tls.c_str(), 1);
+    if (!topology.ucx_net_devices.empty()) ::setenv("UCX_NET_DEVICES", topology.ucx_net_devices.c_str(), 1);
+}
+
 status run_rank_process(caf::actor_system& system, const group_config& config, int32_t rank, const std::string& host,
-                        uint16_t port, const topology_config& topology, const logits_source* source) {
+                        uint16_t port, const topology_config& topology, rank_process_options options) {
     auto coordinator = connect(system, host, port, topology.join_timeout);
     if (!coordinator) {
         return {status_code::aborted, fmt::format("rank {}: cannot reach the coordinator at {}:{}: {}", rank, host,
@@ -117,9 +123,7 @@ status run_rank_process(caf::actor_system& system, const group_config& config, i
     on_continue.sa_flags = SA_RESTART;
     ::sigaction(SIGCONT, &on_continue, nullptr);
     auto delays = std::make_shared<wakeable_sleep>();
-    auto core = std::make_shared<rank_core>(
-        config, rank, rank_host::process, delays,
-        source != nullptr ? make_model_supplier(*source, rank, config.limits.max_slots) : nullptr);
+    auto core = std::make_shared<rank_core>(config, rank, rank_host::process, delays, std::move(options.supplier));
     auto worker = spawn_rank_actor(system, std::move(core));
     auto front = system.spawn(rank_process_front, worker, delays);
     caf::scoped_actor self{system};
@@ -134,9 +138,11 @@ status run_rank_process(caf::actor_system& system, const group_config& config, i
     if (result.is_ok()) {
         rank_log().info("rank {} joined the coordinator at {}:{}", rank, host, port);
         self->monitor(*coordinator);
+        if (options.joined) options.joined(caf::actor_cast<caf::actor>(self));
         caf::error reason;
-        self->receive([&](caf::down_msg& d) { reason = d.reason; });
-        result = why_the_coordinator_left(system, rank, host, port, reason, topology);
+        bool left = false;
+        self->receive([&](caf::down_msg& d) { reason = d.reason; }, [&](leave_atom) { left = true; });
+        if (!left) result = why_the_coordinator_left(system, rank, host, port, reason, topology);
     }
     self->send_exit(worker, caf::exit_reason::user_shutdown);
     self->wait_for(worker);  // its endpoint is closed

@@ -155,8 +155,10 @@ void bench_rank_processes(const std::string& mode, int steps) {
             ds::synthetic_lm_config lm;
             lm.vocab_size = kVocab;
             const ds::synthetic_lm model(lm);
+            ds::rank_process_options process;
+            process.supplier = ds::make_model_supplier(model, r, config.limits.max_slots);
             const ds::status s =
-                ds::run_rank_process(*system, config, r, "127.0.0.1", port, ds::topology_config{}, &model);
+                ds::run_rank_process(*system, config, r, "127.0.0.1", port, ds::topology_config{}, std::move(process));
             ::_exit(s.is_ok() ? 0 : 1);
         }
         children.push_back(pid);

@@ -106,8 +106,7 @@ int32_t rank_of_this_host(const rank_options& options, const topology_config& to
 
 // What the topology says about a rank process's libraries, set before they start.
 void set_rank_environment(const topology_config& topology, int32_t rank) {
-    if (!topology.ucx_tls.empty()) ::setenv("UCX_TLS", topology.ucx_tls.c_str(), 1);
-    if (!topology.ucx_net_devices.empty()) ::setenv("UCX_NET_DEVICES", topology.ucx_net_devices.c_str(), 1);
+    set_ucx_environment(topology);
     if (!topology.devices.empty())
         ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(topology.devices[static_cast<size_t>(rank)]).c_str(), 1);
 }
@@ -305,6 +304,11 @@ int run_rank_command(const rank_options& options) {
                                       : parse_address(options.coordinator, "--coordinator");
         const int32_t rank = rank_of_this_host(options, topology, config.distribution.tp);
         set_rank_environment(topology, rank);
+        if (topology.logits_source == "worker") {
+            throw input_error(
+                "topology.logits_source = worker: the ranks live inside model workers (the rank API, "
+                "include/distsample/rank.h): expected wire, synthetic or ngram for `distsample rank`");
+        }
         std::unique_ptr<logits_source> source;  // null: "wire"
         if (status s = make_logits_source(topology.logits_source, config.limits.vocab_size, topology.model_seed,
                                           topology.corpus, source);
@@ -318,7 +322,9 @@ int run_rank_command(const rank_options& options) {
         // Never destroyed: the process ends right after (see run_rank_process).
         auto* cfg = new caf::actor_system_config;
         auto* system = new caf::actor_system{configure_remote_actor_system(*cfg, topology)};
-        const status s = run_rank_process(*system, config, rank, host, port, topology, source.get());
+        rank_process_options process;
+        if (source) process.supplier = make_model_supplier(*source, rank, config.limits.max_slots);
+        const status s = run_rank_process(*system, config, rank, host, port, topology, std::move(process));
         if (!s.is_ok()) std::cerr << "error: " << s.message << std::endl;
         std::fflush(nullptr);
         std::_Exit(s.is_ok() ? 0 : (s.code == status_code::invalid_argument ? 2 : 1));

@@ -78,7 +78,7 @@ const std::vector<topology_key>& keys() {
         millis_key("connection_timeout_ms", &topology_config::connection_timeout, 20),
         {"logits_source", [](const topology_config& c) { return json(c.logits_source); },
          [](const std::string& k, const raw_value& v, topology_config& c) {
-             return read_choice(k, v, {"wire", "synthetic", "ngram"}, c.logits_source);
+             return read_choice(k, v, {"wire", "synthetic", "ngram", "worker"}, c.logits_source);
          }},
         int_key<topology_config>("model_seed", &topology_config::model_seed, 0, 1 << 30),
         string_key<topology_config>("corpus", &topology_config::corpus),

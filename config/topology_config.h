@@ -33,6 +33,8 @@ struct topology_config {
     // tests, small V) or its own model, "synthetic" (sources/synthetic_logits.h, model_seed) or
     // "ngram" (sources/ngram_lm.h, trained on corpus), which makes the rows of a step from the
     // request's context as the gateway's model does (gateway.model); the step then carries none.
+    // "worker": the ranks live inside model workers, which hand in their shards
+    // (include/distsample/rank.h); not for `distsample rank`.
     std::string logits_source = "wire";
     int32_t model_seed = 1;
     std::string corpus = "/usr/share/common-licenses/GPL-3";

@@ -177,10 +177,10 @@ class RemoteRanks : public ::testing::Test {
         return {"--coordinator", address_, "--rank", std::to_string(rank)};
     }
 
-    // fork + exec with stdin/stdout as given (-1: /dev/null and the test's log file).
+    // fork + exec of `program` with stdin/stdout as given (-1: /dev/null and the test's log file).
     pid_t spawn(std::vector<std::string> launcher, std::vector<std::string> args, int in_fd, int out_fd,
-                const std::string& log) {
-        args.insert(args.begin(), tool_path());
+                const std::string& log, const std::string& program = tool_path()) {
+        args.insert(args.begin(), program);
         args.insert(args.begin(), launcher.begin(), launcher.end());
         std::vector<char*> argv;
         for (std::string& a : args) argv.push_back(a.data());
