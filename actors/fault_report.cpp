@@ -81,7 +81,7 @@ void fault_ledger::keep_unexplained(std::string event) {
     }
 }
 
-std::vector<fault_record> fault_ledger::record(uint64_t step_id, const step_reply& reply, int64_t latency_ns) {
+std::vector<fault_record> fault_ledger::fired(uint64_t step_id) const {
     std::vector<fault_record> injected;
     for (std::size_t i = 0; i < plan_.faults.size(); ++i) {
         if (!fault_fires(plan_, i, step_id)) continue;
@@ -91,60 +91,78 @@ std::vector<fault_record> fault_ledger::record(uint64_t step_id, const step_repl
         r.kind = plan_.faults[i].kind;
         injected.push_back(r);
     }
+    return injected;
+}
+
+// A desync the digests caught in an answered step: repaired with rank 0's outputs unless rank 0's
+// are the altered ones.
+void fault_ledger::judge_caught_desync(fault_record& r, const std::vector<const desync_event*>& events) const {
+    r.detected = true;
+    r.first_row = events.front()->first_row;
+    // Rank 0's outputs are the answer: wrong when rank 0 altered them or received the stale
+    // copy (then the duplicating rank, which received nothing stale, differs from it).
+    const bool reference_wrong =
+        r.kind == fault_kind::duplicate_put
+            ? std::any_of(events.begin(), events.end(), [&](const desync_event* e) { return e->rank == r.rank; })
+            : r.rank == 0;
+    if (reference_wrong) {
+        r.action = "answered with rank 0's outputs, which are the altered ones (rank 0 is the reference)";
+    } else {
+        r.repaired = true;
+        r.action = policy_ == rank0_policy::always ? "rank 0's outputs answered and committed (policy always)"
+                                                   : "repaired with rank 0's outputs (policy on_mismatch)";
+    }
+}
+
+bool fault_ledger::judge(fault_record& r, const step_reply& reply, const std::set<int32_t>& blamed,
+                         std::set<int32_t>& explained_events) const {
+    const bool ok = reply.result.is_ok();
+    bool explains_failure = false;
+    // A desync of rank 0, the reference, shows as every other rank differing from it.
+    std::vector<const desync_event*> events;
+    for (const desync_event& e : reply.desyncs) {
+        if (explains_event(r, e)) events.push_back(&e);
+    }
+    if (ok && digest_catches(r.kind) && !events.empty()) {
+        judge_caught_desync(r, events);
+        for (const desync_event* e : events) explained_events.insert(e->rank);
+    } else if (!ok && blamed.count(r.rank) != 0 && (can_fail_a_step(r.kind) || is_desync(r.kind))) {
+        r.detected = true;
+        r.failed_step = true;
+        explains_failure = true;
+        r.action = r.kind == fault_kind::alter_logit
+                       ? fmt::format(
+                             "step failed, nothing committed: rank {}'s shard changed after it was handed in, and the "
+                             "rank sampling that row would have used it ({})",
+                             r.rank, reply.result.message)
+                       : fmt::format("step failed: {}", reply.result.message);
+    } else if (!ok) {
+        r.masked = true;
+        r.action = "masked: the step failed for another fault";
+    } else if (*masked_by_design(r.kind) != '\0') {
+        r.masked = true;
+        r.action = masked_by_design(r.kind);
+    } else {
+        r.action = "NOT DETECTED";
+    }
+    if (r.kind == fault_kind::cut_connection && ok) {
+        // The client sees it at once: its connection closes instead of the reply.
+        r.detected = true;
+        r.action =
+            "the gateway closed the connection instead of replying; the ranks answered and committed the step, its "
+            "reply was dropped and counted";
+    }
+    return explains_failure;
+}
+
+std::vector<fault_record> fault_ledger::record(uint64_t step_id, const step_reply& reply, int64_t latency_ns) {
+    std::vector<fault_record> injected = fired(step_id);
     const bool ok = reply.result.is_ok();
     const std::set<int32_t> blamed = ok ? std::set<int32_t>{} : ranks_named(reply.result.message);
     std::set<int32_t> explained_events;  // ranks of desync events some fault explains
     bool failure_explained = false;
     for (fault_record& r : injected) {
-        // A desync of rank 0, the reference, shows as every other rank differing from it.
-        std::vector<const desync_event*> events;
-        for (const desync_event& e : reply.desyncs) {
-            if (explains_event(r, e)) events.push_back(&e);
-        }
-        if (ok && digest_catches(r.kind) && !events.empty()) {
-            r.detected = true;
-            r.first_row = events.front()->first_row;
-            for (const desync_event* e : events) explained_events.insert(e->rank);
-            // Rank 0's outputs are the answer: wrong when rank 0 altered them or received the stale
-            // copy (then the duplicating rank, which received nothing stale, differs from it).
-            const bool reference_wrong = r.kind == fault_kind::duplicate_put
-                                             ? std::any_of(events.begin(), events.end(),
-                                                           [&](const desync_event* e) { return e->rank == r.rank; })
-                                             : r.rank == 0;
-            if (reference_wrong) {
-                r.action = "answered with rank 0's outputs, which are the altered ones (rank 0 is the reference)";
-            } else {
-                r.repaired = true;
-                r.action = policy_ == rank0_policy::always ? "rank 0's outputs answered and committed (policy always)"
-                                                           : "repaired with rank 0's outputs (policy on_mismatch)";
-            }
-        } else if (!ok && blamed.count(r.rank) != 0 && (can_fail_a_step(r.kind) || is_desync(r.kind))) {
-            r.detected = true;
-            r.failed_step = true;
-            failure_explained = true;
-            r.action =
-                r.kind == fault_kind::alter_logit
-                    ? fmt::format(
-                          "step failed, nothing committed: rank {}'s shard changed after it was handed in, and the "
-                          "rank sampling that row would have used it ({})",
-                          r.rank, reply.result.message)
-                    : fmt::format("step failed: {}", reply.result.message);
-        } else if (!ok) {
-            r.masked = true;
-            r.action = "masked: the step failed for another fault";
-        } else if (*masked_by_design(r.kind) != '\0') {
-            r.masked = true;
-            r.action = masked_by_design(r.kind);
-        } else {
-            r.action = "NOT DETECTED";
-        }
-        if (r.kind == fault_kind::cut_connection && ok) {
-            // The client sees it at once: its connection closes instead of the reply.
-            r.detected = true;
-            r.action =
-                "the gateway closed the connection instead of replying; the ranks answered and committed the step, its "
-                "reply was dropped and counted";
-        }
+        failure_explained = judge(r, reply, blamed, explained_events) || failure_explained;
         if (r.detected) r.latency_ns = latency_ns;
     }
     for (const desync_event& e : reply.desyncs) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,13 @@ class fault_ledger {
     std::string json(bool with_latency) const { return fault_report_json(report_, with_latency); }
 
    private:
+    // The plan's faults that fire at step `step_id`, not yet judged.
+    std::vector<fault_record> fired(uint64_t step_id) const;
+    // What fault `r` did to the step: detected (repaired or not), masked, or not detected. True
+    // when it explains the step's failure; the desync events it explains go into `explained_events`.
+    bool judge(fault_record& r, const step_reply& reply, const std::set<int32_t>& blamed,
+               std::set<int32_t>& explained_events) const;
+    void judge_caught_desync(fault_record& r, const std::vector<const desync_event*>& events) const;
     void keep_unexplained(std::string event);
 
     fault_plan plan_;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "clients/cpp/distsample_client.h"
+#include "core/status.h"
 #include "gateway/server.h"
 #include "sources/synthetic_logits.h"
 
@@ -143,12 +144,66 @@ double throughput(const std::string& address, const std::vector<int32_t>& slots,
     return static_cast<double>(count) / elapsed;
 }
 
-}  // namespace
+// The frame sizes the echo mirrors: a tiny step's request and its reply.
+status frame_sizes(client::gateway_client& c, int32_t slot, std::string& request_frame, std::string& reply_frame) {
+    wire::Request probe = tiny_step(slot, 0);
+    probe.set_version(gateway::kProtocolVersion);
+    probe.set_request_id(1000);
+    gateway::append_frame(probe, request_frame);
+    wire::Request sized = tiny_step(slot, 0);
+    wire::Reply reply;
+    DS_TRY(c.call(sized, reply));
+    gateway::append_frame(reply, reply_frame);
+    return status::success();
+}
 
-int main(int argc, char** argv) {
-    const int calls = argc > 1 ? std::atoi(argv[1]) : 3000;
-    const double seconds = argc > 2 ? std::atof(argv[2]) : 3.0;
+// The step without the gateway: ds::group::step on the model's row.
+result<percentiles> direct_latency(group& ranks, const synthetic_lm& model, int32_t slot, int calls) {
+    const group_config& config = ranks.config();
+    std::vector<float> row(static_cast<size_t>(config.limits.vocab_size));
+    model.logits(1, row.data());
+    std::vector<double> us;
+    for (int i = 0; i < calls + 200; ++i) {
+        step_request step;
+        step.slots = {slot};
+        step.positions = {i};
+        step.shards = split_vocab(
+            logits_view{row.data(), logits_dtype::f32, 1, config.limits.vocab_size, config.limits.vocab_size},
+            config.distribution.tp);
+        const auto start = clock_type::now();
+        DS_TRY(ranks.step(std::move(step)).result);
+        if (i >= 200) us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - start).count());
+    }
+    return summarize(us);
+}
 
+struct figures {
+    percentiles direct, gateway_rt, echo_rt;
+    double gateway_rate = 0, echo_rate = 0;
+    std::size_t request_bytes = 0, reply_bytes = 0;
+};
+
+void print_figures(const group_config& config, int calls, double seconds, const figures& f) {
+    fmt::print(
+        "tiny step: sample, bs 1, V {}, TP {}, CPU backend, {} mode; request frame {} B, reply frame {} B; {} calls, "
+        "{} clients for {} s\n",
+        config.limits.vocab_size, config.distribution.tp, mode_name(config.distribution.mode), f.request_bytes,
+        f.reply_bytes, calls, kClients, seconds);
+    fmt::print("{:<34} {:>10} {:>10} {:>14}\n", "", "p50 (us)", "p99 (us)", "steps/s x16");
+    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14}\n", "ds::group::step (no sockets)", f.direct.p50_us, f.direct.p99_us,
+               "-");
+    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14.0f}\n", "gateway round trip (TCP loopback)", f.gateway_rt.p50_us,
+               f.gateway_rt.p99_us, f.gateway_rate);
+    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14.0f}\n", "raw Asio echo, same frame sizes", f.echo_rt.p50_us,
+               f.echo_rt.p99_us, f.echo_rate);
+    fmt::print(
+        "gateway / echo: p50 {:.1f}x, p99 {:.1f}x, throughput {:.2f}x; gateway p50 minus direct step: {:.1f} us\n",
+        f.gateway_rt.p50_us / f.echo_rt.p50_us, f.gateway_rt.p99_us / f.echo_rt.p99_us, f.gateway_rate / f.echo_rate,
+        f.gateway_rt.p50_us - f.direct.p50_us);
+}
+
+// The direct step, the gateway and the echo server, measured in one run.
+status run(int calls, double seconds) {
     group_config config;
     config.distribution.tp = 2;
     config.limits.vocab_size = 64;
@@ -156,7 +211,7 @@ int main(int argc, char** argv) {
     config.limits.max_tokens_per_req = 4;
     config.limits.max_slots = kClients + 2;
     std::unique_ptr<group> ranks;
-    if (status s = group::create(config, ranks); !s.is_ok()) return fmt::print(stderr, "error: {}\n", s.message), 1;
+    DS_TRY(group::create(config, ranks));
     synthetic_lm_config model_config;
     model_config.vocab_size = config.limits.vocab_size;
     const synthetic_lm model(model_config);
@@ -164,74 +219,44 @@ int main(int argc, char** argv) {
     gw.port = 0;
     gw.metrics_port = -1;
     gateway::server server(gw, *ranks, &model);
-    if (status s = server.start(); !s.is_ok()) return fmt::print(stderr, "error: {}\n", s.message), 1;
+    DS_TRY(server.start());
     const std::string address = fmt::format("127.0.0.1:{}", server.tcp_port());
-
     std::unique_ptr<client::gateway_client> c;
-    if (status s = client::gateway_client::connect(address, "", c); !s.is_ok())
-        return fmt::print(stderr, "error: {}\n", s.message), 1;
+    DS_TRY(client::gateway_client::connect(address, "", c));
     std::vector<int32_t> slots(kClients, 0);
     for (int32_t& slot : slots) {
         wire::SamplingParams p;
         p.set_temperature(0.8f);
-        if (!c->register_request(p, {1, 2}, slot).is_ok()) return 1;
+        DS_TRY(c->register_request(p, {1, 2}, slot));
     }
+    std::string request_frame, reply_frame;
+    DS_TRY(frame_sizes(*c, slots[0], request_frame, reply_frame));
 
-    // The frame sizes the echo mirrors.
-    wire::Request probe = tiny_step(slots[0], 0);
-    probe.set_version(gateway::kProtocolVersion);
-    probe.set_request_id(1000);
-    std::string request_frame;
-    gateway::append_frame(probe, request_frame);
-    wire::Request sized = tiny_step(slots[0], 0);
-    wire::Reply reply;
-    if (!c->call(sized, reply).is_ok()) return 1;
-    std::string reply_frame;
-    gateway::append_frame(reply, reply_frame);
-
-    // The step without the gateway: ds::group::step on the model's row.
-    std::vector<float> row(static_cast<size_t>(config.limits.vocab_size));
-    model.logits(1, row.data());
-    std::vector<double> direct_us;
-    for (int i = 0; i < calls + 200; ++i) {
-        step_request step;
-        step.slots = {slots[0]};
-        step.positions = {i};
-        step.shards = split_vocab(
-            logits_view{row.data(), logits_dtype::f32, 1, config.limits.vocab_size, config.limits.vocab_size},
-            config.distribution.tp);
-        const auto start = clock_type::now();
-        if (!ranks->step(std::move(step)).result.is_ok()) return 1;
-        if (i >= 200) direct_us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - start).count());
-    }
-    const percentiles direct = summarize(direct_us);
-
-    const percentiles gateway_rt = latency(*c, slots[0], calls);
-    const double gateway_rate = throughput(address, slots, seconds);
-
+    figures f;
+    f.request_bytes = request_frame.size();
+    f.reply_bytes = reply_frame.size();
+    DS_TRY_ASSIGN(f.direct, direct_latency(*ranks, model, slots[0], calls));
+    f.gateway_rt = latency(*c, slots[0], calls);
+    f.gateway_rate = throughput(address, slots, seconds);
     echo_server echo(reply_frame);
     const std::string echo_address = fmt::format("127.0.0.1:{}", echo.port());
     std::unique_ptr<client::gateway_client> e;
-    if (!client::gateway_client::connect(echo_address, "", e).is_ok()) return 1;
-    const percentiles echo_rt = latency(*e, slots[0], calls);
-    const double echo_rate = throughput(echo_address, slots, seconds);
-
-    fmt::print(
-        "tiny step: sample, bs 1, V {}, TP {}, CPU backend, {} mode; request frame {} B, reply frame {} B; {} calls, "
-        "{} clients for {} s\n",
-        config.limits.vocab_size, config.distribution.tp, mode_name(config.distribution.mode), request_frame.size(),
-        reply_frame.size(), calls, kClients, seconds);
-    fmt::print("{:<34} {:>10} {:>10} {:>14}\n", "", "p50 (us)", "p99 (us)", "steps/s x16");
-    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14}\n", "ds::group::step (no sockets)", direct.p50_us, direct.p99_us,
-               "-");
-    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14.0f}\n", "gateway round trip (TCP loopback)", gateway_rt.p50_us,
-               gateway_rt.p99_us, gateway_rate);
-    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14.0f}\n", "raw Asio echo, same frame sizes", echo_rt.p50_us,
-               echo_rt.p99_us, echo_rate);
-    fmt::print(
-        "gateway / echo: p50 {:.1f}x, p99 {:.1f}x, throughput {:.2f}x; gateway p50 minus direct step: {:.1f} us\n",
-        gateway_rt.p50_us / echo_rt.p50_us, gateway_rt.p99_us / echo_rt.p99_us, gateway_rate / echo_rate,
-        gateway_rt.p50_us - direct.p50_us);
+    DS_TRY(client::gateway_client::connect(echo_address, "", e));
+    f.echo_rt = latency(*e, slots[0], calls);
+    f.echo_rate = throughput(echo_address, slots, seconds);
+    print_figures(config, calls, seconds, f);
     server.stop();
+    return status::success();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const int calls = argc > 1 ? std::atoi(argv[1]) : 3000;
+    const double seconds = argc > 2 ? std::atof(argv[2]) : 3.0;
+    if (status s = run(calls, seconds); !s.is_ok()) {
+        fmt::print(stderr, "error: {}\n", s.message);
+        return 1;
+    }
     return 0;
 }

@@ -143,9 +143,15 @@ status ucx_endpoint::setup(bootstrap& boot) {
 }
 
 status ucx_endpoint::prepare(std::string& mine) {
-    const int32_t world = config_.world_size;
-    resources& u = *ucx_;
+    DS_TRY(init_context());
+    DS_TRY(allocate_regions());
+    std::string rkeys[2];
+    DS_TRY(register_regions(rkeys));
+    return pack_blob(rkeys, mine);
+}
 
+status ucx_endpoint::init_context() {
+    resources& u = *ucx_;
     ucp_config_t* ucp_config = nullptr;  // UCX_* environment variables (UCX_TLS, UCX_NET_DEVICES) apply
     if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &ucp_config); st != UCS_OK)
         return ucx_failure(rank_, "ucp_config_read", st);
@@ -182,7 +188,11 @@ status ucx_endpoint::prepare(std::string& mine) {
         return ucx_failure(rank_, "ucp_worker_create", st);
     if (ucs_status_t st = ucp_worker_get_efd(u.worker, &u.event_fd); st != UCS_OK)
         return ucx_failure(rank_, "ucp_worker_get_efd", st);
+    return status::success();
+}
 
+status ucx_endpoint::allocate_regions() {
+    const int32_t world = config_.world_size;
     // The control region (host memory): a flag word per peer, then the collective areas of
     // parity 0 and 1. The swap region: the swap receive areas of parity 0 and 1, where the
     // memory path puts them.
@@ -203,7 +213,12 @@ status ucx_endpoint::prepare(std::string& mine) {
         }
         swap_base_ = cuda_swap_.data();
     }
-    std::string rkeys[2];
+    return status::success();
+}
+
+status ucx_endpoint::register_regions(std::string (&rkeys)[2]) {
+    resources& u = *ucx_;
+    const std::size_t swap_bytes = swap_region_bytes();
     for (const region r : {region::control, region::swap}) {
         const auto i = static_cast<size_t>(r);
         ucp_mem_map_params_t map{};
@@ -223,6 +238,11 @@ status ucx_endpoint::prepare(std::string& mine) {
         rkeys[i].assign(static_cast<const char*>(rkey), rkey_bytes);
         ucp_rkey_buffer_release(rkey);
     }
+    return status::success();
+}
+
+status ucx_endpoint::pack_blob(const std::string (&rkeys)[2], std::string& mine) {
+    resources& u = *ucx_;
     ucp_address_t* address = nullptr;
     size_t address_bytes = 0;
     if (ucs_status_t st = ucp_worker_get_address(u.worker, &address, &address_bytes); st != UCS_OK) {
@@ -231,7 +251,7 @@ status ucx_endpoint::prepare(std::string& mine) {
     const blob_header header{reinterpret_cast<uint64_t>(control_.data()),
                              control_.size(),
                              reinterpret_cast<uint64_t>(swap_base_),
-                             swap_bytes,
+                             swap_region_bytes(),
                              rkeys[0].size(),
                              rkeys[1].size(),
                              address_bytes};
@@ -244,8 +264,17 @@ status ucx_endpoint::prepare(std::string& mine) {
 }
 
 status ucx_endpoint::connect(const std::vector<std::string>& blobs) {
+    reset_peers();
+    for (int32_t peer = 0; peer < config_.world_size; ++peer) {
+        if (peer != rank_) DS_TRY(connect_peer(peer, blobs[static_cast<size_t>(peer)]));
+    }
+    // Meet every peer once: wires the endpoints up and proves each peer is there.
+    DS_TRY(barrier());
+    return check_lanes();
+}
+
+void ucx_endpoint::reset_peers() {
     const int32_t world = config_.world_size;
-    const std::size_t swap_bytes = swap_region_bytes();
     resources& u = *ucx_;
     u.eps.assign(static_cast<size_t>(world), nullptr);
     for (const region r : {region::control, region::swap}) {
@@ -257,55 +286,59 @@ status ucx_endpoint::connect(const std::vector<std::string>& blobs) {
     u.flush_requests.assign(static_cast<size_t>(world), nullptr);
     u.failure_contexts.reserve(static_cast<size_t>(world));  // stable addresses for the handlers
     for (int32_t peer = 0; peer < world; ++peer) u.failure_contexts.push_back({this, peer});
-    for (int32_t peer = 0; peer < world; ++peer) {
-        if (peer == rank_) continue;
-        const std::string& blob = blobs[static_cast<size_t>(peer)];
-        if (blob.empty()) {
-            return {status_code::aborted,
-                    fmt::format("rank {}: rank {} could not start its ucx endpoint (its log says why)", rank_, peer)};
-        }
-        blob_header theirs{};
-        if (blob.size() >= sizeof theirs) std::memcpy(&theirs, blob.data(), sizeof theirs);
-        if (blob.size() < sizeof theirs || blob.size() != theirs.total_bytes()) {
-            return status::invalid(fmt::format("rank {}: malformed bootstrap blob from rank {}", rank_, peer));
-        }
-        if (theirs.control_bytes != control_.size() || theirs.swap_bytes != swap_bytes) {
-            return status::invalid(
-                fmt::format("rank {}: rank {} registered {} + {} bytes, this rank {} + {}: the ranks' transport "
-                            "configurations differ",
-                            rank_, peer, theirs.control_bytes, theirs.swap_bytes, control_.size(), swap_bytes));
-        }
-        const char* control_rkey = blob.data() + sizeof theirs;
-        const char* swap_rkey = control_rkey + theirs.control_rkey_bytes;
-        ucp_ep_params_t ep_params{};
-        ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-        ep_params.address = reinterpret_cast<const ucp_address_t*>(swap_rkey + theirs.swap_rkey_bytes);
-        if (options_.peer_error_handling) {
-            ep_params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-            ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-            ep_params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t st) {
-                const auto* context = static_cast<peer_failure_context*>(arg);
-                context->self->ucx_->peer_status[static_cast<size_t>(context->peer)] = st;
-            };
-            ep_params.err_handler.arg = &u.failure_contexts[static_cast<size_t>(peer)];
-        }
-        if (ucs_status_t st = ucp_ep_create(u.worker, &ep_params, &u.eps[static_cast<size_t>(peer)]); st != UCS_OK) {
-            return ucx_failure(rank_, "ucp_ep_create", st);
-        }
-        for (const region r : {region::control, region::swap}) {
-            const auto i = static_cast<size_t>(r);
-            if (ucs_status_t st = ucp_ep_rkey_unpack(u.eps[static_cast<size_t>(peer)],
-                                                     r == region::control ? control_rkey : swap_rkey,
-                                                     &u.rkeys[i][static_cast<size_t>(peer)]);
-                st != UCS_OK) {
-                return ucx_failure(rank_, "ucp_ep_rkey_unpack", st);
-            }
-            u.remote_base[i][static_cast<size_t>(peer)] = r == region::control ? theirs.control_base : theirs.swap_base;
-        }
-    }
-    // Meet every peer once: wires the endpoints up and proves each peer is there.
-    if (status s = barrier(); !s.is_ok()) return s;
+}
 
+status ucx_endpoint::connect_peer(int32_t peer, const std::string& blob) {
+    const std::size_t swap_bytes = swap_region_bytes();
+    resources& u = *ucx_;
+    if (blob.empty()) {
+        return {status_code::aborted,
+                fmt::format("rank {}: rank {} could not start its ucx endpoint (its log says why)", rank_, peer)};
+    }
+    blob_header theirs{};
+    if (blob.size() >= sizeof theirs) std::memcpy(&theirs, blob.data(), sizeof theirs);
+    if (blob.size() < sizeof theirs || blob.size() != theirs.total_bytes()) {
+        return status::invalid(fmt::format("rank {}: malformed bootstrap blob from rank {}", rank_, peer));
+    }
+    if (theirs.control_bytes != control_.size() || theirs.swap_bytes != swap_bytes) {
+        return status::invalid(
+            fmt::format("rank {}: rank {} registered {} + {} bytes, this rank {} + {}: the ranks' transport "
+                        "configurations differ",
+                        rank_, peer, theirs.control_bytes, theirs.swap_bytes, control_.size(), swap_bytes));
+    }
+    const char* control_rkey = blob.data() + sizeof theirs;
+    const char* swap_rkey = control_rkey + theirs.control_rkey_bytes;
+    ucp_ep_params_t ep_params{};
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep_params.address = reinterpret_cast<const ucp_address_t*>(swap_rkey + theirs.swap_rkey_bytes);
+    if (options_.peer_error_handling) {
+        ep_params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+        ep_params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t st) {
+            const auto* context = static_cast<peer_failure_context*>(arg);
+            context->self->ucx_->peer_status[static_cast<size_t>(context->peer)] = st;
+        };
+        ep_params.err_handler.arg = &u.failure_contexts[static_cast<size_t>(peer)];
+    }
+    if (ucs_status_t st = ucp_ep_create(u.worker, &ep_params, &u.eps[static_cast<size_t>(peer)]); st != UCS_OK) {
+        return ucx_failure(rank_, "ucp_ep_create", st);
+    }
+    for (const region r : {region::control, region::swap}) {
+        const auto i = static_cast<size_t>(r);
+        if (ucs_status_t st =
+                ucp_ep_rkey_unpack(u.eps[static_cast<size_t>(peer)], r == region::control ? control_rkey : swap_rkey,
+                                   &u.rkeys[i][static_cast<size_t>(peer)]);
+            st != UCS_OK) {
+            return ucx_failure(rank_, "ucp_ep_rkey_unpack", st);
+        }
+        u.remote_base[i][static_cast<size_t>(peer)] = r == region::control ? theirs.control_base : theirs.swap_base;
+    }
+    return status::success();
+}
+
+status ucx_endpoint::check_lanes() {
+    const int32_t world = config_.world_size;
+    resources& u = *ucx_;
     if (world > 1) {
         const int32_t next = (rank_ + 1) % world;
         transport_summary_ = summarize_lanes(
@@ -325,7 +358,7 @@ status ucx_endpoint::connect(const std::vector<std::string>& blobs) {
         "rank {}: ucx transport ready, {} ranks, {} KiB registered ({} swap buffers), peer error handling {}, to rank "
         "{} "
         "over {}",
-        rank_, world, (control_.size() + swap_bytes) >> 10, ucx_memory_path_name(memory_path_),
+        rank_, world, (control_.size() + swap_region_bytes()) >> 10, ucx_memory_path_name(memory_path_),
         options_.peer_error_handling ? "on" : "off", (rank_ + 1) % world,
         transport_summary_.empty() ? "(none)" : transport_summary_);
     return status::success();

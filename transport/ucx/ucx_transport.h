@@ -94,7 +94,18 @@ class ucx_endpoint final : public transport {
     // bootstrap exchange, then connect (endpoints to the peers, their rkeys, a first barrier).
     status setup(bootstrap& boot);
     status prepare(std::string& mine);
+    // prepare's phases: the UCX context and worker; the control and swap regions; their
+    // registration (each region's packed rkey); the blob the peers connect with.
+    status init_context();
+    status allocate_regions();
+    status register_regions(std::string (&rkeys)[2]);
+    status pack_blob(const std::string (&rkeys)[2], std::string& mine);
     status connect(const std::vector<std::string>& blobs);
+    // connect's phases: per-peer state sized to the world; one peer's endpoint and rkeys from its
+    // blob; after the first barrier, whether the lanes UCX chose can carry the memory path.
+    void reset_peers();
+    status connect_peer(int32_t peer, const std::string& blob);
+    status check_lanes();
     // Asks the UCX context for CUDA support, resolves options_.device_memory, logs the choice.
     status choose_memory_path();
     // One collective: issue_puts(parity) puts this rank's data into the peers' areas of that
