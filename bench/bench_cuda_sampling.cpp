@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/det_math_probe.h"
 #include "kernels/cuda/floor_probes.h"
@@ -28,11 +29,12 @@ struct bench_case {
     ds::sampling_params params;
 };
 
-ds::sampling_params make_params(float temperature, int32_t top_k, float top_p) {
+ds::sampling_params make_params(float temperature, int32_t top_k, float top_p, float min_p = 0.0f) {
     ds::sampling_params p;
     p.temperature = temperature;
     p.top_k = top_k;
     p.top_p = top_p;
+    p.min_p = min_p;
     return p;
 }
 
@@ -89,8 +91,7 @@ void print_floors(const std::vector<case_result>& results, double bandwidth) {
     std::printf("  %-66s %8.1f us\n", "step overhead: staging copy + empty kernel + output copy", f.step_overhead_us);
     std::printf("  %-66s %8.1f us\n", "arithmetic, argmax pass: compare/select per token, no memory",
                 f.arithmetic.argmax_pass_us);
-    std::printf("  %-66s %8.1f us\n", "arithmetic, mass pass: exact::token_mass, 3 sums",
-                f.arithmetic.mass_pass_us);
+    std::printf("  %-66s %8.1f us\n", "arithmetic, mass pass: exact::token_mass, 3 sums", f.arithmetic.mass_pass_us);
     std::printf(
         "\nlower bound = max(read probe, arithmetic) + step overhead, probed at each case's rows and graph shape;\n"
         "arithmetic = argmax pass (greedy) or argmax + mass passes (sampled); ratios to the floor (copy bandwidth %.2f "
@@ -119,8 +120,9 @@ bool write_json(const std::string& path, const std::vector<case_result>& results
         const bench_case& c = *r.c;
         json << (i == 0 ? "" : ",") << "{\"name\": \"" << c.name << "\", \"batch\": " << c.batch
              << ", \"tokens_per_req\": " << c.tokens_per_req << ", \"temperature\": " << c.params.temperature
-             << ", \"top_k\": " << c.params.top_k << ", \"top_p\": " << c.params.top_p << ", \"ours_us\": " << r.ours_us
-             << ", \"floor_us\": " << r.floor_us << "}";
+             << ", \"top_k\": " << c.params.top_k << ", \"top_p\": " << c.params.top_p
+             << ", \"min_p\": " << c.params.min_p << ", \"ours_us\": " << r.ours_us << ", \"floor_us\": " << r.floor_us
+             << "}";
     }
     json << "]";
     if (probed) {
@@ -147,6 +149,59 @@ bool write_json(const std::string& path, const std::vector<case_result>& results
     return static_cast<bool>(json.flush());
 }
 
+// LLM-like rows from the synthetic model, on the device: 256 rows cover every case.
+ds::status upload_logits(int32_t vocab, std::shared_ptr<void>& device_logits) {
+    ds::synthetic_lm_config lm_config;
+    lm_config.vocab_size = vocab;
+    const ds::synthetic_lm lm(lm_config);
+    std::vector<float> logits(size_t{256} * static_cast<size_t>(vocab));
+    for (int r = 0; r < 256; ++r)
+        lm.logits(static_cast<uint64_t>(r) * 7919, logits.data() + static_cast<size_t>(r) * static_cast<size_t>(vocab));
+    return ds::cuda::upload_to_device(logits.data(), logits.size() * sizeof(float), device_logits);
+}
+
+// One case: a backend with the case's requests, its step captured in a CUDA graph and timed over
+// `iterations` replays; the floor probes too when `probed`.
+ds::status run_case(const bench_case& c, int32_t vocab, const void* device_logits, double bandwidth, int iterations,
+                    bool probed, case_result& result) {
+    ds::kernel_config config;
+    config.vocab_size = vocab;
+    config.max_batch = c.batch;
+    config.max_slots = c.batch + 1;
+    config.max_tokens_per_req = c.tokens_per_req;
+    std::unique_ptr<ds::cuda::cuda_backend> backend;
+    DS_TRY(ds::cuda::cuda_backend::create(config, backend));
+    std::vector<int32_t> slots, candidates;
+    std::vector<int64_t> positions;
+    for (int32_t b = 0; b < c.batch; ++b) {
+        ds::sampling_params p = c.params;
+        p.seed = static_cast<uint64_t>(b);
+        DS_TRY(backend->pool().register_request(b + 1, p));
+        slots.push_back(b + 1);
+        positions.push_back(100 + b);
+        for (int32_t j = 0; j < c.tokens_per_req; ++j) candidates.push_back(j);  // frequent tokens: many accepted
+    }
+    const int64_t rows = int64_t{c.batch} * c.tokens_per_req;
+    ds::step_input step;
+    step.logits = ds::logits_view{device_logits, ds::logits_dtype::f32, rows, vocab, vocab, true};
+    step.slots = slots.data();
+    step.positions = positions.data();
+    step.batch_size = c.batch;
+    step.tokens_per_req = c.tokens_per_req;
+    const ds::step_kind kind = c.tokens_per_req > 1 ? ds::step_kind::verify : ds::step_kind::sample;
+    step.candidates = kind == ds::step_kind::verify ? candidates.data() : nullptr;
+    double micros = 0.0;
+    DS_TRY(backend->capture_graph(step, kind, /*with_logprobs=*/false));
+    DS_TRY(backend->time_graph(iterations, micros));
+    const double floor_us = static_cast<double>(rows) * vocab * sizeof(float) / (bandwidth * 1e12) * 1e6;
+    std::printf("%-40s %5d %3d %10.1f %10.1f %8.2f\n", c.name.c_str(), c.batch, c.tokens_per_req, micros, floor_us,
+                micros / floor_us);
+    result = case_result{&c, rows, micros, floor_us, {}};
+    if (!probed) return ds::status::success();
+    const ds::status s = probe_floors(c, rows, vocab, device_logits, *backend, iterations, result.floors);
+    return s.is_ok() ? s : ds::status{s.code, "floor probes: " + s.message};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -163,7 +218,10 @@ int main(int argc, char** argv) {
     constexpr int32_t kVocab = 128256;
     constexpr int kIterations = 50;
     double bandwidth = 0.0;
-    if (ds::status s = ds::cuda::measure_copy_bandwidth(size_t{1} << 30, 20, bandwidth); !s.is_ok()) {
+    std::shared_ptr<void> device_logits;
+    ds::status s = ds::cuda::measure_copy_bandwidth(size_t{1} << 30, 20, bandwidth);
+    if (s.is_ok()) s = upload_logits(kVocab, device_logits);
+    if (!s.is_ok()) {
         std::fprintf(stderr, "%s\n", s.message.c_str());
         return 1;
     }
@@ -174,76 +232,22 @@ int main(int argc, char** argv) {
         {"sample top-k 50 top-p 0.9", 1, 1, make_params(1.0f, 50, 0.9f)},
         {"sample top-k 50 top-p 0.9", 32, 1, make_params(1.0f, 50, 0.9f)},
         {"sample top-k 50 top-p 0.9", 256, 1, make_params(1.0f, 50, 0.9f)},
+        {"sample top-k 50", 256, 1, make_params(1.0f, 50, 1.0f)},
+        {"sample top-p 0.9", 256, 1, make_params(1.0f, -1, 0.9f)},
+        {"sample min-p 0.05", 256, 1, make_params(1.0f, -1, 1.0f, 0.05f)},
         {"verify target-only top-k 50 top-p 0.9", 64, 4, make_params(1.0f, 50, 0.9f)},
     };
-    // LLM-like rows from the synthetic model: 256 rows cover every case.
-    ds::synthetic_lm_config lm_config;
-    lm_config.vocab_size = kVocab;
-    const ds::synthetic_lm lm(lm_config);
-    std::vector<float> logits(size_t{256} * kVocab);
-    for (int r = 0; r < 256; ++r)
-        lm.logits(static_cast<uint64_t>(r) * 7919, logits.data() + static_cast<size_t>(r) * kVocab);
-    std::shared_ptr<void> device_logits;
-    if (ds::status s = ds::cuda::upload_to_device(logits.data(), logits.size() * sizeof(float), device_logits);
-        !s.is_ok()) {
-        std::fprintf(stderr, "%s\n", s.message.c_str());
-        return 1;
-    }
-
     std::printf("device copy bandwidth (read+write): %.2f TB/s; V = %d, fp32 logits, CUDA graph replays\n\n", bandwidth,
                 kVocab);
     std::printf("%-40s %5s %3s %10s %10s %8s\n", "case", "bs", "N", "ours (us)", "floor (us)", "ratio");
     const bool probed = only_case < 0;
     std::vector<case_result> results;
     for (size_t index = 0; index < cases.size(); ++index) {
-        const bench_case& c = cases[index];
         if (only_case >= 0 && static_cast<size_t>(only_case) != index) continue;
-        ds::kernel_config config;
-        config.vocab_size = kVocab;
-        config.max_batch = c.batch;
-        config.max_slots = c.batch + 1;
-        config.max_tokens_per_req = c.tokens_per_req;
-        std::unique_ptr<ds::cuda::cuda_backend> backend;
-        if (ds::status s = ds::cuda::cuda_backend::create(config, backend); !s.is_ok()) {
-            std::fprintf(stderr, "%s\n", s.message.c_str());
-            return 1;
-        }
-        std::vector<int32_t> slots, candidates;
-        std::vector<int64_t> positions;
-        for (int32_t b = 0; b < c.batch; ++b) {
-            ds::sampling_params p = c.params;
-            p.seed = static_cast<uint64_t>(b);
-            if (ds::status s = backend->pool().register_request(b + 1, p); !s.is_ok()) {
-                std::fprintf(stderr, "%s\n", s.message.c_str());
-                return 1;
-            }
-            slots.push_back(b + 1);
-            positions.push_back(100 + b);
-            for (int32_t j = 0; j < c.tokens_per_req; ++j) candidates.push_back(j);  // frequent tokens: many accepted
-        }
-        const int64_t rows = int64_t{c.batch} * c.tokens_per_req;
-        ds::step_input step;
-        step.logits = ds::logits_view{device_logits.get(), ds::logits_dtype::f32, rows, kVocab, kVocab, true};
-        step.slots = slots.data();
-        step.positions = positions.data();
-        step.batch_size = c.batch;
-        step.tokens_per_req = c.tokens_per_req;
-        const ds::step_kind kind = c.tokens_per_req > 1 ? ds::step_kind::verify : ds::step_kind::sample;
-        step.candidates = kind == ds::step_kind::verify ? candidates.data() : nullptr;
-        double micros = 0.0;
-        ds::status s = backend->capture_graph(step, kind, /*with_logprobs=*/false);
-        if (s.is_ok()) s = backend->time_graph(kIterations, micros);
+        case_result result;
+        s = run_case(cases[index], kVocab, device_logits.get(), bandwidth, kIterations, probed, result);
         if (!s.is_ok()) {
-            std::fprintf(stderr, "%s: %s\n", c.name.c_str(), s.message.c_str());
-            return 1;
-        }
-        const double floor_us = static_cast<double>(rows) * kVocab * sizeof(float) / (bandwidth * 1e12) * 1e6;
-        std::printf("%-40s %5d %3d %10.1f %10.1f %8.2f\n", c.name.c_str(), c.batch, c.tokens_per_req, micros, floor_us,
-                    micros / floor_us);
-        case_result result{&c, rows, micros, floor_us, {}};
-        if (probed) s = probe_floors(c, rows, kVocab, device_logits.get(), *backend, kIterations, result.floors);
-        if (!s.is_ok()) {
-            std::fprintf(stderr, "%s, floor probes: %s\n", c.name.c_str(), s.message.c_str());
+            std::fprintf(stderr, "%s: %s\n", cases[index].name.c_str(), s.message.c_str());
             return 1;
         }
         results.push_back(result);

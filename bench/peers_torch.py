@@ -40,8 +40,17 @@ def torch_case(case, logits):
     bs, n = case["batch"], case["tokens_per_req"]
     rows = logits[: bs * n]
     temperature, top_k, top_p = case["temperature"], case["top_k"], case["top_p"]
+    min_p = case.get("min_p", 0.0)
     if temperature == 0:
         return lambda: torch.argmax(rows, dim=-1)
+    if min_p > 0:
+
+        def sample_min_p():
+            probs = torch.softmax(rows / temperature, dim=-1)
+            kept = probs.masked_fill(probs < min_p * probs.amax(dim=-1, keepdim=True), 0.0)
+            return torch.multinomial(kept, 1)
+
+        return sample_min_p
     if top_k < 0 and top_p >= 1.0:
         return lambda: torch.multinomial(torch.softmax(rows / temperature, dim=-1), 1)
     if n == 1:

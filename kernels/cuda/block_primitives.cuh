@@ -132,6 +132,7 @@ template <class F>
 __device__ uint64_t block_sum_over(const F& f, int32_t count, block_scratch& sh) {
     const thread_segment seg = segment_of(count);
     uint64_t sum = 0;
+#pragma unroll 8  // loads of several tokens in flight: a long segment is latency-bound
     for (int32_t i = seg.begin; i < seg.end; ++i) sum += f(i);
     return block_sum(sum, sh);
 }
@@ -143,6 +144,7 @@ template <class F>
 __device__ int32_t block_find_prefix(const F& f, int32_t count, uint64_t target, block_scratch& sh) {
     const thread_segment seg = segment_of(count);
     uint64_t sum = 0;
+#pragma unroll 8  // loads of several tokens in flight: a long segment is latency-bound
     for (int32_t i = seg.begin; i < seg.end; ++i) sum += f(i);
     uint64_t total = 0;
     const uint64_t before = block_exclusive_scan(sum, total, sh);
@@ -150,6 +152,7 @@ __device__ int32_t block_find_prefix(const F& f, int32_t count, uint64_t target,
     __syncthreads();
     if (before <= target && before + sum > target) {
         uint64_t running = before;
+#pragma unroll 8
         for (int32_t i = seg.begin; i < seg.end; ++i) {
             running += f(i);
             if (running > target) {

@@ -15,7 +15,8 @@ std::size_t call_workspace_bytes(int32_t batch, int32_t tokens_per_req, int32_t 
 
 bool cut_possible(const sampling_call& call) {
     const request_sources& p = call.params;
-    return p.top_k.values != nullptr || p.top_k.scalar != -1 || p.top_p.values != nullptr || p.top_p.scalar < 1.0f;
+    return p.top_k.values != nullptr || p.top_k.scalar != -1 || p.top_p.values != nullptr || p.top_p.scalar < 1.0f ||
+           p.min_p.values != nullptr || p.min_p.scalar > 0.0f;
 }
 
 namespace {

@@ -12,11 +12,11 @@
 namespace ds::cuda {
 
 // Workspace bytes for a call of `batch` requests of N rows over `vocab` tokens; `cut_lists` when
-// a request may have a top-k or top-p cut (cut_possible).
+// a request may have a top-k, top-p or min-p filter (cut_possible).
 std::size_t call_workspace_bytes(int32_t batch, int32_t tokens_per_req, int32_t vocab, bool cut_lists);
 
-// Whether a request of `call` may have a top-k or top-p cut: per-row arrays, or scalars other
-// than "no cut".
+// Whether a request of `call` may have a top-k, top-p or min-p filter, whose tokens are listed:
+// per-row arrays, or scalars other than "no filter".
 bool cut_possible(const sampling_call& call);
 
 // Replacements for the Philox draws (tests and replays through a backend step).

@@ -69,6 +69,7 @@ struct chunk_partial {
     double softmax_sum = 0.0;  // sum of the unit-temperature weights relative to max_logit (logprobs)
     float raw_max = 0.0f;      // the chunk's largest logit as given (raw logprobs)
     int32_t candidates = 0;    // tokens at or above the row's candidate bound
+    float top_k_reach = 0.0f;  // top-k rows: k of the chunk's tokens lie within this log2 weight ratio of its maximum
     double raw_sum = 0.0;      // sum of the unit-temperature weights of the logits as given, relative to raw_max
 };
 
@@ -113,8 +114,7 @@ struct chain_workspace {
     // Bytes for `rows` rows of `vocab` tokens and `batch` requests; with base != null, also points
     // every member into [base, base + bytes). Without `cut_lists` (no request can have a top-k or
     // top-p cut) the candidate lists, 8 bytes per token of every row, are left out.
-    static size_t layout(void* base, int64_t rows, int32_t batch, int32_t vocab, bool cut_lists,
-                         chain_workspace& out) {
+    static size_t layout(void* base, int64_t rows, int32_t batch, int32_t vocab, bool cut_lists, chain_workspace& out) {
         size_t at = 0;
         auto carve = [&](auto*& member, size_t count) {
             using element = std::remove_reference_t<decltype(*member)>;

@@ -254,8 +254,9 @@ class Call:
         bs = self.batch_size
         names = ("predict", "accept_index", "accept_length") if self.candidates else ("tokens",)
         arrays, ptrs, mode = self.outputs(out, logprobs, row_errors, names)
-        # Per-row top-k or top-p, or a cut in the scalars: the workspace holds the cut's candidate lists.
-        cut = k != (-1, 0) or reals[1] != (1.0, 0)
+        # Per-row top-k, top-p or min-p, or a filter in the scalars: the workspace holds the filters'
+        # candidate lists.
+        cut = k != (-1, 0) or reals[1] != (1.0, 0) or reals[2] != (0.0, 0)
         nbytes = workspace_bytes(self.space.on_device, bs, self.n, self.vocab, cut)
         if self.candidates:
             self.workspace = self.space.workspace(nbytes, self.stream)

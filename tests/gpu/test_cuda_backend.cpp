@@ -89,7 +89,8 @@ struct random_step {
             p.seed = rng();
             const float g = unit(rng);
             p.temperature = g < 0.15f ? 0.0f : 0.1f + 1.9f * unit(rng);
-            p.top_k = unit(rng) < 0.5f ? -1 : 1 + static_cast<int32_t>(rng() % 100);
+            const uint64_t k_range = unit(rng) < 0.75f ? 100 : 3000;
+            p.top_k = unit(rng) < 0.5f ? -1 : 1 + static_cast<int32_t>(rng() % k_range);
             p.top_p = unit(rng) < 0.5f ? 1.0f : 0.05f + 0.95f * unit(rng);
             p.min_p = unit(rng) < 0.6f ? 0.0f : 0.2f * unit(rng);
             std::vector<int32_t> history;

@@ -143,6 +143,24 @@ TEST(GpuSamplingApi, EqualsTheHostOnRandomBatches) {
     }
 }
 
+// The workspace holds candidate lists for every filter the kernels list tokens for: top-k, top-p
+// and min-p alone. Arithmetic only, so it runs without a device too.
+TEST(GpuSamplingApi, WorkspaceHoldsListsForEveryFilter) {
+    sampling_call call;
+    call.logits = {nullptr, logits_dtype::f32, 4, 1000, 1000, true};
+    call.batch_size = 4;
+    const size_t unfiltered = workspace_bytes(call);
+    const size_t lists = 4 * 1000 * 8;  // 8 bytes per token of every row (docs/engine_api.md)
+    call.params.min_p = param<float>::uniform(0.05f);
+    EXPECT_GE(workspace_bytes(call), unfiltered + lists) << "min_p alone";
+    call.params.min_p = param<float>::uniform(0.0f);
+    call.params.top_k = param<int32_t>::uniform(20);
+    EXPECT_GE(workspace_bytes(call), unfiltered + lists) << "top_k";
+    call.params.top_k = param<int32_t>::uniform(-1);
+    call.params.top_p = param<float>::uniform(0.9f);
+    EXPECT_GE(workspace_bytes(call), unfiltered + lists) << "top_p";
+}
+
 TEST(GpuSamplingApi, DeviceCommitsEqualHostCommits) {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     constexpr int32_t kSlots = 6, kCapacity = 8, kVocab = 20, kBatch = 4, kN = 3;

@@ -15,7 +15,6 @@ uint16_t to_bf16(float f) {
     return static_cast<uint16_t>(bits >> 16);  // truncation: the test only needs some bf16 value
 }
 
-
 // A half-precision value near f (finite inputs within fp16 range; NaN and infinities kept).
 uint16_t to_f16(float f) {
     if (std::isnan(f)) return 0x7E00;
@@ -33,7 +32,9 @@ sampling_params random_params(std::mt19937_64& rng, int32_t vocab) {
     std::uniform_real_distribution<float> unit(0.0f, 1.0f);
     sampling_params p;
     p.temperature = unit(rng) < 0.25f ? 0.0f : 0.1f + 1.8f * unit(rng);
-    p.top_k = unit(rng) < 0.5f ? -1 : 1 + static_cast<int32_t>(rng() % 60);
+    // Small k (the GPU lists top-k candidates on the logits) and, less often, large k (the mass cut).
+    const uint64_t k_range = unit(rng) < 0.75f ? 60 : 3000;
+    p.top_k = unit(rng) < 0.5f ? -1 : 1 + static_cast<int32_t>(rng() % k_range);
     p.top_p = unit(rng) < 0.5f ? 1.0f : 0.05f + 0.95f * unit(rng);
     p.min_p = unit(rng) < 0.6f ? 0.0f : 0.3f * unit(rng);
     p.seed = rng();
@@ -45,7 +46,8 @@ sampling_params random_params(std::mt19937_64& rng, int32_t vocab) {
     if (unit(rng) < 0.3f) {
         const int entries = 1 + static_cast<int>(rng() % 5);
         for (int i = 0; i < entries; ++i) {
-            p.logit_bias.push_back({static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)), -5.0f + 10.0f * unit(rng)});
+            p.logit_bias.push_back(
+                {static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)), -5.0f + 10.0f * unit(rng)});
         }
     }
     return p;
@@ -113,7 +115,8 @@ random_call make_random_call(std::mt19937_64& rng, int32_t max_vocab, bool verif
         std::vector<int32_t> history;
         if (c.requests.back().has_penalties()) {
             const int len = static_cast<int>(rng() % 12);
-            for (int i = 0; i < len; ++i) history.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(c.vocab)));
+            for (int i = 0; i < len; ++i)
+                history.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(c.vocab)));
         }
         c.histories.push_back(c.per_row || b == 0 ? history : c.histories[0]);
         c.positions.push_back(static_cast<int64_t>(rng() % 100000));
@@ -127,7 +130,8 @@ random_call make_random_call(std::mt19937_64& rng, int32_t max_vocab, bool verif
             // Drafts often equal the row's argmax, so chains get long.
             c.candidates.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(std::min(c.vocab, 4))));
         }
-        c.thresholds = unit(rng) < 0.8f ? verify_thresholds{} : verify_thresholds{0.3f * unit(rng), 0.5f + 0.5f * unit(rng)};
+        c.thresholds =
+            unit(rng) < 0.8f ? verify_thresholds{} : verify_thresholds{0.3f * unit(rng), 0.5f + 0.5f * unit(rng)};
     }
     if (unit(rng) < 0.3f) {
         c.bitmask.resize(static_cast<size_t>(c.rows()) * static_cast<size_t>(bitmask_words(c.vocab)));

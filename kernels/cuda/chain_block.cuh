@@ -1,0 +1,246 @@
+// The chain kernel's block: its constants, shared memory, the row barriers, loading and
+// processing a chunk, and the walk over a chunk's tokens.
+// One of the chain kernel's parts (chain_kernel.cu includes listed_rows.cuh, which includes the rest
+// in order); device code for that one translation unit.
+#pragma once
+
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/block_primitives.cuh"
+#include "kernels/cuda/chain_kernel.h"
+#include "kernels/cuda/token_math.cuh"
+#include "kernels/det_math.h"
+#include "kernels/exact_rules.h"
+
+namespace ds::cuda {
+
+namespace dm = ds::detmath;
+
+namespace {
+
+constexpr int32_t kSortCapacity = 2048;  // candidates cut by sorting; more use radix selection
+constexpr int kRadixDigitBits = 10;
+constexpr int kRadixBins = 1 << kRadixDigitBits;
+constexpr int kRadixUnroll = 8;
+constexpr int kMassBitsUsed = exact::kMassBits + 1;  // masses are at most 2^40
+constexpr uint64_t kBarrierTimeoutNs = 2'000'000'000;
+// Sort key of a candidate: (mass desc, token asc) as one descending integer.
+constexpr int kKeyTokenBits = 22;
+constexpr uint64_t kKeyTokenMask = (uint64_t{1} << kKeyTokenBits) - 1;
+static_assert(kMassBitsUsed + kKeyTokenBits <= 64, "keys fit 64 bits");
+// Rows with 1 < top_k <= kLogitTopKLimit find their top-k candidates on the logits (below).
+constexpr int32_t kLogitTopKLimit = 128;
+// Top-k rows bin a chunk's tokens by d = (chunk max - logit) * scale, the log2 of the weight
+// ratio, kNearnessPerUnit bins per unit.
+constexpr int kNearnessBins = 2048;
+constexpr float kNearnessPerUnit = 48.0f;
+static_assert(kNearnessBins % kBlockThreads == 0, "whole bins per thread");
+// No token whose weight is below 2^-kMassReach of the top token's has mass (2^-40 and below).
+constexpr float kMassReach = exact::kMassBits + 1.0f;
+// A token whose weight is below 2^-kListMargin of k tokens' weights has less mass than each of
+// them (2^1.5 > 2 leaves room for the rounding of the weights): it can be left out of the top k.
+constexpr float kListMargin = 1.5f;
+
+// The row as every block of it sees it after the barriers.
+struct row_totals {
+    int32_t top;
+    float max_logit;
+    uint64_t nonzero;
+    uint64_t mass_total;
+    uint64_t min_p_mass;
+    double softmax_sum;
+    float raw_max;
+    double raw_sum;
+};
+
+struct kernel_shared {
+    union alignas(16) {
+        float chunk[kChunkTokens];     // this block's processed logits
+        uint64_t keys[kSortCapacity];  // the row's candidates as sort keys (the cut's block)
+        struct {
+            uint32_t count[kRadixBins];
+            uint64_t mass[kRadixBins];
+        } radix;  // the cut's block, many candidates
+    } data;
+    union {
+        uint32_t histogram[kMassHistogramBins];  // the chunk's masses by bin (cut rows)
+        uint32_t nearness[kNearnessBins];        // the chunk's tokens by distance to its maximum (top-k rows)
+    };
+    block_scratch scratch;
+    row_totals totals;      // the row's combined maxima and masses (thread 0 combines)
+    uint64_t owner_before;  // no-cut rows: kept mass before the chunk that holds the draw
+    int32_t owner;
+    int32_t list_offset;  // cut rows: this chunk's first place in the row's candidate list
+    int32_t list_count;
+    uint32_t ticket;
+    bool flag;
+};
+
+// Three blocks per SM on Hopper (228 KB of shared memory, 1 KB of it reserved per block).
+static_assert(3 * (sizeof(kernel_shared) + 1024) <= 228 * 1024, "three blocks fit an SM");
+
+using cut = exact::filter_cut;
+
+__device__ __forceinline__ uint64_t mass_of(float logit, float max_logit, float scale) {
+    return exact::token_mass(logit, max_logit, scale);
+}
+
+// The unit-temperature weight of a token relative to `max_logit` (logprob normalisers).
+__device__ __forceinline__ double unit_weight(float logit, float max_logit) {
+    return exact::mass_weight(exact::token_mass(logit, max_logit, exact::kUnitScale));
+}
+
+__device__ __forceinline__ uint64_t global_nanoseconds() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Publishes thread 0's writes (threads that wrote global memory fence themselves first) and
+// counts the block in; with `expected`, waits until that many blocks have. A wait past
+// kBarrierTimeoutNs raises the launch's fault flag instead of hanging.
+__device__ void arrive(uint32_t* counter, uint32_t expected, const chain_kernel_params& p) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(counter, 1u);
+        if (expected > 0) {
+            const uint64_t start = global_nanoseconds();
+            while (*static_cast<volatile uint32_t*>(counter) < expected) {
+                if (global_nanoseconds() - start > kBarrierTimeoutNs) {
+                    atomicExch(&p.workspace.control->fault, 1u);
+                    break;
+                }
+                __nanosleep(64);
+            }
+            __threadfence();
+        }
+    }
+    __syncthreads();
+}
+
+// Loads tokens [first, first + count) of `row` into shared memory as the logits are given.
+__device__ void load_raw_chunk(const chain_kernel_params& p, int64_t row, int32_t first, int32_t count, float* chunk) {
+    const int64_t offset = row * p.row_stride + first;
+    if (p.dtype == logits_dtype::f32) {
+        const float* source = static_cast<const float*>(p.logits) + offset;
+        if ((reinterpret_cast<uintptr_t>(source) & 15) == 0 && count % 4 == 0) {
+            // Asynchronous copies straight into shared memory: the whole chunk in flight at once.
+            for (int32_t q = threadIdx.x; q < count / 4; q += kBlockThreads) {
+                __pipeline_memcpy_async(reinterpret_cast<float4*>(chunk) + q,
+                                        reinterpret_cast<const float4*>(source) + q, 16);
+            }
+            __pipeline_commit();
+            __pipeline_wait_prior(0);
+        } else {
+            for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) chunk[i] = source[i];
+        }
+    } else {
+        const uint16_t* source = static_cast<const uint16_t*>(p.logits) + offset;
+        const bool bf16 = p.dtype == logits_dtype::bf16;
+        auto widen = [bf16](uint16_t bits) {
+            return bf16 ? dm::bf16_bits_to_float(bits) : dm::fp16_bits_to_float(bits);
+        };
+        if ((reinterpret_cast<uintptr_t>(source) & 15) == 0 && count % 8 == 0) {
+            // Eight halves per 16-byte load, widened into two float4s.
+            for (int32_t q = threadIdx.x; q < count / 8; q += kBlockThreads) {
+                const uint4 v = __ldg(reinterpret_cast<const uint4*>(source) + q);
+                const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+                float wide[8];
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    wide[2 * k] = widen(static_cast<uint16_t>(words[k]));
+                    wide[2 * k + 1] = widen(static_cast<uint16_t>(words[k] >> 16));
+                }
+                reinterpret_cast<float4*>(chunk)[2 * q] = make_float4(wide[0], wide[1], wide[2], wide[3]);
+                reinterpret_cast<float4*>(chunk)[2 * q + 1] = make_float4(wide[4], wide[5], wide[6], wide[7]);
+            }
+        } else {
+            for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) chunk[i] = widen(source[i]);
+        }
+    }
+    __syncthreads();  // the vector paths stored other threads' elements
+}
+
+// The drafts row j of request b counts as emitted before it: drafts 1..j.
+struct row_drafts {
+    const int32_t* tokens;
+    int32_t count;
+};
+
+__device__ __forceinline__ row_drafts drafts_of(const chain_kernel_params& p, int32_t b, int32_t j) {
+    const int64_t base = static_cast<int64_t>(b) * p.tokens_per_req;
+    return {p.candidates != nullptr ? p.candidates + base + 1 : nullptr, p.candidates != nullptr ? j : 0};
+}
+
+// Turns a loaded chunk into processed logits: mask, then penalties (each penalised token once,
+// with its count before the step plus its occurrences among the drafts before the row), then
+// bias, as cpu::row_sampler; masking first is equivalent because -inf stays -inf.
+__device__ void process_chunk(const chain_kernel_params& p, const request_view& r, row_drafts drafts, int64_t row,
+                              int32_t first, int32_t count, float* chunk) {
+    if (p.bitmask != nullptr) {
+        const uint32_t* mask = p.bitmask + row * ((p.vocab + 31) / 32);
+        for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) {
+            const int32_t token = first + i;
+            if (((mask[token >> 5] >> (token & 31)) & 1u) == 0) chunk[i] = -HUGE_VALF;
+        }
+        __syncthreads();
+    }
+    auto in_chunk = [&](int32_t token) { return token >= first && token < first + count; };
+    if (r.penalties.active()) {
+        for (int32_t k = threadIdx.x; k < r.seen_count; k += kBlockThreads) {  // distinct tokens
+            const int32_t token = r.seen_tokens[k];
+            if (!in_chunk(token)) continue;
+            const int32_t times = r.seen_counts[k] + exact::occurrences(drafts.tokens, drafts.count, token);
+            chunk[token - first] = exact::penalised_logit(chunk[token - first], times, r.penalties);
+        }
+        for (int32_t i = threadIdx.x; i < drafts.count; i += kBlockThreads) {  // drafts not seen before
+            const int32_t token = drafts.tokens[i];
+            if (!in_chunk(token) || !exact::first_occurrence(drafts.tokens, i)) continue;
+            bool seen = false;
+            for (int32_t k = 0; k < r.seen_count && !seen; ++k) seen = r.seen_tokens[k] == token;
+            if (seen) continue;
+            const int32_t times = exact::occurrences(drafts.tokens, drafts.count, token);
+            chunk[token - first] = exact::penalised_logit(chunk[token - first], times, r.penalties);
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {  // in order: ids may repeat
+        for (int32_t k = 0; k < r.bias_count; ++k) {
+            const int32_t token = r.bias_tokens[k];
+            if (in_chunk(token)) chunk[token - first] = chunk[token - first] + r.bias_values[k];
+        }
+    }
+    __syncthreads();
+}
+
+// Calls visit(round, first, values) for this thread's tokens round by round (increasing token
+// order): `first` is the index in the chunk of values[0]; tokens past `count` read as -inf,
+// which has no mass and never wins.
+template <class Visit>
+__device__ __forceinline__ void for_each_slice(const float* chunk, int32_t count, const Visit& visit) {
+#pragma unroll 4
+    for (int round = 0; round < kSlices; ++round) {
+        const int32_t first = (round * kBlockThreads + static_cast<int32_t>(threadIdx.x)) * kSliceTokens;
+        float values[kSliceTokens];
+        if (first + kSliceTokens <= count) {
+            const float4 q = *reinterpret_cast<const float4*>(chunk + first);
+            values[0] = q.x;
+            values[1] = q.y;
+            values[2] = q.z;
+            values[3] = q.w;
+        } else {
+#pragma unroll
+            for (int k = 0; k < kSliceTokens; ++k) values[k] = first + k < count ? chunk[first + k] : -HUGE_VALF;
+        }
+        visit(round, first, values);
+    }
+}
+
+}  // namespace
+
+}  // namespace ds::cuda
