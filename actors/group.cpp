@@ -1,17 +1,23 @@
 // The embedding API (include/distsample/group.h) over the actors: an actor system, the transport
-// group the configuration names (transport_factory.h), TP rank actors and a coordinator. A step
-// goes straight to the coordinator, which fulfils the caller's future itself (step_reply_sink).
+// group the configuration names (transport_factory.h), TP rank actors and a coordinator; or, for
+// rank processes, the membership actor and its stand-ins (actors/remote_ranks.h) in place of the
+// rank actors and the transport. A step goes straight to the coordinator, which fulfils the
+// caller's future itself (step_reply_sink).
 #include <distsample/group.h>
 #include <distsample/testing.h>
 
 #include <fmt/format.h>
+
+#include <thread>
 
 #include "actors/coordinator_actor.h"
 #include "actors/messages.h"
 #include "actors/rank_actor.h"
 #include "actors/rank_core.h"
 #include "actors/rank_engine.h"
+#include "actors/remote_ranks.h"
 #include "config/capacity.h"
+#include "config/topology_config.h"
 #include "transport/transport_factory.h"
 
 namespace ds {
@@ -22,6 +28,9 @@ namespace {
 // answers first; this only guards against a coordinator that is gone.
 constexpr std::chrono::seconds kReplyMargin{5};
 
+// How often wait_for_ranks asks: each ask fails fast while the group is incomplete.
+constexpr std::chrono::milliseconds kRankPollPeriod{50};
+
 }  // namespace
 
 struct group::impl {
@@ -30,12 +39,19 @@ struct group::impl {
     std::unique_ptr<transport_group> transport;
     caf::actor_system_config system_config;
     caf::actor_system system;
-    std::vector<rank_actor_type> ranks;
+    std::vector<rank_actor_type> ranks;  // the rank actors, or the rank processes' stand-ins
+    caf::actor membership;               // rank processes only: who joined, and the epochs
+    uint16_t rank_port = 0;              // rank processes only: where they join
+    logits_origin logits = logits_origin::in_step;
     coordinator_actor_type coordinator;
     std::shared_ptr<wakeable_sleep> fault_delays = std::make_shared<wakeable_sleep>();  // the ranks' injected delays
 
+    // Rank threads.
     impl(const group_config& c, std::unique_ptr<transport_group> t)
         : config(c), transport(std::move(t)), system(configure_actor_system(system_config, c.tuning.scheduler())) {}
+    // Rank processes: the middleman, with the topology's heartbeat and connection timeout.
+    impl(const group_config& c, const topology_config& topology)
+        : config(c), system(configure_remote_actor_system(system_config, topology)) {}
 
     // Sends `msg` to the coordinator and waits for its answer (bounded).
     template <class Answer, class Msg>
@@ -71,6 +87,25 @@ status group::create(const group_config& config, std::unique_ptr<group>& out) {
     return s;
 }
 
+status group::create_with_rank_processes(const group_config& config, const topology_config& topology,
+                                         const std::string& host, uint16_t port, std::unique_ptr<group>& out) {
+    DS_TRY(validate_group_config(config));
+    DS_TRY(validate_topology_config(topology, config.distribution.tp));
+    // One rank's buffers must fit a host: the rank processes check it on theirs, and so does this one for them.
+    DS_TRY(check_memory_budget(config, 1));
+    auto state = std::make_unique<impl>(config, topology);
+    remote_ranks remote;
+    DS_TRY(publish_remote_ranks(state->system, config, host, port, remote, topology));
+    state->transport = std::move(remote.transport);
+    state->ranks = std::move(remote.proxies);
+    state->membership = std::move(remote.membership);
+    state->rank_port = remote.port;
+    state->logits = topology.ranks_make_logits() ? logits_origin::made_by_ranks : logits_origin::in_step;
+    state->coordinator = spawn_coordinator_actor(state->system, config, state->ranks, *state->transport, state->logits);
+    out.reset(new group(std::move(state)));
+    return status::success();
+}
+
 group::group(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
 
 group::~group() {
@@ -78,9 +113,25 @@ group::~group() {
     impl_->transport->abort("group shut down");
     caf::anon_send_exit(impl_->coordinator, caf::exit_reason::user_shutdown);
     for (const rank_actor_type& rank : impl_->ranks) caf::anon_send_exit(rank, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(impl_->membership, caf::exit_reason::user_shutdown);  // null for rank threads
 }
 
 const group_config& group::config() const { return impl_->config; }
+
+uint16_t group::rank_port() const { return impl_->rank_port; }
+
+bool group::ranks_make_logits() const { return impl_->logits == logits_origin::made_by_ranks; }
+
+status group::wait_for_ranks(std::chrono::milliseconds within) {
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    for (;;) {
+        const status s = health();
+        if (s.is_ok()) return s;
+        if (std::chrono::steady_clock::now() >= deadline)
+            return {status_code::timeout, fmt::format("the group did not form in time ({})", s.message)};
+        std::this_thread::sleep_for(kRankPollPeriod);
+    }
+}
 
 status group::register_request(int32_t slot, const sampling_params& params, const std::vector<int32_t>& history) {
     op_ack ack;

@@ -364,22 +364,27 @@ rank_actor_type::behavior_type rank_proxy(rank_actor_type::pointer self, caf::ac
 
 // What the coordinator's transport_group calls mean when the ranks are processes: an abort
 // re-forms the group (new endpoints in a new epoch); the endpoints live in the rank processes.
+// The membership actor is held weakly: a group declares its transport before its actor system
+// (actors/group.cpp), so this outlives the system, and a strong handle released after the
+// system is gone would destroy the actor then.
 class remote_transport_group final : public transport_group {
    public:
-    remote_transport_group(int32_t world, caf::actor members) : world_(world), membership_(std::move(members)) {}
+    remote_transport_group(int32_t world, const caf::actor& members) : world_(world), membership_(members.address()) {}
     int32_t world_size() const override { return world_; }
     const char* backend_name() const override { return "rank processes"; }
     transport& endpoint(int32_t) override {
         throw std::logic_error("the endpoints of remote ranks live in the rank processes");
     }
     void enter_epoch(int32_t, uint64_t) override {}
-    void abort(const std::string&) override { caf::anon_send(membership_, reform_atom::value); }
+    void abort(const std::string&) override {
+        if (auto members = caf::actor_cast<caf::actor>(membership_)) caf::anon_send(members, reform_atom::value);
+    }
     void begin_epoch(uint64_t) override {}
     std::vector<int32_t> missing_ranks() override { return {}; }
 
    private:
     int32_t world_;
-    caf::actor membership_;
+    caf::actor_addr membership_;
 };
 
 }  // namespace

@@ -34,8 +34,10 @@ caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config
                                                         const topology_config& topology = {});
 
 struct remote_ranks {
-    std::vector<rank_actor_type> proxies;        // rank r's stand-in, for spawn_coordinator_actor
-    std::unique_ptr<transport_group> transport;  // what the coordinator aborts: re-forms the group
+    std::vector<rank_actor_type> proxies;  // rank r's stand-in, for spawn_coordinator_actor
+    // What the coordinator aborts: re-forms the group. It holds the membership actor weakly, so
+    // it may outlive the actor system.
+    std::unique_ptr<transport_group> transport;
     caf::actor membership;
     uint16_t port = 0;  // where the membership actor is published
 };

@@ -43,8 +43,18 @@ struct demo_options {
 
 int run_demo_command(const demo_options& options);
 
+struct serve_options {
+    group_options group;
+    // The ranks are rank processes (`distsample rank`) joining on `ranks_listen` (HOST:PORT;
+    // empty: the config key topology.coordinator); serving starts once all have joined, within
+    // wait_ranks_ms (else exit 1 naming the missing rank). Otherwise rank threads of this process.
+    bool rank_processes = false;
+    std::string ranks_listen;
+    int64_t wait_ranks_ms = 30000;
+};
+
 // Serves the gateway (config keys gateway.*) until SIGINT or SIGTERM.
-int run_serve_command(const group_options& options);
+int run_serve_command(const serve_options& options);
 
 // A coordinator whose ranks are processes (`distsample rank`): publishes it on `listen`
 // (HOST:PORT; empty: the config key topology.coordinator) and serves JSON steps on stdin, one

@@ -18,7 +18,7 @@ struct command_line {
     ds::cli::kernel_options kernel;
     ds::cli::step_options step;
     ds::cli::demo_options demo;
-    group_options serve;
+    ds::cli::serve_options serve;
     ds::cli::coordinator_options coordinator;
     ds::cli::rank_options rank;
     group_options check;
@@ -105,13 +105,14 @@ void add_demo_command(CLI::App& app, command_line& line) {
 
 void add_serve_command(CLI::App& app, command_line& line) {
     CLI::App* cmd = app.add_subcommand(
-        "serve", "Serve the scheduler gateway (TCP, Unix socket, /metrics) in front of TP rank actors");
-    add_group_options(cmd, line.serve);
+        "serve",
+        "Serve the scheduler gateway (TCP, Unix socket, /metrics) in front of TP rank actors or rank processes");
+    add_group_options(cmd, line.serve.group);
     auto gateway_flag = [cmd, &line](const char* name, const char* key, const char* help) {
         cmd->add_option_function<std::string>(
             name,
             [&line, key](const std::string& value) {
-                line.serve.overrides.push_back(std::string("gateway.") + key + "=" + value);
+                line.serve.group.overrides.push_back(std::string("gateway.") + key + "=" + value);
             },
             help);
     };
@@ -126,6 +127,18 @@ void add_serve_command(CLI::App& app, command_line& line) {
     gateway_flag("--model", "model",
                  "Logits of steps without a payload: synthetic, ngram or none (config key gateway.model)");
     gateway_flag("--corpus", "corpus", "Text of the ngram model (config key gateway.corpus)");
+    CLI::Option* processes =
+        cmd->add_flag("--rank-processes", line.serve.rank_processes,
+                      "The ranks are rank processes (`distsample rank`) that join this gateway (docs/gateway.md)");
+    cmd->add_option("--ranks-listen", line.serve.ranks_listen,
+                    "HOST:PORT the rank processes join, port 0: any free port (config key topology.coordinator, "
+                    "default 127.0.0.1:7710)")
+        ->needs(processes);
+    cmd->add_option("--wait-ranks-ms", line.serve.wait_ranks_ms,
+                    "Wait up to this long for every rank process to join before serving; exit 1 if they do not")
+        ->check(CLI::Range(int64_t{1}, int64_t{3'600'000}))
+        ->capture_default_str()
+        ->needs(processes);
     line.on(cmd, [&line] { return ds::cli::run_serve_command(line.serve); });
 }
 

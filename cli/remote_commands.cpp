@@ -1,5 +1,5 @@
 // `distsample coordinator` and `distsample rank`: a coordinator whose ranks are other processes
-// (actors/remote_ranks.h, actors/rank_process.h). The coordinator takes steps on stdin, one JSON
+// (group::create_with_rank_processes, actors/rank_process.h). The coordinator takes steps on stdin, one JSON
 // document per line: the input of `distsample kernel` plus "op": "sample" or "verify" (or just
 // {"op": "health"}); it answers each with one line on stdout, the JSON of `distsample kernel`, or
 // {"error": "..."}. Request b is registered into slot b + 1 first, unless "register": false.
@@ -23,10 +23,10 @@
 #include <iostream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "actors/coordinator_actor.h"
+#include <distsample/group.h>
+
 #include "actors/fault_report.h"
 #include "actors/rank_process.h"
 #include "actors/remote_ranks.h"
@@ -117,47 +117,27 @@ host_port parse_address(const std::string& text, const char* flag) {
     return *address;
 }
 
-// Asks the coordinator and waits (bounded by its own step timeout, plus a margin).
-template <class Answer, class Msg>
-status ask(caf::actor_system& system, const coordinator_actor_type& coordinator, const group_config& config, Msg msg,
-           Answer& answer) {
-    caf::scoped_actor self{system};
-    status result;
-    self->request(coordinator, config.distribution.step_timeout + std::chrono::seconds{5}, std::move(msg))
-        .receive([&](Answer& a) { answer = std::move(a); },
-                 [&](caf::error& e) { result = to_status(e, "coordinator"); });
-    return result;
-}
-
 // The coordinator's side of the lines: the group, and what became of the plan's faults.
 struct coordinator_session {
-    caf::actor_system& system;
-    coordinator_actor_type coordinator;
-    group_config config;
-    logits_origin logits;
+    group& ranks;
     kernel_config request_limits;  // what check_requests holds a line's requests to
     fault_ledger ledger;
-    uint64_t next_step_id = 1;  // every step submitted takes the group's next id; an answer says its own
+    uint64_t next_step_id = 1;  // every step submitted takes the group's next id; a reply says its own
 };
 
-// Records a submitted step's outcome in the ledger, as the gateway does (gateway/server.cpp).
-void record_faults(coordinator_session& session, const status& result, const step_answer& answer,
-                   std::chrono::steady_clock::time_point sent) {
-    step_reply reply;
-    reply.result = result;
-    reply.step_id = result.is_ok() ? answer.step_id : session.next_step_id;
-    if (result.is_ok()) reply.desyncs = answer.desyncs;
-    session.next_step_id = reply.step_id + 1;
+// Records a submitted step's outcome in the ledger, as the gateway does (gateway/fault_requests.h).
+void record_faults(coordinator_session& session, const step_reply& reply, std::chrono::steady_clock::time_point sent) {
+    const uint64_t step_id = reply.result.is_ok() ? reply.step_id : session.next_step_id;
+    session.next_step_id = step_id + 1;
     if (session.ledger.plan().empty()) return;
     const auto latency = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - sent);
-    session.ledger.record(reply.step_id, reply, latency.count());
+    session.ledger.record(step_id, reply, latency.count());
 }
 
 // One input line -> one output document.
 nlohmann::json serve_line(coordinator_session& session, const std::string& line) {
-    caf::actor_system& system = session.system;
-    const coordinator_actor_type& coordinator = session.coordinator;
-    const group_config& config = session.config;
+    group& ranks = session.ranks;
+    const group_config& config = ranks.config();
     result<nlohmann::json> parsed = parse_json(line);
     if (!parsed.is_ok())
         throw input_error(fmt::format("expected one JSON object per line ({})", parsed.error().message));
@@ -169,9 +149,8 @@ nlohmann::json serve_line(coordinator_session& session, const std::string& line)
                                       op_field == doc.end() ? "none" : quote_json(*op_field)));
     }
     const std::string op = op_field->get<std::string>();
-    op_ack ack;
     if (op == "health") {
-        throw_unless_ok(ask(system, coordinator, config, health_msg{}, ack));
+        throw_unless_ok(ranks.health());
         return {{"health", "ok"}};
     }
     if (op == "faults") return nlohmann::json::parse(session.ledger.json(true));
@@ -185,7 +164,7 @@ nlohmann::json serve_line(coordinator_session& session, const std::string& line)
     const bool register_requests = register_field == doc.end() || register_field->get<bool>();
     doc.erase("op");
     doc.erase("register");
-    const json_step step = parse_step(doc, kind, session.logits == logits_origin::in_step);
+    const json_step step = parse_step(doc, kind, !ranks.ranks_make_logits());
     if (step.vocab_size != config.limits.vocab_size) {
         throw input_error(fmt::format("vocab_size = {}: the coordinator has vocab_size = {}", step.vocab_size,
                                       config.limits.vocab_size));
@@ -198,36 +177,21 @@ nlohmann::json serve_line(coordinator_session& session, const std::string& line)
     throw_unless_ok(check_requests(step, session.request_limits));
     for (int32_t b = 0; register_requests && b < step.batch_size(); ++b) {
         const json_request& r = step.requests[static_cast<size_t>(b)];
-        throw_unless_ok(ask(system, coordinator, config, register_msg{b + 1, r.params, r.history}, ack));
+        throw_unless_ok(ranks.register_request(b + 1, r.params, r.history));
     }
-    auto request = std::make_shared<step_request>(step.request);
-    if (session.logits == logits_origin::in_step)
-        request->shards = split_vocab(step.as_input().logits, config.distribution.tp);
-    step_answer answer;
+    step_request request = step.request;
+    if (!ranks.ranks_make_logits()) request.shards = split_vocab(step.as_input().logits, config.distribution.tp);
     const auto sent = std::chrono::steady_clock::now();
-    const status submitted = ask(system, coordinator, config, submit_msg{request}, answer);
-    record_faults(session, submitted, answer, sent);
-    throw_unless_ok(submitted);
+    step_reply reply = ranks.step(std::move(request));
+    record_faults(session, reply, sent);
+    throw_unless_ok(reply.result);
     step_result result(step.batch_size(), step.request.tokens_per_req);
-    result.packed = answer.outputs->packed;
-    result.accept_index = answer.outputs->accept_index;
-    result.logprobs = answer.outputs->logprobs;
-    result.row_error = answer.outputs->row_error;
+    result.packed = std::move(reply.outputs.packed);
+    result.accept_index = std::move(reply.outputs.accept_index);
+    result.logprobs = std::move(reply.outputs.logprobs);
+    result.row_error = std::move(reply.outputs.row_error);
     return result_to_json(result, kind, step.batch_size(), step.request.tokens_per_req);
 }
-
-// Stops the coordinator's actors on every way out (an error too), so that the actor system's
-// destructor does not wait for them forever.
-struct stop_on_exit {
-    const coordinator_actor_type& coordinator;
-    const remote_ranks& remote;
-
-    ~stop_on_exit() {
-        caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
-        for (const rank_actor_type& proxy : remote.proxies) caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
-        caf::anon_send_exit(remote.membership, caf::exit_reason::user_shutdown);
-    }
-};
 
 // The ranks' limits on one request's parameters.
 kernel_config request_limits_of(const group_config& config) {
@@ -238,47 +202,22 @@ kernel_config request_limits_of(const group_config& config) {
     return limits;
 }
 
-// Asks the group's health until every rank answers (the group has formed) or `wait` has passed.
-void wait_for_ranks(coordinator_session& session, std::chrono::milliseconds wait) {
-    const auto deadline = std::chrono::steady_clock::now() + wait;
-    for (;;) {
-        op_ack ack;
-        const status s = ask(session.system, session.coordinator, session.config, health_msg{}, ack);
-        if (s.is_ok()) return;
-        if (std::chrono::steady_clock::now() >= deadline) {
-            throw std::runtime_error(
-                fmt::format("--wait-ranks-ms {}: the group did not form in time ({})", wait.count(), s.message));
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-}
-
 }  // namespace
 
 int run_coordinator_command(const coordinator_options& options) {
     return run_json_command([&] {
         const group_config config = load_config(options.group);
         const topology_config topology = load_topology(options.group, config.distribution.tp);
-        const logits_origin logits =
-            topology.ranks_make_logits() ? logits_origin::made_by_ranks : logits_origin::in_step;
         const auto [host, port] = options.listen.empty() ? parse_address(topology.coordinator, "topology.coordinator =")
                                                          : parse_address(options.listen, "--listen");
-        caf::actor_system_config cfg;
-        caf::actor_system system{configure_remote_actor_system(cfg, topology)};
-        remote_ranks remote;
-        throw_unless_ok(publish_remote_ranks(system, config, host, port, remote, topology));
-        const coordinator_actor_type coordinator =
-            spawn_coordinator_actor(system, config, remote.proxies, *remote.transport, logits);
-        const stop_on_exit stop{coordinator, remote};
-        std::cout << nlohmann::json{{"listening", fmt::format("{}:{}", host, remote.port)}}.dump() << std::endl;
-        coordinator_session session{system,
-                                    coordinator,
-                                    config,
-                                    logits,
-                                    request_limits_of(config),
+        std::unique_ptr<group> ranks;
+        throw_unless_ok(group::create_with_rank_processes(config, topology, host, port, ranks));
+        std::cout << nlohmann::json{{"listening", fmt::format("{}:{}", host, ranks->rank_port())}}.dump() << std::endl;
+        coordinator_session session{*ranks, request_limits_of(config),
                                     fault_ledger(config.faults, config.distribution.policy)};
         if (options.wait_ranks_ms > 0) {
-            wait_for_ranks(session, std::chrono::milliseconds(options.wait_ranks_ms));
+            if (status s = ranks->wait_for_ranks(std::chrono::milliseconds(options.wait_ranks_ms)); !s.is_ok())
+                throw std::runtime_error(fmt::format("--wait-ranks-ms {}: {}", options.wait_ranks_ms, s.message));
             std::cout << nlohmann::json{{"ready", {{"tp", config.distribution.tp}}}}.dump() << std::endl;
         }
         for (std::string line; std::getline(std::cin, line);) {

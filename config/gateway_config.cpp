@@ -1,5 +1,7 @@
 #include "config/gateway_config.h"
 
+#include <fmt/format.h>
+
 #include "config/config_keys.h"
 
 namespace ds {
@@ -74,6 +76,14 @@ status validate_gateway_config(const gateway_config& config) {
                                std::to_string(config.max_frame_bytes) + " (one whole frame)");
     }
     return status::success();
+}
+
+status check_model_against_ranks(const gateway_config& gateway, const topology_config& topology) {
+    if (!topology.ranks_make_logits() || gateway.model == "none") return status::success();
+    return status::invalid(fmt::format(
+        "gateway.model = {}: expected none, as topology.logits_source = {} has the rank processes make their own "
+        "logits (set gateway.model = none, or topology.logits_source = wire to send the gateway's rows)",
+        gateway.model, topology.logits_source));
 }
 
 nlohmann::json gateway_config_to_json(const gateway_config& config) { return config_keys::to_json(keys(), config); }

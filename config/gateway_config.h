@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "config/topology_config.h"
 #include "core/status.h"
 
 namespace ds {
@@ -49,6 +50,11 @@ status load_gateway_config(const std::string& file, const std::vector<std::strin
 // Checks the combination: a non-loopback listen address needs a secret, the secret fits an Auth
 // frame, one frame fits the buffered-bytes budget.
 status validate_gateway_config(const gateway_config& config);
+
+// A gateway in front of rank processes that make their own logits (topology.logits_source is not
+// wire) has no model of its own: gateway.model must be none, else the two would disagree about
+// where a step's rows come from (docs/gateway.md, Rank processes).
+status check_model_against_ranks(const gateway_config& gateway, const topology_config& topology);
 
 bool is_loopback_address(const std::string& address);
 

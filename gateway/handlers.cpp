@@ -9,12 +9,22 @@
 
 namespace ds::gateway {
 
+namespace {
+
+logits_supplier supplier_of(const group& ranks, const logits_source* model) {
+    if (ranks.ranks_make_logits()) return logits_supplier::ranks;
+    return model != nullptr ? logits_supplier::frame_or_model : logits_supplier::frame;
+}
+
+}  // namespace
+
 request_handlers::request_handlers(const gateway_config& config, group& ranks, const logits_source* model,
                                    gateway_metrics& metrics, job_queue& dispatcher, job_queue& completer)
     : config_(config),
       ranks_(ranks),
       limits_(ranks.config()),
       model_(model),
+      logits_(supplier_of(ranks, model)),
       metrics_(metrics),
       dispatcher_(dispatcher),
       completer_(completer),
@@ -76,9 +86,9 @@ bool request_handlers::registration_slot(const wire::Register& m, uint64_t owner
     }
     for (int i = 0; i < m.history_size(); ++i) {
         if (m.history(i) < 0 || m.history(i) >= limits_.limits.vocab_size) {
-            error = make_error(
-                wire::Error::BAD_FIELD, fmt::format("history[{}]", i),
-                fmt::format("history[{}] = {}: expected a token id in [0, {})", i, m.history(i), limits_.limits.vocab_size));
+            error = make_error(wire::Error::BAD_FIELD, fmt::format("history[{}]", i),
+                               fmt::format("history[{}] = {}: expected a token id in [0, {})", i, m.history(i),
+                                           limits_.limits.vocab_size));
             return false;
         }
     }

@@ -23,7 +23,8 @@ namespace ds::gateway {
 
 class request_handlers final : public request_sink {
    public:
-    // Everything passed in outlives the handlers; `model` may be null (steps carry their logits).
+    // Everything passed in outlives the handlers; `model` may be null (steps carry their logits,
+    // or the ranks make them: group::ranks_make_logits).
     request_handlers(const gateway_config& config, group& ranks, const logits_source* model, gateway_metrics& metrics,
                      job_queue& dispatcher, job_queue& completer);
 
@@ -58,6 +59,7 @@ class request_handlers final : public request_sink {
     group& ranks_;
     group_config limits_;
     const logits_source* model_;
+    logits_supplier logits_;
     gateway_metrics& metrics_;
     job_queue& dispatcher_;
     job_queue& completer_;

@@ -99,7 +99,7 @@ wire::Error bad_field(const char* field, std::string message) {
 
 }  // namespace
 
-bool check_step_shape(const wire::Step& step, bool verify, const group_config& config, bool have_model,
+bool check_step_shape(const wire::Step& step, bool verify, const group_config& config, logits_supplier supplier,
                       wire::Error& error) {
     const int64_t bs = step.slots_size();
     if (bs < 1 || bs > config.limits.max_batch) {
@@ -137,8 +137,14 @@ bool check_step_shape(const wire::Step& step, bool verify, const group_config& c
                                                 logits, rows, config.limits.vocab_size));
         return false;
     }
-    if (step.logits_size() == 0 && !have_model) {
+    if (step.logits_size() == 0 && supplier == logits_supplier::frame) {
         error = bad_field("logits", "none: this server has no model (gateway.model = none), steps must carry logits");
+        return false;
+    }
+    if (step.logits_size() != 0 && supplier == logits_supplier::ranks) {
+        error = bad_field("logits", fmt::format("{} values: expected none, the rank processes make their own logits "
+                                                "(topology.logits_source)",
+                                                step.logits_size()));
         return false;
     }
     return true;

@@ -59,10 +59,15 @@ class frame_reader {
 // Parses a request payload and checks its version and body; false with `error` set otherwise.
 bool decode_request(const uint8_t* payload, size_t size, wire::Request& request, wire::Error& error);
 
+// Who supplies a step's logits: only its frame; its frame or, when it carries none, the server's
+// model (gateway.model); or the ranks themselves (rank processes with a model of their own,
+// topology.logits_source), and then the frame carries none.
+enum class logits_supplier { frame, frame_or_model, ranks };
+
 // Checks a step's counts against the group's limits before anything is sized from them: bs,
-// N, positions, candidates, bitmask words and logits values. `have_model`: the server can fill
-// logits itself. False with a BAD_FIELD error naming the field.
-bool check_step_shape(const wire::Step& step, bool verify, const group_config& config, bool have_model,
+// N, positions, candidates, bitmask words and logits values (as `supplier` expects them). False
+// with a BAD_FIELD error naming the field.
+bool check_step_shape(const wire::Step& step, bool verify, const group_config& config, logits_supplier supplier,
                       wire::Error& error);
 
 }  // namespace ds::gateway

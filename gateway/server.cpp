@@ -70,6 +70,10 @@ struct server::impl {
 
 status server::impl::check_config() const {
     DS_TRY(validate_gateway_config(config));
+    if (model != nullptr && ranks.ranks_make_logits()) {
+        return status::invalid(
+            "gateway.model: expected none, the rank processes make their own logits (topology.logits_source)");
+    }
     if (model != nullptr && model->vocab_size() != ranks.config().limits.vocab_size) {
         return status::invalid(fmt::format("gateway.model vocabulary = {}: expected the group's vocab_size = {}",
                                            model->vocab_size(), ranks.config().limits.vocab_size));

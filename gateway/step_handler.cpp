@@ -18,8 +18,9 @@ void request_handlers::on_step(const connection_ptr& conn, uint64_t seq, const r
                                clock_type::time_point arrived) {
     const wire::Step& step = request->has_verify_step() ? request->verify_step() : request->sample_step();
     const int64_t model_logits =
-        step.logits_size() > 0 ? 0
-                               : int64_t{step.slots_size()} * std::max(1, step.tokens_per_req()) * limits_.limits.vocab_size;
+        step.logits_size() > 0 || logits_ != logits_supplier::frame_or_model
+            ? 0
+            : int64_t{step.slots_size()} * std::max(1, step.tokens_per_req()) * limits_.limits.vocab_size;
     auto job = [this, conn, seq, request, arrived] { submit_step(conn, seq, request, arrived); };
     if (model_logits <= kInlineModelLogits) {
         dispatcher_.run_or_push(std::move(job));
@@ -33,7 +34,7 @@ void request_handlers::submit_step(const connection_ptr& conn, uint64_t seq, req
     const uint64_t id = request->request_id();
     auto step = std::make_shared<prepared_step>();
     wire::Error error;
-    if (!prepare_step(std::move(request), limits_, slots_, model_, *step, error)) {
+    if (!prepare_step(std::move(request), limits_, slots_, logits_, model_, *step, error)) {
         ++metrics_.step_errors;
         return conn->deliver(seq, error_frame(id, error), false);
     }

@@ -75,11 +75,30 @@ int32_t slot_table::registered_count() const {
         std::count_if(slots_.begin(), slots_.end(), [](const entry& e) { return e.registered; }));
 }
 
+namespace {
+
+// Row b*N + j: the model's distribution after the request's committed context and its drafts
+// 1..j (the anchor, candidate 0, is the last committed token).
+void fill_model_rows(const wire::Step& step, int32_t n, int32_t vocab, const slot_table& slots,
+                     const logits_source& model, std::vector<float>& rows) {
+    const int32_t bs = step.slots_size();
+    rows.resize(static_cast<size_t>(bs) * n * vocab);
+    for (int32_t b = 0; b < bs; ++b) {
+        uint64_t context = slots.context(step.slots(b));
+        for (int32_t j = 0; j < n; ++j) {
+            if (j > 0) context = logits_source::next_context(context, step.candidates(static_cast<int>(b * n + j)));
+            model.logits(context, rows.data() + (static_cast<size_t>(b) * n + j) * vocab);
+        }
+    }
+}
+
+}  // namespace
+
 bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config& config, const slot_table& slots,
-                  const logits_source* model, prepared_step& out, wire::Error& error) {
+                  logits_supplier supplier, const logits_source* model, prepared_step& out, wire::Error& error) {
     const bool verify = frame->body_case() == wire::Request::kVerifyStep;
     const wire::Step& step = verify ? frame->verify_step() : frame->sample_step();
-    if (!check_step_shape(step, verify, config, model != nullptr, error)) return false;
+    if (!check_step_shape(step, verify, config, supplier, error)) return false;
     const int32_t bs = step.slots_size();
     const int32_t n = verify ? step.tokens_per_req() : 1;
     for (int32_t b = 0; b < bs; ++b) {
@@ -105,25 +124,16 @@ bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config
     r.bitmask.assign(step.bitmask().begin(), step.bitmask().end());
     if (step.has_threshold_single()) r.thresholds.single = step.threshold_single();
     if (step.has_threshold_acc()) r.thresholds.acc = step.threshold_acc();
+    out.frame = std::move(frame);
+    if (supplier == logits_supplier::ranks) return true;  // no shards: each rank makes its own
     const float* rows_data = step.logits().data();
     if (step.logits_size() == 0) {
-        // Row b*N + j: the model's distribution after the request's committed context and its
-        // drafts 1..j (the anchor, candidate 0, is the last committed token).
-        const int32_t vocab = config.limits.vocab_size;
-        out.model_logits.resize(static_cast<size_t>(bs) * n * vocab);
-        for (int32_t b = 0; b < bs; ++b) {
-            uint64_t context = slots.context(step.slots(b));
-            for (int32_t j = 0; j < n; ++j) {
-                if (j > 0) context = logits_source::next_context(context, step.candidates(static_cast<int>(b * n + j)));
-                model->logits(context, out.model_logits.data() + (static_cast<size_t>(b) * n + j) * vocab);
-            }
-        }
+        fill_model_rows(step, n, config.limits.vocab_size, slots, *model, out.model_logits);
         rows_data = out.model_logits.data();
     }
     r.shards = split_vocab(
         logits_view{rows_data, logits_dtype::f32, int64_t{bs} * n, config.limits.vocab_size, config.limits.vocab_size},
         config.distribution.tp);
-    out.frame = std::move(frame);
     return true;
 }
 

@@ -63,11 +63,12 @@ struct prepared_step {
 };
 
 // Checks `frame`'s step (sample_step or verify_step) against the group's limits and the slot
-// table (each slot registered, and once per step: check_distinct_slots), then fills the logits.
-// `model` may be null (steps must then carry logits). Returns false with a BAD_FIELD or
-// UNKNOWN_SLOT error.
+// table (each slot registered, and once per step: check_distinct_slots), then fills the logits as
+// `supplier` says: `model` (null unless supplier is frame_or_model) makes the rows a frame does
+// not carry; the ranks' own model needs no shards. Returns false with a BAD_FIELD or UNKNOWN_SLOT
+// error.
 bool prepare_step(std::shared_ptr<const wire::Request> frame, const group_config& config, const slot_table& slots,
-                  const logits_source* model, prepared_step& out, wire::Error& error);
+                  logits_supplier supplier, const logits_source* model, prepared_step& out, wire::Error& error);
 
 // The error reply of a failed group call: invalid_argument -> BAD_FIELD naming the field (the
 // message's leading name), timeout -> TIMEOUT, aborted or mismatch -> RANK_FAILURE.

@@ -8,6 +8,9 @@
 //   step.shards = ds::split_vocab(full_logits, config.distribution.tp);  // or each rank's own shard
 //   ds::step_reply reply = group->step(step);                // blocks; reply.result.is_ok()
 //
+// The ranks can also be rank processes (`distsample rank`, docs/deployment.md) that join this
+// process over the network: group::create_with_rank_processes.
+//
 // Every submitted step gets exactly one reply, in submission order: the outputs (equal to the
 // sampling backend on the full rows, for every TP degree and mode) or a typed error naming the
 // field, the rank or the step. CAF stays behind this header.
@@ -17,6 +20,7 @@
 #include <cstdint>
 #include <future>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "actors/dist_step.h"
@@ -69,6 +73,7 @@ struct step_reply {
 };
 
 class group;
+struct topology_config;       // config/topology_config.h
 enum class rank_fault : int;  // distsample/testing.h
 namespace testing {
 status inject_fault(group& g, int32_t rank, rank_fault fault);
@@ -79,11 +84,27 @@ inline constexpr std::size_t kKeptDesyncEvents = 1024;
 class group {
    public:
     static status create(const group_config& config, std::unique_ptr<group>& out);
+    // A group whose ranks are rank processes (`distsample rank`, the same config and topology)
+    // that join on host:port (port 0: any free port; rank_port() says which). It returns once it
+    // listens: steps and registrations fail fast, naming the missing rank, until every rank has
+    // joined and the group has formed (wait_for_ranks). A rank process that dies fails the calls
+    // in flight on it naming the rank; when it (or a successor) joins again the group re-forms in
+    // a new epoch (docs/architecture.md, Ranks in other processes).
+    static status create_with_rank_processes(const group_config& config, const topology_config& topology,
+                                             const std::string& host, uint16_t port, std::unique_ptr<group>& out);
     ~group();
     group(const group&) = delete;
     group& operator=(const group&) = delete;
 
     const group_config& config() const;
+    // Where the rank processes join (the port actually bound); 0 for rank threads.
+    uint16_t rank_port() const;
+    // True when the ranks make their own logits (rank processes with topology.logits_source other
+    // than wire): steps then carry no shards.
+    bool ranks_make_logits() const;
+    // Asks health() until it is ok (for rank processes: every one has joined and the group has
+    // formed) or `within` has passed; the timeout's message then says what is missing.
+    status wait_for_ranks(std::chrono::milliseconds within);
 
     // Registers a request into `slot` on every rank (re-registering replaces it); `history` seeds
     // the penalty counts.

@@ -195,7 +195,7 @@ TEST(GatewayProtocol, StepValidationNamesTheField) {
         c.change(*request->mutable_verify_step());
         prepared_step step;
         wire::Error error;
-        EXPECT_FALSE(prepare_step(request, config, slots, &model, step, error));
+        EXPECT_FALSE(prepare_step(request, config, slots, logits_supplier::frame_or_model, &model, step, error));
         EXPECT_EQ(error.code(), c.code) << error.message();
         EXPECT_EQ(error.field(), c.field) << error.message();
         EXPECT_TRUE(step.model_logits.empty());
@@ -205,18 +205,32 @@ TEST(GatewayProtocol, StepValidationNamesTheField) {
     *request->mutable_sample_step() = small_step(false);
     prepared_step step;
     wire::Error error;
-    EXPECT_FALSE(prepare_step(request, config, slots, nullptr, step, error));
+    EXPECT_FALSE(prepare_step(request, config, slots, logits_supplier::frame, nullptr, step, error));
     EXPECT_EQ(error.field(), "logits");
     // A good verify step: the model fills bs * N rows, row b*N+j after draft j.
     request->clear_sample_step();
     *request->mutable_verify_step() = small_step(true);
-    ASSERT_TRUE(prepare_step(request, config, slots, &model, step, error)) << error.message();
+    ASSERT_TRUE(prepare_step(request, config, slots, logits_supplier::frame_or_model, &model, step, error))
+        << error.message();
     ASSERT_EQ(step.model_logits.size(), size_t{4} * kVocab);
     std::vector<float> row(kVocab);
     model.logits(logits_source::next_context(0, 6), row.data());  // request 1, after its draft 6
     EXPECT_TRUE(std::equal(row.begin(), row.end(), step.model_logits.begin() + 3 * kVocab));
     EXPECT_EQ(step.request.thresholds.single, 0.5f);
     EXPECT_EQ(step.request.thresholds.acc, 1.0f);
+
+    // Ranks that make their own logits: the step goes without shards, and one carrying logits is
+    // refused naming the field.
+    prepared_step own;
+    ASSERT_TRUE(prepare_step(request, config, slots, logits_supplier::ranks, nullptr, own, error)) << error.message();
+    EXPECT_TRUE(own.request.shards.empty());
+    EXPECT_TRUE(own.model_logits.empty());
+    request->mutable_verify_step()->mutable_logits()->Resize(4 * kVocab, 0.0f);
+    prepared_step refused;
+    EXPECT_FALSE(prepare_step(request, config, slots, logits_supplier::ranks, nullptr, refused, error));
+    EXPECT_EQ(error.field(), "logits");
+    EXPECT_NE(error.message().find("expected none, the rank processes make their own logits"), std::string::npos)
+        << error.message();
 }
 
 TEST(GatewaySlots, ContextFollowsCommitsOfTheCurrentRegistrationOnly) {

@@ -200,20 +200,26 @@ class RemoteRanks : public ::testing::Test {
         return pid;
     }
 
-    void start_coordinator(const std::string& mode) {
-        mode_ = mode;
+    // The process the ranks join (`distsample coordinator`, or `serve --rank-processes`), its stdin
+    // and stdout on pipes, its stderr in the coordinator's log.
+    void spawn_coordinator_process(const std::vector<std::string>& args) {
         int to_child[2];
         int from_child[2];
         ASSERT_EQ(::pipe(to_child), 0);
         ASSERT_EQ(::pipe(from_child), 0);
-        std::vector<std::string> args{"coordinator"};
-        for (const std::string& a : listen_args()) args.push_back(a);
-        for (const std::string& a : group_args(mode)) args.push_back(a);
         spawn(coordinator_launcher(), args, to_child[0], from_child[1], test_stem() + "_coordinator.log");
         ::close(to_child[0]);
         ::close(from_child[1]);
         coordinator_in_ = to_child[1];
         coordinator_out_ = from_child[0];
+    }
+
+    void start_coordinator(const std::string& mode) {
+        mode_ = mode;
+        std::vector<std::string> args{"coordinator"};
+        for (const std::string& a : listen_args()) args.push_back(a);
+        for (const std::string& a : group_args(mode)) args.push_back(a);
+        spawn_coordinator_process(args);
         const json first = read_reply(milliseconds(10000));
         ASSERT_TRUE(first.contains("listening")) << first.dump();
         address_ = first["listening"].get<std::string>();
@@ -226,24 +232,36 @@ class RemoteRanks : public ::testing::Test {
         return spawn(rank_launcher(rank), args, -1, -1, test_stem() + "_rank" + std::to_string(rank) + ".log");
     }
 
-    // One line from the coordinator, or {"error": "test: ..."} after `timeout`.
-    json read_reply(milliseconds timeout) {
+    // One line of the coordinator's output; false after `timeout`, with `line` saying why ("test: ...").
+    bool read_line(milliseconds timeout, std::string& line) {
         const auto deadline = clock_type::now() + timeout;
         for (;;) {
             if (const size_t eol = pending_.find('\n'); eol != std::string::npos) {
-                const std::string line = pending_.substr(0, eol);
+                line = pending_.substr(0, eol);
                 pending_.erase(0, eol + 1);
-                return json::parse(line);
+                return true;
             }
             const auto left = std::chrono::duration_cast<milliseconds>(deadline - clock_type::now()).count();
             pollfd p{coordinator_out_, POLLIN, 0};
-            if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0)
-                return json{{"error", "test: no reply in time"}};
+            if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) {
+                line = "test: no reply in time";
+                return false;
+            }
             char buf[65536];
             const ssize_t got = ::read(coordinator_out_, buf, sizeof buf);
-            if (got <= 0) return json{{"error", "test: the coordinator closed its output"}};
+            if (got <= 0) {
+                line = "test: the coordinator closed its output";
+                return false;
+            }
             pending_.append(buf, static_cast<size_t>(got));
         }
+    }
+
+    // One line from the coordinator, or {"error": "test: ..."} after `timeout`.
+    json read_reply(milliseconds timeout) {
+        std::string line;
+        if (!read_line(timeout, line)) return json{{"error", line}};
+        return json::parse(line);
     }
 
     void send(const std::string& op, json step) {

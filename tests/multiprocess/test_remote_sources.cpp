@@ -3,59 +3,16 @@
 // history, then the tokens committed since, then the drafts), and the outputs equal
 // `distsample kernel` on the full rows the same model makes, in every mode. A coordinator that
 // still sends logits to such ranks is refused naming the key.
-#include "multiprocess/remote_group.h"
-#include "sources/synthetic_logits.h"
+#include "multiprocess/own_logits.h"
 
 using namespace ds::remote_test;
 
 namespace {
 
-constexpr int kModelSeed = 5;
-
-// random_step's requests with a history each, and no logits.
-json step_without_logits(bool verify, uint32_t seed) {
-    json step = random_step(verify, seed);
-    step.erase("logits");
-    for (size_t b = 0; b < step["requests"].size(); ++b) {
-        step["requests"][b]["history"] =
-            json{static_cast<int>(3 * b + 1), static_cast<int>(seed % kVocab), static_cast<int>(7 * b + 2)};
-    }
-    return step;
-}
-
-// The rows the ranks make: the synthetic model after the history and, for verify row j, drafts 1..j.
-json with_model_logits(json step) {
-    ds::synthetic_lm_config lm;
-    lm.vocab_size = kVocab;
-    lm.seed = kModelSeed;
-    const ds::synthetic_lm model(lm);
-    const bool verify = step.contains("candidates");
-    json rows = json::array();
-    std::vector<float> row(kVocab);
-    for (size_t b = 0; b < step["requests"].size(); ++b) {
-        uint64_t context = 0;
-        for (int token : step["requests"][b]["history"]) context = ds::logits_source::next_context(context, token);
-        const size_t n = verify ? step["candidates"][b].size() : 1;
-        for (size_t j = 0; j < n; ++j) {
-            if (j > 0) context = ds::logits_source::next_context(context, step["candidates"][b][j].get<int>());
-            model.logits(context, row.data());
-            rows.push_back(row);
-        }
-    }
-    step["logits"] = rows;
-    return step;
-}
-
-class RemoteOwnLogits : public RemoteRanks, public ::testing::WithParamInterface<const char*> {
-   protected:
-    static std::vector<std::string> synthetic_source() {
-        return {"--set", "topology.logits_source=synthetic", "--set",
-                "topology.model_seed=" + std::to_string(kModelSeed)};
-    }
-};
+class RemoteOwnLogits : public RemoteRanks, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(RemoteOwnLogits, StepsWithoutLogitsEqualTheKernelOnTheModelsRows) {
-    extra_args_ = synthetic_source();
+    extra_args_ = synthetic_source_args();
     start_group(GetParam());
     ASSERT_EQ(call_until_ok("health", json::object(), milliseconds(15000)), (json{{"health", "ok"}}));
     const json sample = step_without_logits(false, 31);
@@ -82,7 +39,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, RemoteOwnLogits, ::testing::Values("swap", "shar
 
 TEST_F(RemoteOwnLogits, ACoordinatorThatSendsLogitsIsRefusedNamingTheKey) {
     start_coordinator("swap");  // topology.logits_source = wire
-    extra_args_ = synthetic_source();
+    extra_args_ = synthetic_source_args();
     for (int r = 0; r < kTp; ++r) ranks_.push_back(start_rank(r));
     const json reply = call_until_ok("health", json::object(), milliseconds(15000));
     ASSERT_EQ(reply, (json{{"health", "ok"}}));
