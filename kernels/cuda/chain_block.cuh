@@ -1,6 +1,6 @@
 // The chain kernel's block: its constants, shared memory, the row barriers, loading and
 // processing a chunk, and the walk over a chunk's tokens.
-// One of the chain kernel's parts (chain_kernel.cu includes listed_rows.cuh, which includes the rest
+// One of the chain kernel's parts (chain_kernel.cu includes top_p_rows.cuh, which includes the rest
 // in order); device code for that one translation unit.
 #pragma once
 
@@ -67,8 +67,9 @@ struct kernel_shared {
         } radix;  // the cut's block, many candidates
     } data;
     union {
-        uint32_t histogram[kMassHistogramBins];  // the chunk's masses by bin (cut rows)
-        uint32_t nearness[kNearnessBins];        // the chunk's tokens by distance to its maximum (top-k rows)
+        uint32_t histogram[kMassHistogramBins];         // the chunk's masses by bin (cut rows)
+        uint32_t nearness[kNearnessBins];               // the chunk's tokens by distance to its maximum (top-k rows)
+        uint64_t bin_mass[kWarps][kMassHistogramBins];  // the chunk's masses by bin, per warp (top-p rows)
     };
     block_scratch scratch;
     row_totals totals;      // the row's combined maxima and masses (thread 0 combines)

@@ -15,6 +15,8 @@
 //     After the row maximum, each block lists the tokens near the row's top on the logits (a
 //     superset of the kept tokens, ties included); the last block to arrive computes masses for
 //     the listed tokens alone, selects the exact cut among them and draws.
+//   top-p-alone rows: the blocks sum their masses by bin, meet, and list only the tokens of the
+//     bin where the top-p target is reached; the last block selects the cut among those.
 // Each row draws the token it would emit if the request's chain stopped there, so the last block
 // of a request to finish walks the chain from the rows' results alone (docs/semantics.md, Verify).
 // Every decision goes through kernels/exact_rules.h, as the CPU backend's do.
@@ -26,12 +28,12 @@
 //
 // The kernel's parts, in the order they build on each other: chain_block.cuh (shared memory,
 // barriers, loading a chunk), cut_selection.cuh, chain_walk.cuh, row_combine.cuh, row_draws.cuh,
-// listed_rows.cuh; this file holds the kernels and their launch.
+// listed_rows.cuh, top_p_rows.cuh; this file holds the kernels and their launch.
 
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/chain_kernel.h"
-#include "kernels/cuda/listed_rows.cuh"
+#include "kernels/cuda/top_p_rows.cuh"
 
 namespace ds::cuda {
 
@@ -105,6 +107,10 @@ __device__ void sample_row(const row_context& ctx, int32_t first, int32_t count,
     const int32_t chunk = first / kChunkTokens;
     row_sync& sync = ctx.p.workspace.sync[ctx.row];
     chunk_partial* row_partials = ctx.p.workspace.partials + ctx.row * ctx.chunks;
+    if (cuts_top_p_alone(r, ctx.min_mass)) {
+        sample_top_p_row(ctx, first, count, sh);
+        return;
+    }
     const bool maybe_cut = r.top_k >= 0 || r.top_p < 1.0f;
     if (maybe_cut) {
         publish_masses<true, true>(ctx, sh.data.chunk, count, row_partials[chunk], sh);
@@ -117,7 +123,7 @@ __device__ void sample_row(const row_context& ctx, int32_t first, int32_t count,
         // Kept: every token that passes min_p. The last block to arrive draws.
         if (arrive_last(&sync.partials_arrived, static_cast<uint32_t>(ctx.chunks), sh.flag)) {
             combine_masses(row_partials, ctx.chunks, sh);
-            draw_without_cut(ctx, sh);
+            draw_from_chunks(ctx, cut{ctx.min_mass, false, 0, -1}, sh);
         }
         return;
     }
@@ -126,7 +132,8 @@ __device__ void sample_row(const row_context& ctx, int32_t first, int32_t count,
     const bool top_k_active = r.top_k >= 0 && static_cast<uint64_t>(r.top_k) < sh.totals.nonzero;
     if (!top_k_active && r.top_p >= 1.0f) {
         // No cut after all (top_k reaches every token with mass).
-        if (arrive_last(&sync.counts_arrived, static_cast<uint32_t>(ctx.chunks), sh.flag)) draw_without_cut(ctx, sh);
+        if (arrive_last(&sync.counts_arrived, static_cast<uint32_t>(ctx.chunks), sh.flag))
+            draw_from_chunks(ctx, cut{ctx.min_mass, false, 0, -1}, sh);
     } else {
         draw_with_cut(ctx, top_k_active, first, count, sh);
     }

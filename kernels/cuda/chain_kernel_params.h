@@ -110,10 +110,12 @@ struct chain_workspace {
     chunk_partial* partials = nullptr;        // [rows, max(chunks_per_row, max_stream_segments)]
     row_result* results = nullptr;            // [rows]
     cut_candidate* candidates = nullptr;      // [rows, vocab]
+    uint64_t* chunk_bin_masses = nullptr;     // [rows, chunks_per_row, kMassHistogramBins] (top-p rows)
 
     // Bytes for `rows` rows of `vocab` tokens and `batch` requests; with base != null, also points
-    // every member into [base, base + bytes). Without `cut_lists` (no request can have a top-k or
-    // top-p cut) the candidate lists, 8 bytes per token of every row, are left out.
+    // every member into [base, base + bytes). Without `cut_lists` (no request can have a top-k,
+    // top-p or min-p filter) the candidate lists, 8 bytes per token of every row, and the chunks'
+    // masses by bin are left out.
     static size_t layout(void* base, int64_t rows, int32_t batch, int32_t vocab, bool cut_lists, chain_workspace& out) {
         size_t at = 0;
         auto carve = [&](auto*& member, size_t count) {
@@ -134,6 +136,8 @@ struct chain_workspace {
         carve(out.partials, row_count * static_cast<size_t>(partials_per_row));
         carve(out.results, row_count);
         carve(out.candidates, cut_lists ? row_count * static_cast<size_t>(vocab) : 0);
+        carve(out.chunk_bin_masses,
+              cut_lists ? row_count * static_cast<size_t>(chunks_per_row(vocab)) * kMassHistogramBins : 0);
         return at;
     }
 };

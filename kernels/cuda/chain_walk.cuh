@@ -1,6 +1,6 @@
 // The request's chain walk from its rows' results: accepted drafts, the final token and its
 // log-probability (docs/semantics.md, Verify).
-// One of the chain kernel's parts (chain_kernel.cu includes listed_rows.cuh, which includes the rest
+// One of the chain kernel's parts (chain_kernel.cu includes top_p_rows.cuh, which includes the rest
 // in order); device code for that one translation unit.
 #pragma once
 

@@ -1,6 +1,6 @@
 // The exact top-k/top-p cut over a row's listed candidates: sorting, or radix selection on
 // integer histograms when the list is long.
-// One of the chain kernel's parts (chain_kernel.cu includes listed_rows.cuh, which includes the rest
+// One of the chain kernel's parts (chain_kernel.cu includes top_p_rows.cuh, which includes the rest
 // in order); device code for that one translation unit.
 #pragma once
 
@@ -99,10 +99,12 @@ __device__ radix_result radix_select(const Mass& mass_at, int32_t count, bool by
 
 // The exact top-k/top-p cut over the row's `count` candidates (every token that can survive it),
 // listed in token order; kept mass after min_p. As cpu::row_sampler on the (mass desc, token asc)
-// order.
+// order. Top-p alone may leave out of the list tokens that are surely kept, all of more mass
+// than any listed one: `mass_before` is their mass (with no min_p, so all of it is kept).
 template <class Mass>
 __device__ selected_cut select_cut(const Mass& mass_at, const cut_candidate* list, int32_t count, const request_view& r,
-                                   bool top_k_active, uint64_t mass_total, uint64_t min_mass, kernel_shared& sh) {
+                                   bool top_k_active, uint64_t mass_total, uint64_t min_mass, kernel_shared& sh,
+                                   uint64_t mass_before = 0) {
     if (count <= kSortCapacity) {
         uint64_t* keys = sh.data.keys;
         for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) {
@@ -114,12 +116,14 @@ __device__ selected_cut select_cut(const Mass& mass_at, const cut_candidate* lis
         const uint64_t top_k_mass = top_k_active ? block_sum_over(key_mass, top_k_length, sh.scratch) : mass_total;
         int32_t length = top_k_length;
         if (r.top_p < 1.0f) {
-            const uint64_t target = exact::top_p_mass_target(r.top_p, top_k_mass);
+            const uint64_t target = exact::top_p_mass_target(r.top_p, top_k_mass) - mass_before;
             const int32_t last = block_find_prefix(key_mass, top_k_length, target - 1, sh.scratch);
             if (last >= 0) length = last + 1;  // always found: the candidates hold the target
         }
-        const uint64_t kept_mass = block_sum_over(
-            [&](int32_t i) -> uint64_t { return key_mass(i) >= min_mass ? key_mass(i) : 0; }, length, sh.scratch);
+        const uint64_t kept_mass =
+            mass_before +
+            block_sum_over([&](int32_t i) -> uint64_t { return key_mass(i) >= min_mass ? key_mass(i) : 0; }, length,
+                           sh.scratch);
         const uint64_t boundary = keys[length - 1];
         __syncthreads();
         return {cut{min_mass, true, boundary >> kKeyTokenBits,
@@ -137,7 +141,7 @@ __device__ selected_cut select_cut(const Mass& mass_at, const cut_candidate* lis
     }
     if (r.top_p < 1.0f) {
         // The top-p prefix is never longer than the top-k prefix (its target is at most M_k).
-        const uint64_t target = exact::top_p_mass_target(r.top_p, top_k_mass);
+        const uint64_t target = exact::top_p_mass_target(r.top_p, top_k_mass) - mass_before;
         const radix_result t = radix_select(mass_at, count, true, target, sh);
         boundary_mass = t.value;
         ties_needed = (target - t.mass_above + t.value - 1) / t.value;
@@ -152,7 +156,7 @@ __device__ selected_cut select_cut(const Mass& mass_at, const cut_candidate* lis
             return result.keeps(__ldcg(&list[i].token), q) ? q : 0;
         },
         count, sh.scratch);
-    return {result, kept_mass};
+    return {result, mass_before + kept_mass};
 }
 
 }  // namespace

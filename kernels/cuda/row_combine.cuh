@@ -1,5 +1,5 @@
 // A row's totals combined from its chunks' partials: maxima, logprob normalisers, masses.
-// One of the chain kernel's parts (chain_kernel.cu includes listed_rows.cuh, which includes the rest
+// One of the chain kernel's parts (chain_kernel.cu includes top_p_rows.cuh, which includes the rest
 // in order); device code for that one translation unit.
 #pragma once
 

@@ -1,6 +1,6 @@
 // A sampled row's draw: without a cut (the chunk that holds the target), and with a top-k/top-p
 // cut selected on the tokens listed above the row's mass bound.
-// One of the chain kernel's parts (chain_kernel.cu includes listed_rows.cuh, which includes the rest
+// One of the chain kernel's parts (chain_kernel.cu includes top_p_rows.cuh, which includes the rest
 // in order); device code for that one translation unit.
 #pragma once
 
@@ -31,11 +31,11 @@ __device__ row_draw plan_draw(const row_context& ctx, const cut& kept, uint64_t 
     return d;
 }
 
-// Rows without a top-k/top-p cut (kept: the tokens that pass min_p), run by the row's last block:
-// find the chunk that holds the target mass, load it again and find the token in it.
-__device__ void draw_without_cut(const row_context& ctx, kernel_shared& sh) {
+// The draw by the row's last block when each chunk's kept mass is known (partials' min_p_mass, the
+// row's in sh.totals.min_p_mass): find the chunk that holds the target mass, load it again and
+// find the token in it. Rows without a top-k/top-p cut keep the tokens that pass min_p.
+__device__ void draw_from_chunks(const row_context& ctx, const cut& kept, kernel_shared& sh) {
     const row_totals& totals = sh.totals;
-    const cut kept{ctx.min_mass, false, 0, -1};
     const row_draw d = plan_draw(ctx, kept, totals.min_p_mass, totals.max_logit);
     const chunk_partial* partials = ctx.p.workspace.partials + ctx.row * ctx.chunks;
     if (threadIdx.x < 32) {  // warp 0 scans the chunks' kept masses, 32 chunks at a time
