@@ -6,9 +6,15 @@
 // exact per-token arithmetic with logits made in registers; from them a lower bound per case,
 // max(read, arithmetic) + step overhead. Prints both tables; with --json FILE also writes the
 // figures for bench/peers_torch.py.
+//
+//   bench_cuda_sampling [--vocab V] [--dtype f32|bf16] [--no-probes] [--json FILE] [--case K]
+//
+// V defaults to 128256 and the logits to fp32; bf16 logits are the fp32 rows rounded, and their
+// floor counts two bytes a token. --no-probes times the cases alone (for V and dtype sweeps).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -45,6 +51,17 @@ ds::sampling_params with_zero_bias(ds::sampling_params p) {
     return p;
 }
 
+// What one run measures: the logits' shape and type, and whether the floor probes run.
+struct bench_options {
+    std::string json_path;
+    int only_case = -1;  // --case K runs one case, without the floor probes (for profilers)
+    int32_t vocab = 128256;
+    ds::logits_dtype dtype = ds::logits_dtype::f32;
+    bool probes = true;
+};
+
+size_t token_bytes(ds::logits_dtype dtype) { return dtype == ds::logits_dtype::f32 ? 4 : 2; }
+
 // What the probes measured for one case, at its rows and graph shape.
 struct case_floors {
     ds::cuda::read_probe_result read;
@@ -65,12 +82,14 @@ struct case_result {
 // The mass pass's time does not depend on the temperature (no branch per token).
 constexpr float kProbeTemperature = 0.8f;
 
-ds::status probe_floors(const bench_case& c, int64_t rows, int32_t vocab, const void* device_logits,
+ds::status probe_floors(const bench_case& c, int64_t rows, int32_t vocab, size_t token_bytes, const void* device_logits,
                         const ds::cuda::cuda_backend& backend, int iterations, case_floors& out) {
+    // The read probe reads floats: a row of 16-bit logits is read as half as many.
+    const auto read_vocab = static_cast<int32_t>(static_cast<size_t>(vocab) * token_bytes / sizeof(float));
     ds::cuda::graph_shape shape;
     ds::status s = backend.captured_shape(shape);
     if (s.is_ok()) s = ds::cuda::probe_step_overhead(shape, iterations, out.step_overhead_us);
-    if (s.is_ok()) s = ds::cuda::probe_read_floor(device_logits, rows, vocab, iterations, out.read);
+    if (s.is_ok()) s = ds::cuda::probe_read_floor(device_logits, rows, read_vocab, iterations, out.read);
     if (s.is_ok()) s = ds::cuda::probe_exact_arithmetic(rows, vocab, kProbeTemperature, iterations, out.arithmetic);
     if (!s.is_ok()) return s;
     // Greedy rows need only the argmax; sampled rows need the row maximum before their masses.
@@ -107,14 +126,15 @@ void print_floors(const std::vector<case_result>& results, double bandwidth) {
     }
 }
 
-// bench/peers_torch.py reads "bandwidth_tbps", "vocab" and "cases"; the probes' figures are the
+// bench/peers_torch.py reads "bandwidth_tbps", "vocab", "dtype" and "cases"; the probes' figures are the
 // top-level "floor_probes" (rows of the first case) and "case_bounds" (one per case, in order).
 // False when the file cannot be written.
-bool write_json(const std::string& path, const std::vector<case_result>& results, double bandwidth, int32_t vocab,
-                bool probed) {
+bool write_json(const std::string& path, const std::vector<case_result>& results, double bandwidth,
+                const bench_options& o, bool probed) {
     std::ofstream json(path);
     if (!json) return false;
-    json << "{\"bandwidth_tbps\": " << bandwidth << ", \"vocab\": " << vocab << ", \"cases\": [";
+    json << "{\"bandwidth_tbps\": " << bandwidth << ", \"vocab\": " << o.vocab << ", \"dtype\": \""
+         << (o.dtype == ds::logits_dtype::f32 ? "f32" : "bf16") << "\", \"cases\": [";
     for (size_t i = 0; i < results.size(); ++i) {
         const case_result& r = results[i];
         const bench_case& c = *r.c;
@@ -149,21 +169,33 @@ bool write_json(const std::string& path, const std::vector<case_result>& results
     return static_cast<bool>(json.flush());
 }
 
+// fp32 to bf16, rounding to nearest even (the rows hold no NaN).
+uint16_t round_to_bf16(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
 // LLM-like rows from the synthetic model, on the device: 256 rows cover every case.
-ds::status upload_logits(int32_t vocab, std::shared_ptr<void>& device_logits) {
+ds::status upload_logits(int32_t vocab, ds::logits_dtype dtype, std::shared_ptr<void>& device_logits) {
     ds::synthetic_lm_config lm_config;
     lm_config.vocab_size = vocab;
     const ds::synthetic_lm lm(lm_config);
     std::vector<float> logits(size_t{256} * static_cast<size_t>(vocab));
     for (int r = 0; r < 256; ++r)
         lm.logits(static_cast<uint64_t>(r) * 7919, logits.data() + static_cast<size_t>(r) * static_cast<size_t>(vocab));
-    return ds::cuda::upload_to_device(logits.data(), logits.size() * sizeof(float), device_logits);
+    if (dtype == ds::logits_dtype::f32)
+        return ds::cuda::upload_to_device(logits.data(), logits.size() * sizeof(float), device_logits);
+    std::vector<uint16_t> halves(logits.size());
+    std::transform(logits.begin(), logits.end(), halves.begin(), round_to_bf16);
+    return ds::cuda::upload_to_device(halves.data(), halves.size() * sizeof(uint16_t), device_logits);
 }
 
 // One case: a backend with the case's requests, its step captured in a CUDA graph and timed over
 // `iterations` replays; the floor probes too when `probed`.
-ds::status run_case(const bench_case& c, int32_t vocab, const void* device_logits, double bandwidth, int iterations,
-                    bool probed, case_result& result) {
+ds::status run_case(const bench_case& c, const bench_options& o, const void* device_logits, double bandwidth,
+                    int iterations, bool probed, case_result& result) {
+    const int32_t vocab = o.vocab;
     ds::kernel_config config;
     config.vocab_size = vocab;
     config.max_batch = c.batch;
@@ -183,7 +215,7 @@ ds::status run_case(const bench_case& c, int32_t vocab, const void* device_logit
     }
     const int64_t rows = int64_t{c.batch} * c.tokens_per_req;
     ds::step_input step;
-    step.logits = ds::logits_view{device_logits, ds::logits_dtype::f32, rows, vocab, vocab, true};
+    step.logits = ds::logits_view{device_logits, o.dtype, rows, vocab, vocab, true};
     step.slots = slots.data();
     step.positions = positions.data();
     step.batch_size = c.batch;
@@ -193,34 +225,61 @@ ds::status run_case(const bench_case& c, int32_t vocab, const void* device_logit
     double micros = 0.0;
     DS_TRY(backend->capture_graph(step, kind, /*with_logprobs=*/false));
     DS_TRY(backend->time_graph(iterations, micros));
-    const double floor_us = static_cast<double>(rows) * vocab * sizeof(float) / (bandwidth * 1e12) * 1e6;
+    const double floor_us =
+        static_cast<double>(rows) * vocab * static_cast<double>(token_bytes(o.dtype)) / (bandwidth * 1e12) * 1e6;
     std::printf("%-40s %5d %3d %10.1f %10.1f %8.2f\n", c.name.c_str(), c.batch, c.tokens_per_req, micros, floor_us,
                 micros / floor_us);
     result = case_result{&c, rows, micros, floor_us, {}};
     if (!probed) return ds::status::success();
-    const ds::status s = probe_floors(c, rows, vocab, device_logits, *backend, iterations, result.floors);
+    const ds::status s =
+        probe_floors(c, rows, vocab, token_bytes(o.dtype), device_logits, *backend, iterations, result.floors);
     return s.is_ok() ? s : ds::status{s.code, "floor probes: " + s.message};
+}
+
+// False (with a message) on an unknown flag or a value out of range.
+bool parse_options(int argc, char** argv, bench_options& o) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string flag = argv[i];
+        if (flag == "--no-probes") {
+            o.probes = false;
+            continue;
+        }
+        if (i + 1 >= argc) break;
+        const std::string value = argv[++i];
+        if (flag == "--json") {
+            o.json_path = value;
+        } else if (flag == "--case") {
+            o.only_case = std::atoi(value.c_str());
+        } else if (flag == "--vocab") {
+            o.vocab = std::atoi(value.c_str());
+        } else if (flag == "--dtype" && (value == "f32" || value == "bf16")) {
+            o.dtype = value == "f32" ? ds::logits_dtype::f32 : ds::logits_dtype::bf16;
+        } else {
+            std::fprintf(stderr, "bench_cuda_sampling: unknown flag or value: %s %s\n", flag.c_str(), value.c_str());
+            return false;
+        }
+    }
+    if (o.vocab < 16 || o.vocab > (1 << 20)) {
+        std::fprintf(stderr, "bench_cuda_sampling: --vocab must be in [16, 1048576], got %d\n", o.vocab);
+        return false;
+    }
+    return true;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::string json_path;
-    int only_case = -1;  // --case K runs one case, without the floor probes (for profilers)
-    for (int i = 1; i + 1 < argc; ++i) {
-        if (std::string(argv[i]) == "--json") json_path = argv[i + 1];
-        if (std::string(argv[i]) == "--case") only_case = std::atoi(argv[i + 1]);
-    }
+    bench_options o;
+    if (!parse_options(argc, argv, o)) return 2;
     if (ds::cuda::device_count() == 0) {
         std::fprintf(stderr, "bench_cuda_sampling: no CUDA device\n");
         return 1;
     }
-    constexpr int32_t kVocab = 128256;
     constexpr int kIterations = 50;
     double bandwidth = 0.0;
     std::shared_ptr<void> device_logits;
     ds::status s = ds::cuda::measure_copy_bandwidth(size_t{1} << 30, 20, bandwidth);
-    if (s.is_ok()) s = upload_logits(kVocab, device_logits);
+    if (s.is_ok()) s = upload_logits(o.vocab, o.dtype, device_logits);
     if (!s.is_ok()) {
         std::fprintf(stderr, "%s\n", s.message.c_str());
         return 1;
@@ -237,15 +296,15 @@ int main(int argc, char** argv) {
         {"sample min-p 0.05", 256, 1, make_params(1.0f, -1, 1.0f, 0.05f)},
         {"verify target-only top-k 50 top-p 0.9", 64, 4, make_params(1.0f, 50, 0.9f)},
     };
-    std::printf("device copy bandwidth (read+write): %.2f TB/s; V = %d, fp32 logits, CUDA graph replays\n\n", bandwidth,
-                kVocab);
+    std::printf("device copy bandwidth (read+write): %.2f TB/s; V = %d, %s logits, CUDA graph replays\n\n", bandwidth,
+                o.vocab, o.dtype == ds::logits_dtype::f32 ? "fp32" : "bf16");
     std::printf("%-40s %5s %3s %10s %10s %8s\n", "case", "bs", "N", "ours (us)", "floor (us)", "ratio");
-    const bool probed = only_case < 0;
+    const bool probed = o.only_case < 0 && o.probes;
     std::vector<case_result> results;
     for (size_t index = 0; index < cases.size(); ++index) {
-        if (only_case >= 0 && static_cast<size_t>(only_case) != index) continue;
+        if (o.only_case >= 0 && static_cast<size_t>(o.only_case) != index) continue;
         case_result result;
-        s = run_case(cases[index], kVocab, device_logits.get(), bandwidth, kIterations, probed, result);
+        s = run_case(cases[index], o, device_logits.get(), bandwidth, kIterations, probed, result);
         if (!s.is_ok()) {
             std::fprintf(stderr, "%s: %s\n", cases[index].name.c_str(), s.message.c_str());
             return 1;
@@ -253,8 +312,8 @@ int main(int argc, char** argv) {
         results.push_back(result);
     }
     if (probed) print_floors(results, bandwidth);
-    if (!json_path.empty() && !write_json(json_path, results, bandwidth, kVocab, probed)) {
-        std::fprintf(stderr, "bench_cuda_sampling: cannot write --json %s\n", json_path.c_str());
+    if (!o.json_path.empty() && !write_json(o.json_path, results, bandwidth, o, probed)) {
+        std::fprintf(stderr, "bench_cuda_sampling: cannot write --json %s\n", o.json_path.c_str());
         return 1;
     }
     return 0;

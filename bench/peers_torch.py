@@ -43,23 +43,28 @@ def torch_case(case, logits):
     min_p = case.get("min_p", 0.0)
     if temperature == 0:
         return lambda: torch.argmax(rows, dim=-1)
+
+    def scaled():
+        # vLLM and SGLang sample in fp32: 16-bit logits are widened first (a no-op for fp32).
+        return rows.float() / temperature
+
     if min_p > 0:
 
         def sample_min_p():
-            probs = torch.softmax(rows / temperature, dim=-1)
+            probs = torch.softmax(scaled(), dim=-1)
             kept = probs.masked_fill(probs < min_p * probs.amax(dim=-1, keepdim=True), 0.0)
             return torch.multinomial(kept, 1)
 
         return sample_min_p
     if top_k < 0 and top_p >= 1.0:
-        return lambda: torch.multinomial(torch.softmax(rows / temperature, dim=-1), 1)
+        return lambda: torch.multinomial(torch.softmax(scaled(), dim=-1), 1)
     if n == 1:
-        return lambda: torch.multinomial(torch.softmax(top_k_top_p_filter(rows / temperature, top_k, top_p), -1), 1)
+        return lambda: torch.multinomial(torch.softmax(top_k_top_p_filter(scaled(), top_k, top_p), -1), 1)
 
     drafts = torch.zeros((bs, n), dtype=torch.long, device=rows.device)
 
     def verify():
-        probs = torch.softmax(top_k_top_p_filter(rows / temperature, top_k, top_p), -1).view(bs, n, -1)
+        probs = torch.softmax(top_k_top_p_filter(scaled(), top_k, top_p), -1).view(bs, n, -1)
         p_draft = probs[:, :-1].gather(-1, drafts[:, 1:].unsqueeze(-1)).squeeze(-1)
         coins = torch.rand((bs, n - 1), device=rows.device)
         accepted = (coins <= p_draft).int().cumprod(dim=-1).sum(dim=-1)
@@ -73,11 +78,13 @@ def main():
     ours = json.load(open(sys.argv[1]))
     vocab = ours["vocab"]
     torch.manual_seed(0)
-    logits = (torch.randn((256, vocab), device="cuda") * 2.0).float()
+    dtype = torch.bfloat16 if ours.get("dtype") == "bf16" else torch.float32
+    logits = (torch.randn((256, vocab), device="cuda") * 2.0).to(dtype)
     scratch = torch.empty((1 << 28,), dtype=torch.float32, device="cuda")
     other = torch.empty_like(scratch)
     copy_us = time_us(lambda: other.copy_(scratch))
     torch_bandwidth = 2 * scratch.numel() * 4 / (copy_us * 1e-6) / 1e12
+    print(f"V = {vocab}, {dtype} logits")
     print(f"copy bandwidth: ours {ours['bandwidth_tbps']:.2f} TB/s, torch {torch_bandwidth:.2f} TB/s (read+write)")
     print(f"{'case':<40} {'bs':>4} {'N':>2} {'ours us':>8} {'floor us':>8} {'x floor':>7} {'torch us':>9} {'torch/ours':>10}")
     for case in ours["cases"]:

@@ -149,6 +149,12 @@ bench() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
   "$BUNDLE/bin/bench_cuda_sampling" --json "$out/ours.json" | tee "$out/bench.txt"
   python3 bench/peers_torch.py "$out/ours.json" | tee "$out/peers.txt"
+  # bf16 logits against PyTorch on the same bf16 rows, then the time's growth with V.
+  "$BUNDLE/bin/bench_cuda_sampling" --dtype bf16 --no-probes --json "$out/ours-bf16.json" | tee "$out/bench-bf16.txt"
+  python3 bench/peers_torch.py "$out/ours-bf16.json" | tee "$out/peers-bf16.txt"
+  for vocab in 151936 262144; do
+    "$BUNDLE/bin/bench_cuda_sampling" --vocab "$vocab" --no-probes | tee "$out/bench-v$vocab.txt"
+  done
 }
 
 # On the GPU machine: the wheels in .whl (the package and pytest) into /tmp/site.

@@ -59,9 +59,11 @@ status plan_call(const sampling_call& call, workspace_ref workspace, int streami
     params.outputs = call.outputs;
     chain_workspace::layout(workspace.data, int64_t{bs} * n, bs, call.logits.vocab, cut_lists, params.workspace);
     const int64_t rows = int64_t{bs} * n;
+    // Enough segments for kStreamWaves rounds of the resident blocks, so no SM idles while its
+    // blocks' loads are in flight.
+    const int64_t wanted = (int64_t{kStreamWaves} * streaming_blocks + rows - 1) / std::max<int64_t>(rows, 1);
     params.stream_segments =
-        can_stream(call) ? static_cast<int32_t>(std::clamp<int64_t>(streaming_blocks / std::max<int64_t>(rows, 1), 1,
-                                                                    max_stream_segments(call.logits.vocab)))
+        can_stream(call) ? static_cast<int32_t>(std::clamp<int64_t>(wanted, 1, max_stream_segments(call.logits.vocab)))
                          : 0;
     if (const char* problem = params.check()) return {status_code::internal, problem};
     return status::success();

@@ -124,6 +124,45 @@ __device__ void arrive(uint32_t* counter, uint32_t expected, const chain_kernel_
     __syncthreads();
 }
 
+// Loads `vectors` 16-byte vectors of 8 halves each into shared memory as floats: asynchronous
+// copies bring the halves into the chunk's upper half (the whole chunk in flight at once), then
+// they are widened in place. The lower half of the floats lies below the halves; the upper half
+// overwrites them, so those are read into registers before anyone writes.
+template <class Widen>
+__device__ __forceinline__ void load_half_chunk(const uint4* source, int32_t vectors, Widen widen, float* chunk) {
+    constexpr int kUpperPerThread = kChunkTokens / 8 / 2 / kBlockThreads;
+    auto* halves = reinterpret_cast<uint4*>(chunk) + vectors;  // bytes [16 vectors, 32 vectors)
+    for (int32_t q = threadIdx.x; q < vectors; q += kBlockThreads) __pipeline_memcpy_async(halves + q, source + q, 16);
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    auto store = [&](int32_t q, const uint4& v) {
+        const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+        float wide[8];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            wide[2 * k] = widen(static_cast<uint16_t>(words[k]));
+            wide[2 * k + 1] = widen(static_cast<uint16_t>(words[k] >> 16));
+        }
+        reinterpret_cast<float4*>(chunk)[2 * q] = make_float4(wide[0], wide[1], wide[2], wide[3]);
+        reinterpret_cast<float4*>(chunk)[2 * q + 1] = make_float4(wide[4], wide[5], wide[6], wide[7]);
+    };
+    const int32_t lower = vectors / 2;
+    uint4 upper[kUpperPerThread];
+#pragma unroll
+    for (int i = 0; i < kUpperPerThread; ++i) {
+        const int32_t q = lower + threadIdx.x + i * kBlockThreads;
+        if (q < vectors) upper[i] = halves[q];
+    }
+    for (int32_t q = threadIdx.x; q < lower; q += kBlockThreads) store(q, halves[q]);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kUpperPerThread; ++i) {
+        const int32_t q = lower + threadIdx.x + i * kBlockThreads;
+        if (q < vectors) store(q, upper[i]);
+    }
+}
+
 // Loads tokens [first, first + count) of `row` into shared memory as the logits are given.
 __device__ void load_raw_chunk(const chain_kernel_params& p, int64_t row, int32_t first, int32_t count, float* chunk) {
     const int64_t offset = row * p.row_stride + first;
@@ -147,18 +186,12 @@ __device__ void load_raw_chunk(const chain_kernel_params& p, int64_t row, int32_
             return bf16 ? dm::bf16_bits_to_float(bits) : dm::fp16_bits_to_float(bits);
         };
         if ((reinterpret_cast<uintptr_t>(source) & 15) == 0 && count % 8 == 0) {
-            // Eight halves per 16-byte load, widened into two float4s.
-            for (int32_t q = threadIdx.x; q < count / 8; q += kBlockThreads) {
-                const uint4 v = __ldg(reinterpret_cast<const uint4*>(source) + q);
-                const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-                float wide[8];
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    wide[2 * k] = widen(static_cast<uint16_t>(words[k]));
-                    wide[2 * k + 1] = widen(static_cast<uint16_t>(words[k] >> 16));
-                }
-                reinterpret_cast<float4*>(chunk)[2 * q] = make_float4(wide[0], wide[1], wide[2], wide[3]);
-                reinterpret_cast<float4*>(chunk)[2 * q + 1] = make_float4(wide[4], wide[5], wide[6], wide[7]);
+            // One widening per dtype, chosen once per chunk rather than per token.
+            const auto* vectors = reinterpret_cast<const uint4*>(source);
+            if (bf16) {
+                load_half_chunk(vectors, count / 8, [](uint16_t bits) { return dm::bf16_bits_to_float(bits); }, chunk);
+            } else {
+                load_half_chunk(vectors, count / 8, [](uint16_t bits) { return dm::fp16_bits_to_float(bits); }, chunk);
             }
         } else {
             for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) chunk[i] = widen(source[i]);

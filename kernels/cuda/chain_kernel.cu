@@ -28,11 +28,13 @@
 //
 // The kernel's parts, in the order they build on each other: chain_block.cuh (shared memory,
 // barriers, loading a chunk), cut_selection.cuh, chain_walk.cuh, row_combine.cuh, row_draws.cuh,
-// listed_rows.cuh, top_p_rows.cuh; this file holds the kernels and their launch.
+// listed_rows.cuh, top_p_rows.cuh, streaming_greedy.cuh; this file holds the chain kernel and the
+// launches.
 
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/chain_kernel.h"
+#include "kernels/cuda/streaming_greedy.cuh"
 #include "kernels/cuda/top_p_rows.cuh"
 
 namespace ds::cuda {
@@ -219,131 +221,6 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
     if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * chunks), sh.flag)) walk_chain(p, r, b);
 }
 
-// ---- The streaming kernel: greedy requests without penalties or bias ------------------------------
-// A thread reads 4-token vectors kStreamStride apart, kStreamUnroll of them in flight, keeping its
-// running argmax (and, for logprobs, a running softmax sum) in registers; one block reduction at
-// the end of the segment.
-constexpr int32_t kStreamStride = kBlockThreads * kSliceTokens;
-constexpr int kStreamUnroll = 8;
-static_assert(kStreamSegmentQuantum == kStreamStride, "segments start on a whole block round");
-
-struct streaming_shared {
-    block_scratch scratch;
-    row_totals totals;
-    bool flag;
-};
-
-// Tokens [at, at + 4) of `row` as floats, masked (bitmask); tokens at or past `end` read as -inf.
-// `at` is a multiple of 4, so the four share one bitmask word.
-__device__ __forceinline__ void stream_slice(const chain_kernel_params& p, int64_t row, int32_t at, int32_t end,
-                                             float (&v)[kSliceTokens]) {
-    const int64_t offset = row * p.row_stride + at;
-    const bool whole = at + kSliceTokens <= end;
-    if (p.dtype == logits_dtype::f32) {
-        const float* source = static_cast<const float*>(p.logits) + offset;
-        if (whole && (reinterpret_cast<uintptr_t>(source) & 15) == 0) {
-            const float4 q = __ldcs(reinterpret_cast<const float4*>(source));
-            v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-        } else {
-#pragma unroll
-            for (int k = 0; k < kSliceTokens; ++k) v[k] = at + k < end ? source[k] : -HUGE_VALF;
-        }
-    } else {
-        const uint16_t* source = static_cast<const uint16_t*>(p.logits) + offset;
-        uint16_t halves[kSliceTokens];
-        if (whole && (reinterpret_cast<uintptr_t>(source) & 7) == 0) {
-            const uint2 q = __ldcs(reinterpret_cast<const uint2*>(source));
-            halves[0] = static_cast<uint16_t>(q.x), halves[1] = static_cast<uint16_t>(q.x >> 16);
-            halves[2] = static_cast<uint16_t>(q.y), halves[3] = static_cast<uint16_t>(q.y >> 16);
-        } else {
-#pragma unroll
-            for (int k = 0; k < kSliceTokens; ++k) halves[k] = at + k < end ? source[k] : 0;
-        }
-        const bool bf16 = p.dtype == logits_dtype::bf16;
-#pragma unroll
-        for (int k = 0; k < kSliceTokens; ++k) {
-            v[k] = at + k >= end ? -HUGE_VALF
-                   : bf16        ? dm::bf16_bits_to_float(halves[k])
-                                 : dm::fp16_bits_to_float(halves[k]);
-        }
-    }
-    if (p.bitmask != nullptr && at < end) {
-        const uint32_t word = p.bitmask[row * ((p.vocab + 31) / 32) + (at >> 5)];
-#pragma unroll
-        for (int k = 0; k < kSliceTokens; ++k) {
-            if (((word >> ((at + k) & 31)) & 1u) == 0) v[k] = -HUGE_VALF;
-        }
-    }
-}
-
-__global__ void __launch_bounds__(kBlockThreads) streaming_greedy_kernel(chain_kernel_params p) {
-    __shared__ streaming_shared sh;
-    const chain_workspace& ws = p.workspace;
-    const int32_t segments = p.stream_segments;
-    const int64_t row = blockIdx.x / static_cast<uint32_t>(segments);
-    const int32_t segment = static_cast<int32_t>(blockIdx.x % static_cast<uint32_t>(segments));
-    const int32_t n = p.tokens_per_req;
-    const int32_t b = static_cast<int32_t>(row / n);
-    const int32_t j = static_cast<int32_t>(row % n);
-    const int32_t segment_tokens = stream_segment_tokens(p.vocab, segments);
-    const int32_t first = min(p.vocab, segment * segment_tokens);
-    const int32_t end = min(p.vocab, first + segment_tokens);
-    const int32_t draft = j + 1 < n ? p.candidates[static_cast<int64_t>(b) * n + j + 1] : -1;
-    row_sync& sync = ws.sync[row];
-    chunk_partial* row_partials = ws.partials + row * segments;
-    const request_view& r = ws.requests[b];
-    // Rows here have no penalties, no bias and (in raw mode) no mask: processed == raw logits.
-    const logprob_needs needs{p.outputs.logprobs != nullptr && p.logprobs != logprob_mode::none,
-                              p.logprobs == logprob_mode::raw};
-    const bool with_logprobs = needs.softmax;
-
-    float best = -HUGE_VALF;
-    int32_t best_index = -1;
-    float softmax_max = -HUGE_VALF;  // the running softmax sum is relative to this
-    double softmax = 0.0;
-    for (int32_t at = first + static_cast<int32_t>(threadIdx.x) * kSliceTokens; at < end;
-         at += kStreamStride * kStreamUnroll) {
-        float values[kStreamUnroll][kSliceTokens];
-#pragma unroll
-        for (int u = 0; u < kStreamUnroll; ++u) stream_slice(p, row, at + u * kStreamStride, end, values[u]);
-#pragma unroll
-        for (int u = 0; u < kStreamUnroll; ++u) {
-#pragma unroll
-            for (int k = 0; k < kSliceTokens; ++k) {
-                const float value = values[u][k];
-                const int32_t token = at + u * kStreamStride + k;
-                keep_if_larger(value, token, best, best_index);
-                if (token == draft && token < end) sync.draft_logit = value;  // past `end`: the next segment's
-                if (with_logprobs) {
-                    if (value > softmax_max) {
-                        softmax = softmax * exp(static_cast<double>(softmax_max) - value) + 1.0;
-                        softmax_max = value;
-                    } else {
-                        softmax += unit_weight(value, softmax_max);
-                    }
-                }
-            }
-        }
-    }
-    float segment_max = 0.0f;
-    const int32_t index = block_argmax(best, best_index, segment_max, sh.scratch);
-    if (with_logprobs && index >= 0) {
-        const double rescaled =
-            softmax_max > -HUGE_VALF ? softmax * exp(static_cast<double>(softmax_max) - segment_max) : 0.0;
-        softmax = block_sum(rescaled, sh.scratch);
-    }
-    if (threadIdx.x == 0) {
-        row_partials[segment].max_logit = segment_max;
-        row_partials[segment].max_index = index;
-        row_partials[segment].softmax_sum = index >= 0 ? softmax : 0.0;
-        row_partials[segment].raw_max = index >= 0 ? segment_max : -HUGE_VALF;
-        row_partials[segment].raw_sum = index >= 0 ? softmax : 0.0;
-    }
-    if (draft >= first && draft < end) __threadfence();  // the draft's logit, for the chain walk
-    combine_greedy_row(row_partials, segments, needs, sync, ws.results[row], sh.totals, sh.flag);
-    if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * segments), sh.flag)) walk_chain(p, r, b);
-}
-
 // Clears the workspace's counters and resolves every request of the call, its values checked,
 // for the chain kernels to read: one launch before the step's kernel.
 __global__ void prepare_step_kernel(sampling_call call, chain_workspace workspace) {
@@ -362,7 +239,8 @@ cudaError_t streaming_kernel_capacity(int device, int& resident_blocks) {
     int per_sm = 0;
     cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, streaming_greedy_kernel, kBlockThreads, 0);
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, streaming_greedy_kernel<logits_dtype::f32>,
+                                                          kBlockThreads, 0);
     resident_blocks = sms * per_sm;
     return e;
 }
@@ -392,7 +270,13 @@ cudaError_t launch_step(const sampling_call& call, const chain_kernel_params& pa
                           stream>>>(call, params.workspace);
     const unsigned blocks = chain_kernel_blocks(params);
     if (params.stream_segments > 0) {
-        streaming_greedy_kernel<<<blocks, kBlockThreads, 0, stream>>>(params);
+        if (params.dtype == logits_dtype::f32) {
+            streaming_greedy_kernel<logits_dtype::f32><<<blocks, kBlockThreads, 0, stream>>>(params);
+        } else if (params.dtype == logits_dtype::bf16) {
+            streaming_greedy_kernel<logits_dtype::bf16><<<blocks, kBlockThreads, 0, stream>>>(params);
+        } else {
+            streaming_greedy_kernel<logits_dtype::f16><<<blocks, kBlockThreads, 0, stream>>>(params);
+        }
     } else {
         chain_kernel<<<blocks, kBlockThreads, sizeof(kernel_shared), stream>>>(params);
     }

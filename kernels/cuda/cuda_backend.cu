@@ -187,7 +187,10 @@ struct cuda_backend::impl {
         p.presence_penalty = param<float>::per_row(carve.device_of(presence));
         p.frequency_penalty = param<float>::per_row(carve.device_of(frequency));
         p.repetition_penalty = param<float>::per_row(carve.device_of(repetition));
-        p.logit_bias = {carve.device_of(bias_tokens), carve.device_of(bias_values), carve.device_of(bias_offsets)};
+        // No bias list at all when no request has one: a plain greedy step then runs the streaming kernel.
+        p.logit_bias = {};
+        if (bias_offsets[bs] > 0)
+            p.logit_bias = {carve.device_of(bias_tokens), carve.device_of(bias_values), carve.device_of(bias_offsets)};
         p.seen = {carve.device_of(seen_tokens), carve.device_of(seen_counts), carve.device_of(seen_offsets)};
         call.positions = param<int64_t>::per_row(carve.put(step.positions, count));
     }

@@ -25,21 +25,10 @@ __device__ __forceinline__ bool lists_min_p(const request_view& r) {
     return r.top_k < 0 && r.top_p >= 1.0f && r.min_p > 0.0f;
 }
 
-// Before the row's barrier, top-k rows: D for this chunk, the far edge of the bin (of d relative to
-// the chunk's maximum) in which the count of the chunk's tokens reaches k, or past every bin.
-__device__ float chunk_top_k_reach(const float* chunk_logits, int32_t count, float chunk_max, float scale,
-                                   int32_t top_k, kernel_shared& sh) {
+// The far edge (in bins) of the first nearness bin where the count of binned tokens reaches k, or
+// kNearnessBins when fewer than k were binned; to every thread.
+__device__ int nearness_far_edge(uint64_t k, kernel_shared& sh) {
     constexpr int kBinsPerThread = kNearnessBins / kBlockThreads;
-    for (int i = threadIdx.x; i < kNearnessBins; i += kBlockThreads) sh.nearness[i] = 0;
-    __syncthreads();
-    for_each_slice(chunk_logits, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
-#pragma unroll
-        for (int k = 0; k < kSliceTokens; ++k) {
-            const float bin = (chunk_max - values[k]) * scale * kNearnessPerUnit;
-            if (bin < static_cast<float>(kNearnessBins)) atomicAdd(&sh.nearness[static_cast<int>(bin)], 1u);
-        }
-    });
-    __syncthreads();
     const int first_bin = static_cast<int>(threadIdx.x) * kBinsPerThread;
     uint64_t mine = 0;
 #pragma unroll
@@ -48,7 +37,6 @@ __device__ float chunk_top_k_reach(const float* chunk_logits, int32_t count, flo
     uint64_t before = block_exclusive_scan(mine, total, sh.scratch);
     if (threadIdx.x == 0) sh.scratch.broadcast_u64 = kNearnessBins;
     __syncthreads();
-    const auto k = static_cast<uint64_t>(top_k);
     if (before < k && before + mine >= k) {  // exactly one thread holds the bin where the count reaches k
         int bin = first_bin;
         for (before += sh.nearness[bin]; before < k; before += sh.nearness[++bin]) {
@@ -56,9 +44,45 @@ __device__ float chunk_top_k_reach(const float* chunk_logits, int32_t count, flo
         sh.scratch.broadcast_u64 = static_cast<uint64_t>(bin) + 1;
     }
     __syncthreads();
-    const auto far_edge = static_cast<float>(sh.scratch.broadcast_u64);
+    const auto far_edge = static_cast<int>(sh.scratch.broadcast_u64);
     __syncthreads();
-    return far_edge / kNearnessPerUnit;
+    return far_edge;
+}
+
+__device__ void clear_nearness(kernel_shared& sh) {
+    for (int i = threadIdx.x; i < kNearnessBins; i += kBlockThreads) sh.nearness[i] = 0;
+    __syncthreads();
+}
+
+// Before the row's barrier, top-k rows: D for this chunk, the far edge of the bin (of d relative to
+// the chunk's maximum) in which the count of the chunk's tokens reaches k, or past every bin.
+// First the threads' own maxima are binned: k of them within an edge E0 are k distinct tokens,
+// so the chunk's k-th token lies below E0, and only tokens below E0 need binning to find it (a
+// few times k of the chunk's tokens, instead of one shared atomic per token).
+__device__ float chunk_top_k_reach(const float* chunk_logits, int32_t count, float chunk_max, float scale,
+                                   int32_t top_k, kernel_shared& sh) {
+    const auto k = static_cast<uint64_t>(top_k);
+    auto bin_of = [&](float logit) { return (chunk_max - logit) * scale * kNearnessPerUnit; };
+    clear_nearness(sh);
+    float thread_max = -HUGE_VALF;
+    for_each_slice(chunk_logits, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
+#pragma unroll
+        for (int t = 0; t < kSliceTokens; ++t) thread_max = fmaxf(thread_max, values[t]);
+    });
+    const float own_bin = bin_of(thread_max);
+    if (own_bin < static_cast<float>(kNearnessBins)) atomicAdd(&sh.nearness[static_cast<int>(own_bin)], 1u);
+    __syncthreads();
+    const auto bound = static_cast<float>(nearness_far_edge(k, sh));
+    clear_nearness(sh);
+    for_each_slice(chunk_logits, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
+#pragma unroll
+        for (int t = 0; t < kSliceTokens; ++t) {
+            const float bin = bin_of(values[t]);
+            if (bin < bound) atomicAdd(&sh.nearness[static_cast<int>(bin)], 1u);
+        }
+    });
+    __syncthreads();
+    return static_cast<float>(nearness_far_edge(k, sh)) / kNearnessPerUnit;
 }
 
 // After the barrier: the largest d a listed token may have.
@@ -134,11 +158,17 @@ __device__ void sample_listed_row(const row_context& ctx, int32_t first, int32_t
     const int32_t listed = join_chunk_lists(ctx);
     const cut_candidate* list = ctx.p.workspace.candidates + ctx.row * ctx.p.vocab;
     const float max_logit = sh.totals.max_logit;
-    const uint64_t mass_total = block_sum_over(
-        [&](int32_t i) { return mass_of(__ldcg(&list[i].logit), max_logit, ctx.scale); }, listed, sh.scratch);
-    const uint64_t nonzero = block_sum_over(
-        [&](int32_t i) -> uint64_t { return mass_of(__ldcg(&list[i].logit), max_logit, ctx.scale) > 0 ? 1 : 0; },
-        listed, sh.scratch);
+    const thread_segment seg = segment_of(listed);
+    uint64_t mass = 0;
+    uint64_t with_mass = 0;
+#pragma unroll 8
+    for (int32_t i = seg.begin; i < seg.end; ++i) {
+        const uint64_t q = mass_of(__ldcg(&list[i].logit), max_logit, ctx.scale);
+        mass += q;
+        with_mass += q > 0 ? 1 : 0;
+    }
+    const uint64_t mass_total = block_sum(mass, sh.scratch);
+    const uint64_t nonzero = block_sum(with_mass, sh.scratch);
     if (threadIdx.x == 0) {
         sh.list_count = listed;
         sh.totals.mass_total = mass_total;
