@@ -207,9 +207,14 @@ status check_environment_names() {
 }
 
 status load_group_config(const std::string& file, const std::vector<std::string>& overrides, group_config& config) {
+    return load_group_config(config_keys::json_source{file, {}}, overrides, config);
+}
+
+status load_group_config(const config_keys::json_source& source, const std::vector<std::string>& overrides,
+                         group_config& config) {
     DS_TRY(check_environment_names());
-    DS_TRY(config_keys::load("", keys(), file, overrides, config));
-    return config_keys::load("faults", fault_keys(), file, overrides, config);
+    DS_TRY(config_keys::load("", keys(), source, overrides, config));
+    return config_keys::load("faults", fault_keys(), source, overrides, config);
 }
 
 json group_config_to_json(const group_config& config) {
