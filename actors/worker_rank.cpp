@@ -31,7 +31,9 @@ status worker_rank_config::check() const {
         return status::invalid(fmt::format("logits_timeout = {} ms: expected in [1, {}] (distribution.step_timeout_ms)",
                                            logits_timeout.count(), group.distribution.step_timeout.count()));
     }
-    return parse_host_port(coordinator).to_status();
+    const result<host_port> address = parse_host_port(coordinator);
+    if (!address.is_ok()) return status::invalid("coordinator: " + address.error().message);
+    return status::success();
 }
 
 struct worker_rank::impl {
