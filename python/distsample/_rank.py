@@ -113,9 +113,7 @@ class WorkerRank:
     topology.logits_source = worker) samples every step with the ranks inside the model workers.
     Made by WorkerRank.join; close() (or a with block) leaves the group."""
 
-    def __init__(self, handle):
-        import numpy
-
+    def __init__(self, handle, numpy):
         self._np = numpy
         self._handle = handle
         info = _Info()
@@ -134,11 +132,13 @@ class WorkerRank:
         topology.join_timeout_ms. `config`: the coordinator's config keys as a dict (the config
         file's shape: the group's keys at the top, {"topology": {"logits_source": "worker"}}) or
         as JSON text. A step whose logits are not handed in within logits_timeout_ms fails."""
+        import numpy  # the steps' and outputs' arrays: missing, it must fail before the join
+
         text = config if isinstance(config, str) else json.dumps({} if config is None else config)
         handle = _ptr()
         _check(_lib().ds_rank_join(text.encode(), str(coordinator).encode(), _integer("rank", rank, 32),
                                    _integer("logits_timeout_ms", logits_timeout_ms), ctypes.byref(handle)))
-        return cls(handle)
+        return cls(handle, numpy)
 
     def _live_handle(self):
         if self._handle is None:

@@ -92,7 +92,7 @@ class Group:
     """The coordinator and the workers, their logs in `tmp`."""
 
     def __init__(self, cli, tmp, mode):
-        self.tmp, self.mode, self.children, self.workers, self.pending = tmp, mode, [], {}, b""
+        self.tmp, self.mode, self.children, self.workers, self.pending = tmp, mode, [], [], b""
         config = tmp / "group.json"
         config.write_text(json.dumps(group_config(mode)))
         self.coordinator = self._spawn([cli, "coordinator", "--listen", "127.0.0.1:0", "--config", str(config)],
@@ -112,8 +112,9 @@ class Group:
     def start_workers(self, extra=None):
         for r in range(TP):
             with open(self.tmp / f"worker{r}.out", "wb") as out:
-                self._spawn([sys.executable, str(WORKER), self.address, str(r), json.dumps(group_config(self.mode)),
-                             *(extra or {}).get(r, [])], f"worker{r}.log", stdout=out)
+                self.workers.append(self._spawn([sys.executable, str(WORKER), self.address, str(r),
+                                                 json.dumps(group_config(self.mode)), *(extra or {}).get(r, [])],
+                                                f"worker{r}.log", stdout=out))
 
     def log(self, name):
         path = self.tmp / name
@@ -160,6 +161,11 @@ class Group:
                 return found[:count]
             time.sleep(0.05)
 
+    def stop_coordinator(self):
+        """Ends the coordinator's input: it stops, and its workers' ranks leave the group."""
+        self.coordinator.stdin.close()
+        self.coordinator.wait(timeout=20)
+
     def close(self):
         for child in self.children:
             child.kill()
@@ -202,6 +208,10 @@ def test_steps_without_logits_equal_the_kernel_on_the_workers_rows(cli, make_gro
         for line, (op, _), want in zip(lines, steps, wants):
             assert line["kind"] == op
             assert_worker_outputs(line, want, op)
+    group.stop_coordinator()
+    for r, worker in enumerate(group.workers):  # each leaves, and its process exits cleanly
+        assert worker.wait(timeout=20) == 0, group.log(f"worker{r}.log")
+        assert group.worker_lines(r, "left", 1)[0]["left"].startswith(f"rank {r}: ")
     bad = group.worker_lines(1, "bad_shard", 2)
     assert bad[0]["bad_shard"].startswith("shard: expected a 2-D [batch_size * N, shard_vocab] numpy array"), bad
     assert "rank 1: shard of step" in bad[1]["bad_shard"], bad
