@@ -31,7 +31,9 @@ status worker_rank_config::check() const {
         return status::invalid(fmt::format("logits_timeout = {} ms: expected in [1, {}] (distribution.step_timeout_ms)",
                                            logits_timeout.count(), group.distribution.step_timeout.count()));
     }
-    return parse_host_port(coordinator).to_status();
+    const result<host_port> address = parse_host_port(coordinator);
+    if (!address.is_ok()) return status::invalid("coordinator: " + address.error().message);
+    return status::success();
 }
 
 struct worker_rank::impl {
@@ -57,14 +59,13 @@ class handoff_supplier final : public shard_supplier {
     std::shared_ptr<worker_handoff> handoff_;
 };
 
+// Never destroyed, as `distsample rank`'s: destroying one at exit, after some of CAF's own statics,
+// frees memory twice (a Python worker that left its group aborted at exit).
 caf::actor_system* kept_actor_system(const topology_config& topology) {
-    static std::mutex mutex;
-    static std::vector<std::unique_ptr<caf::actor_system_config>> configs;
-    static std::vector<std::unique_ptr<caf::actor_system>> systems;
+    static std::mutex mutex;  // CAF sets a system up one at a time
     std::lock_guard<std::mutex> lock(mutex);
-    configs.push_back(std::make_unique<caf::actor_system_config>());
-    systems.push_back(std::make_unique<caf::actor_system>(configure_remote_actor_system(*configs.back(), topology)));
-    return systems.back().get();
+    auto* config = new caf::actor_system_config;
+    return new caf::actor_system(configure_remote_actor_system(*config, topology));
 }
 
 }  // namespace

@@ -2,16 +2,12 @@
 #include <distsample/distsample_c.h>
 #include <distsample/sampling.h>
 
-#include <string>
+#include "capi/c_status.h"
 
 namespace {
 
-thread_local std::string last_error;
-
-int report(const ds::status& s) {
-    last_error = s.is_ok() ? std::string() : s.message;
-    return static_cast<int>(s.code);
-}
+using ds::capi::guarded;
+using ds::capi::report;
 
 template <class T, class C>
 ds::param<T> param_of(const C& p) {
@@ -50,16 +46,6 @@ ds::sampling_call call_of(const ds_call& c) {
     call.all_greedy_hint = c.all_greedy_hint != 0;
     call.outputs = {c.predict, c.accept_index, c.accept_length, c.logprobs_out, c.row_error};
     return call;
-}
-
-// Exceptions must not cross the C boundary (std::bad_alloc from a message, say).
-template <class Body>
-int guarded(const Body& body) {
-    try {
-        return report(body());
-    } catch (const std::exception& e) {
-        return report({ds::status_code::internal, e.what()});
-    }
 }
 
 }  // namespace
@@ -112,6 +98,6 @@ int ds_commit_tokens(const ds_commit* commit, void* stream) {
     return guarded([&] { return ds::commit_tokens(call, {stream}); });
 }
 
-const char* ds_last_error(void) { return last_error.c_str(); }
+const char* ds_last_error(void) { return ds::capi::last_error().c_str(); }
 
 }  // extern "C"

@@ -169,10 +169,12 @@ size_t distance(const std::string& a, const std::string& b) {
     return row[b.size()];
 }
 
-// Every DISTSAMPLE_* name distsample reads: the keys of every section, and the one variable that is
-// not a config key.
+// Every DISTSAMPLE_* name distsample reads: the keys of every section, and the variables that are
+// not config keys: the fault soak's report, the Python package's libraries (a worker that joins
+// through distsample.WorkerRank has them set), its setup.py's build and its tests' CLI.
 std::vector<std::string> known_variables() {
-    std::vector<std::string> names = {"DISTSAMPLE_FAULT_REPORT"};
+    std::vector<std::string> names = {"DISTSAMPLE_FAULT_REPORT", "DISTSAMPLE_LIBRARY",    "DISTSAMPLE_RANK_LIBRARY",
+                                      "DISTSAMPLE_BUILD_DIR",    "DISTSAMPLE_CMAKE_ARGS", "DISTSAMPLE_CLI"};
     const json group = group_config_to_json(group_config{});
     for (const auto& [key, value] : group.items()) {
         if (!value.is_object()) {
@@ -207,9 +209,14 @@ status check_environment_names() {
 }
 
 status load_group_config(const std::string& file, const std::vector<std::string>& overrides, group_config& config) {
+    return load_group_config(config_keys::json_source{file, {}}, overrides, config);
+}
+
+status load_group_config(const config_keys::json_source& source, const std::vector<std::string>& overrides,
+                         group_config& config) {
     DS_TRY(check_environment_names());
-    DS_TRY(config_keys::load("", keys(), file, overrides, config));
-    return config_keys::load("faults", fault_keys(), file, overrides, config);
+    DS_TRY(config_keys::load("", keys(), source, overrides, config));
+    return config_keys::load("faults", fault_keys(), source, overrides, config);
 }
 
 json group_config_to_json(const group_config& config) {

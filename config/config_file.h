@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config_keys.h"
 #include "config/group_config.h"
 
 namespace ds {
@@ -21,6 +22,9 @@ namespace ds {
 // error. Each value is checked on its own; callers that fit sizes to their input (vocab_size,
 // max_batch, ...) run validate_group_config afterwards.
 status load_group_config(const std::string& file, const std::vector<std::string>& overrides, group_config& config);
+// The same with the JSON as text in place of the file (or the file, as above).
+status load_group_config(const config_keys::json_source& source, const std::vector<std::string>& overrides,
+                         group_config& config);
 
 // Every key with its effective value.
 nlohmann::json group_config_to_json(const group_config& config);

@@ -32,6 +32,27 @@ bool is_decimal(const std::string& s) {
     return s.size() > digits && s.find_first_not_of("0123456789", digits) == std::string::npos;
 }
 
+std::string source_name(const json_source& source) {
+    return source.text.empty() ? fmt::format("config file '{}'", source.file) : "the config JSON";
+}
+
+result<json> parse_source(const json_source& source) {
+    if (!source.text.empty()) return parse_json(source.text);
+    std::ifstream in(source.file);
+    if (!in) return status::invalid("cannot be opened");
+    return read_json(in);
+}
+
+// The source's document (one JSON object), or null when there is none.
+status read_document(const json_source& source, json& doc) {
+    if (source.text.empty() && source.file.empty()) return status::success();
+    result<json> parsed = parse_source(source);
+    if (!parsed.is_ok()) return status::invalid(fmt::format("{}: {}", source_name(source), parsed.error().message));
+    doc = std::move(parsed).value();
+    if (!doc.is_object()) return status::invalid(fmt::format("{}: expected one JSON object", source_name(source)));
+    return status::success();
+}
+
 }  // namespace
 
 const std::vector<std::string>& sections() {
@@ -88,7 +109,7 @@ status read_string(const std::string& key, const raw_value& v, std::string& out)
 
 status load_section(const std::string& section, const std::vector<std::string>& names,
                     const std::function<status(size_t, const std::string&, const raw_value&)>& set,
-                    const std::string& file, const std::vector<std::string>& overrides) {
+                    const json_source& source, const std::vector<std::string>& overrides) {
     const std::string prefix = section.empty() ? "" : section + ".";
     auto find = [&](const std::string& key) -> size_t {
         for (size_t i = 0; i < names.size(); ++i) {
@@ -113,24 +134,21 @@ status load_section(const std::string& section, const std::vector<std::string>& 
         return set(i, prefix + key, v);
     };
 
-    if (!file.empty()) {
-        std::ifstream in(file);
-        if (!in) return status::invalid(fmt::format("config file '{}': cannot be opened", file));
-        result<json> parsed = read_json(in);
-        if (!parsed.is_ok()) return status::invalid(fmt::format("config file '{}': {}", file, parsed.error().message));
-        const json doc = std::move(parsed).value();
-        if (!doc.is_object()) return status::invalid(fmt::format("config file '{}': expected one JSON object", file));
+    json doc;
+    DS_TRY(read_document(source, doc));
+    if (!doc.is_null()) {
+        const std::string origin = source.text.empty() ? source.file : "the config JSON";
         const json* keys = &doc;
         if (!section.empty()) {
             const auto it = doc.find(section);
             keys = it == doc.end() ? nullptr : &*it;
             if (keys != nullptr && !keys->is_object())
-                return status::invalid(fmt::format("config file '{}': '{}' must be a JSON object", file, section));
+                return status::invalid(fmt::format("{}: '{}' must be a JSON object", source_name(source), section));
         }
         if (keys != nullptr) {
             for (const auto& [key, value] : keys->items()) {
                 if (section.empty() && is_section(key)) continue;
-                DS_TRY(apply(key, raw_value{value, false, file}));
+                DS_TRY(apply(key, raw_value{value, false, origin}));
             }
         }
     }

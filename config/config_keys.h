@@ -67,20 +67,28 @@ key_entry<Config> string_key(const char* key, Field field) {
             }};
 }
 
+// The JSON source: a file to read (empty: none), or, when `text` is not empty, the document itself
+// as a binding passes it (include/distsample/distsample_rank_c.h); errors name the file, or
+// "the config JSON".
+struct json_source {
+    std::string file;
+    std::string text;
+};
+
 // Reads the keys `names` of `section` from the sources; `set(index, key, value)` parses one into
 // the configuration. Returns ok or the first error.
 status load_section(const std::string& section, const std::vector<std::string>& names,
                     const std::function<status(size_t, const std::string&, const raw_value&)>& set,
-                    const std::string& file, const std::vector<std::string>& overrides);
+                    const json_source& source, const std::vector<std::string>& overrides);
 
 template <class Config>
-status load(const std::string& section, const std::vector<key_entry<Config>>& table, const std::string& file,
+status load(const std::string& section, const std::vector<key_entry<Config>>& table, const json_source& source,
             const std::vector<std::string>& overrides, Config& config) {
     std::vector<std::string> names;
     for (const key_entry<Config>& e : table) names.emplace_back(e.key);
     return load_section(
         section, names,
-        [&](size_t i, const std::string& key, const raw_value& v) { return table[i].set(key, v, config); }, file,
+        [&](size_t i, const std::string& key, const raw_value& v) { return table[i].set(key, v, config); }, source,
         overrides);
 }
 

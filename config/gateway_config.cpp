@@ -46,7 +46,7 @@ const std::vector<gateway_key>& keys() {
 }  // namespace
 
 status load_gateway_config(const std::string& file, const std::vector<std::string>& overrides, gateway_config& config) {
-    DS_TRY(config_keys::load("gateway", keys(), file, overrides, config));
+    DS_TRY(config_keys::load("gateway", keys(), {file, {}}, overrides, config));
     // A server on a free port takes a free metrics port too, unless one was chosen.
     if (config.port == 0 && config.metrics_port == kDefaultMetricsPort) config.metrics_port = 0;
     return status::success();

@@ -90,7 +90,12 @@ const std::vector<topology_key>& keys() {
 
 status load_topology_config(const std::string& file, const std::vector<std::string>& overrides,
                             topology_config& config) {
-    return config_keys::load("topology", keys(), file, overrides, config);
+    return load_topology_config(config_keys::json_source{file, {}}, overrides, config);
+}
+
+status load_topology_config(const config_keys::json_source& source, const std::vector<std::string>& overrides,
+                            topology_config& config) {
+    return config_keys::load("topology", keys(), source, overrides, config);
 }
 
 status validate_topology_config(const topology_config& config, int32_t tp) {

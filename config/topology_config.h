@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config_keys.h"
 #include "core/status.h"
 
 namespace ds {
@@ -44,6 +45,9 @@ struct topology_config {
 
 // Fills `config` from the topology section of the sources; ok or the first error.
 status load_topology_config(const std::string& file, const std::vector<std::string>& overrides,
+                            topology_config& config);
+// The same with the JSON as text in place of the file (config/config_keys.h).
+status load_topology_config(const config_keys::json_source& source, const std::vector<std::string>& overrides,
                             topology_config& config);
 
 // Checks the combination against the group's `tp`: hosts and devices have one entry per rank (or

@@ -1,8 +1,8 @@
-"""Builds libdistsample.so (the CMake target distsample_c of the repository this folder is in) and
-puts it inside the package. The build directory is $DISTSAMPLE_BUILD_DIR, else build-python/ at
-the repository root; a directory without a CMakeCache.txt is configured first (tests off, plus
-$DISTSAMPLE_CMAKE_ARGS), one that has it is used as it is configured. Only the distsample_c
-target is built."""
+"""Builds libdistsample.so and libdistsample_rank.so (the CMake targets distsample_c and
+distsample_rank_c of the repository this folder is in) and puts them inside the package. The build
+directory is $DISTSAMPLE_BUILD_DIR, else build-python/ at the repository root; a directory without
+a CMakeCache.txt is configured first (tests off, plus $DISTSAMPLE_CMAKE_ARGS), one that has it is
+used as it is configured. Only those two targets are built."""
 
 import os
 import shlex
@@ -17,7 +17,10 @@ from setuptools.dist import Distribution
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def build_library():
+LIBRARIES = {"distsample_c": "libdistsample.so", "distsample_rank_c": "libdistsample_rank.so"}  # target: file
+
+
+def build_libraries():
     build_dir = Path(os.environ.get("DISTSAMPLE_BUILD_DIR") or ROOT / "build-python").resolve()
     if not (build_dir / "CMakeCache.txt").is_file():
         args = ["cmake", "-S", str(ROOT), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
@@ -26,8 +29,8 @@ def build_library():
             args += ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"]
         subprocess.run(args + shlex.split(os.environ.get("DISTSAMPLE_CMAKE_ARGS", "")), check=True)
     jobs = str(os.cpu_count() or 2)
-    subprocess.run(["cmake", "--build", str(build_dir), "--target", "distsample_c", "-j", jobs], check=True)
-    return build_dir / "lib" / "libdistsample.so"
+    subprocess.run(["cmake", "--build", str(build_dir), "--target", *LIBRARIES, "-j", jobs], check=True)
+    return [build_dir / "lib" / name for name in LIBRARIES.values()]
 
 
 class BuildWithLibrary(build_py):
@@ -35,7 +38,8 @@ class BuildWithLibrary(build_py):
         super().run()
         target = Path(self.build_lib) / "distsample"
         target.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(build_library(), target / "libdistsample.so")
+        for library in build_libraries():
+            shutil.copy2(library, target / library.name)
 
 
 class BinaryDistribution(Distribution):

@@ -4,16 +4,21 @@ docs/python.md.
 
     tokens = distsample.sample(logits, temperature=0.8, top_p=0.9, seed=seeds, position=positions)
     predict, accept_index, accept_length = distsample.verify(logits, candidates, temperature=0.8, seed=seeds)
+
+distsample.WorkerRank is a tensor-parallel rank inside a model worker, over libdistsample_rank.so
+(docs/deployment.md, Ranks inside model workers).
 """
 
 from ._arrays import clear_workspaces
 from ._call import EXACT, call_with_params
 from ._native import LIBRARY_PATH, ROW_INVALID_PARAMS, ROW_KERNEL_FAULT, ROW_NOTHING_ALLOWED, ROW_OK, DistsampleError
 from ._native import LIB as _LIB
+from ._rank import Outputs, Step, WorkerRank
 from ._sampler import Sampler
 
 __all__ = [
     "sample", "verify", "Sampler", "has_cuda", "clear_workspaces", "DistsampleError", "LIBRARY_PATH",
+    "WorkerRank", "Step", "Outputs",
     "ROW_OK", "ROW_NOTHING_ALLOWED", "ROW_INVALID_PARAMS", "ROW_KERNEL_FAULT",
 ]  # fmt: skip
 __version__ = "0.1.0"

@@ -9,7 +9,6 @@ from ._arrays import describe, space_of
 
 _INT32_MAX = (1 << 31) - 1
 _FLT_MAX = 3.4028234663852886e38
-_LOGITS_DTYPES = {"float32": _native.DTYPE_F32, "bfloat16": _native.DTYPE_BF16, "float16": _native.DTYPE_F16}
 NO_LIST = (0, 0, 0, 0, 0)
 EXACT = (1.0, 1.0)  # threshold_single and threshold_acc of exact rejection sampling, and of sample()
 _workspace_bytes = {}  # (on_device, batch_size, N, vocab, cut) -> bytes
@@ -86,25 +85,38 @@ def thresholds(values):
     return _threshold("threshold_single", values[0]), _threshold("threshold_acc", values[1])
 
 
-def _row_stride(shape, strides, vocab):
+_LOGITS_DTYPES = {"float32": _native.DTYPE_F32, "bfloat16": _native.DTYPE_BF16, "float16": _native.DTYPE_F16}
+
+
+def logits_dtype(name, dtype, space_word):
+    """The DS_DTYPE_* of logits of `dtype` (a name) in a space of `space_word`, or TypeError naming `name`."""
+    code = _LOGITS_DTYPES.get(dtype)
+    if code is None or (dtype == "bfloat16" and space_word == "numpy array"):
+        expected = ("float32, bfloat16 or float16" if space_word == "tensor"
+                    else "float32 or float16 (bfloat16 only as a torch tensor)")
+        raise TypeError(f"{name}: expected {expected}, got {dtype}")
+    return code
+
+
+def row_stride(shape, strides, vocab, name="logits"):
     """Elements between logits rows: every dimension but the last must step by whole rows."""
     if 0 in shape:
         return vocab
     if vocab > 1 and strides[-1] != 1:
-        raise ValueError(f"logits: expected the last dimension contiguous (stride 1), got strides {tuple(strides)}")
+        raise ValueError(f"{name}: expected the last dimension contiguous (stride 1), got strides {tuple(strides)}")
     row_stride, inner = None, 1
     for size, stride in zip(reversed(shape[:-1]), reversed(strides[:-1])):
         if size != 1:
             if row_stride is None:
                 row_stride = stride
             elif stride != row_stride * inner:
-                raise ValueError(f"logits: expected evenly spaced rows, got strides {tuple(strides)} for shape "
+                raise ValueError(f"{name}: expected evenly spaced rows, got strides {tuple(strides)} for shape "
                                  f"{tuple(shape)}")
         inner *= size
     if row_stride is None:
         return vocab
     if row_stride < vocab:
-        raise ValueError(f"logits: expected rows at least vocab = {vocab} elements apart, got strides "
+        raise ValueError(f"{name}: expected rows at least vocab = {vocab} elements apart, got strides "
                          f"{tuple(strides)}")
     return row_stride
 
@@ -130,11 +142,7 @@ class Call:
         self.context, self.stream = space.context(stream)
         self.keep = []  # arrays made here that the call points at
         ptr, dtype, shape, strides, _ = describe(logits)
-        self.dtype = _LOGITS_DTYPES.get(dtype)
-        if self.dtype is None or (dtype == "bfloat16" and space.word == "numpy array"):
-            expected = ("float32, bfloat16 or float16" if space.word == "tensor"
-                        else "float32 or float16 (bfloat16 only as a torch tensor)")
-            raise TypeError(f"logits: expected {expected}, got {dtype}")
+        self.dtype = logits_dtype("logits", dtype, space.word)
         self.candidates = 0
         if candidates is None:
             if len(shape) != 2:
@@ -153,7 +161,7 @@ class Call:
                                  f"batch_size, N = {self.batch_size}, {self.n} (candidates), got shape {tuple(shape)}")
         self.vocab = shape[-1]
         self.logits = ptr
-        self.row_stride = self.vocab if strides is None else _row_stride(shape, strides, self.vocab)
+        self.row_stride = self.vocab if strides is None else row_stride(shape, strides, self.vocab)
 
     def upload(self, name, values, dtype):
         array = self.space.upload(name, values, dtype)

@@ -89,24 +89,25 @@ class DistsampleError(RuntimeError):
     """A call into libdistsample failed for a reason other than a bad argument."""
 
 
-def _library_path():
-    path = os.environ.get("DISTSAMPLE_LIBRARY")
-    if path:
-        return path, "DISTSAMPLE_LIBRARY"
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libdistsample.so"), "the package"
+def open_library(env_var, file_name, version_function, version):
+    """(ctypes library, path) of `file_name`: $env_var when set, else the one inside the package."""
+    path, origin = os.environ.get(env_var), env_var
+    if not path:
+        path, origin = os.path.join(os.path.dirname(os.path.abspath(__file__)), file_name), "the package"
+    if not os.path.isfile(path):
+        raise ImportError(
+            f"distsample: no {file_name} at {path} (from {origin}); install the package with "
+            f"`pip install ./python` from the repository, or set {env_var} to a built {file_name}"
+        )
+    lib = ctypes.CDLL(path)
+    found = getattr(lib, version_function)()
+    if found != version:
+        raise ImportError(f"distsample: {path} has C ABI version {found}, this package expects {version}")
+    return lib, path
 
 
 def _load():
-    path, origin = _library_path()
-    if not os.path.isfile(path):
-        raise ImportError(
-            f"distsample: no libdistsample.so at {path} (from {origin}); install the package with "
-            "`pip install ./python` from the repository, or set DISTSAMPLE_LIBRARY to a built libdistsample.so"
-        )
-    lib = ctypes.CDLL(path)
-    version = lib.ds_abi_version()
-    if version != ABI_VERSION:
-        raise ImportError(f"distsample: {path} has C ABI version {version}, this package expects {ABI_VERSION}")
+    lib, path = open_library("DISTSAMPLE_LIBRARY", "libdistsample.so", "ds_abi_version", ABI_VERSION)
     lib.ds_has_cuda.restype = ctypes.c_int
     # a ds_call or ds_commit is passed as its bytes (CALL_PACKER.pack, COMMIT_PACKER.pack)
     lib.ds_workspace_bytes.argtypes = [_ptr]
@@ -125,9 +126,14 @@ LIB, LIBRARY_PATH = _load()
 SAMPLE, VERIFY = LIB.ds_sample, LIB.ds_verify
 
 
-def raise_for(code):
-    """Raises the exception of a non-zero status code, with the library's message."""
-    message = LIB.ds_last_error().decode("utf-8", "replace")
+def raise_with(code, message):
+    """Raises the exception of a non-zero status code with `message` (bytes from a library)."""
+    message = message.decode("utf-8", "replace")
     if code == _INVALID_ARGUMENT:
         raise ValueError(message)
     raise DistsampleError(message)
+
+
+def raise_for(code):
+    """Raises the exception of a non-zero status code of libdistsample, with its message."""
+    raise_with(code, LIB.ds_last_error())

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "config/config_file.h"
+#include "config/topology_config.h"
 #include "support/temp_config.h"
 
 using namespace ds;
@@ -107,4 +108,27 @@ TEST(ConfigFile, ErrorsNameTheKeyTheValueAndTheSource) {
     const std::string e = load_group_config("", {}, config).message;
     unsetenv("DISTSAMPLE_TP");
     EXPECT_NE(e.find("config key 'tp' = '-3' (from DISTSAMPLE_TP)"), std::string::npos) << e;
+}
+
+// The JSON as text, as the rank's C ABI passes it (include/distsample/distsample_rank_c.h): the
+// file's keys and sections, errors naming "the config JSON".
+TEST(ConfigFile, JsonTextTakesTheFilesKeys) {
+    const config_keys::json_source text{{}, R"({"tp": 2, "mode": "sharded", "topology": {"logits_source": "worker"}})"};
+    group_config config;
+    ASSERT_EQ(load_group_config(text, {"max_batch=32"}, config).message, "");
+    EXPECT_EQ(config.distribution.tp, 2);
+    EXPECT_EQ(config.distribution.mode, dist_mode::sharded);
+    EXPECT_EQ(config.limits.max_batch, 32);
+    topology_config topology;
+    ASSERT_EQ(load_topology_config(text, {}, topology).message, "");
+    EXPECT_EQ(topology.logits_source, "worker");
+
+    EXPECT_NE(load_group_config(config_keys::json_source{{}, R"({"tp": 0})"}, {}, config)
+                  .message.find("config key 'tp' = 0 (from the config JSON): expected an integer in [1, "),
+              std::string::npos);
+    EXPECT_EQ(load_group_config(config_keys::json_source{{}, "[1]"}, {}, config).message,
+              "the config JSON: expected one JSON object");
+    EXPECT_EQ(
+        load_group_config(config_keys::json_source{{}, "{\"tp\": "}, {}, config).message.rfind("the config JSON: ", 0),
+        0u);
 }

@@ -1,5 +1,7 @@
 """The package under test is python/distsample of this checkout, loading $DISTSAMPLE_LIBRARY (default:
-build/lib/libdistsample.so); `distsample kernel` is $DISTSAMPLE_CLI (default: build/bin/distsample)."""
+build/lib/libdistsample.so) and, for WorkerRank, $DISTSAMPLE_RANK_LIBRARY (default:
+build/lib/libdistsample_rank.so; empty: none); `distsample kernel` is $DISTSAMPLE_CLI (default:
+build/bin/distsample)."""
 
 import os
 import sys
@@ -10,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 os.environ.setdefault("DISTSAMPLE_LIBRARY", str(ROOT / "build" / "lib" / "libdistsample.so"))
+os.environ.setdefault("DISTSAMPLE_RANK_LIBRARY", str(ROOT / "build" / "lib" / "libdistsample_rank.so"))
 
 
 @pytest.fixture(scope="session")
