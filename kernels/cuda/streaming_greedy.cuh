@@ -54,16 +54,11 @@ __device__ __forceinline__ void widen_vector(const uint4& raw, float (&v)[Tokens
     }
 }
 
-// Tokens [at, at + Tokens) of `row`: one 16-byte load when the vector is whole and aligned, else
-// one token at a time (a row not 16-byte aligned, or the segment's end); tokens at or past `end`
-// read as -inf.
+// Tokens [at, at + Tokens) of `row` one at a time (a row not 16-byte aligned, or the segment's
+// end); tokens at or past `end` read as -inf.
 template <logits_dtype Dtype, int Tokens = kVectorTokens<Dtype>>
-__device__ __forceinline__ void load_vector(const chain_kernel_params& p, int64_t row, int32_t at, int32_t end,
-                                            const char* row_bytes, bool aligned, float (&v)[Tokens]) {
-    if (aligned && at + Tokens <= end) {
-        widen_vector<Dtype>(__ldcs(reinterpret_cast<const uint4*>(row_bytes) + at / Tokens), v);
-        return;
-    }
+__device__ __forceinline__ void load_by_token(const chain_kernel_params& p, int64_t row, int32_t at, int32_t end,
+                                              float (&v)[Tokens]) {
     const int64_t offset = row * p.row_stride + at;
 #pragma unroll
     for (int k = 0; k < Tokens; ++k) {
@@ -170,12 +165,24 @@ __device__ void stream_segment(const chain_kernel_params& p, int64_t row, int32_
             }
         }
     }
-    // The segment's last, partial group (or every group of a row that is not 16-byte aligned).
+    // The segment's last, partial group (or every group of a row that is not 16-byte aligned):
+    // its whole vectors are loaded together too, before any is looked at.
     for (; at < end; at += group) {
+        uint4 raw[kStreamUnroll];
+        bool whole[kStreamUnroll];
+#pragma unroll
+        for (int u = 0; u < kStreamUnroll; ++u) {
+            whole[u] = aligned && at + u * stride + Tokens <= end;
+            if (whole[u]) raw[u] = __ldcs(reinterpret_cast<const uint4*>(bytes) + (at + u * stride) / Tokens);
+        }
 #pragma unroll
         for (int u = 0; u < kStreamUnroll; ++u) {
             float v[Tokens];
-            load_vector<Dtype>(p, row, at + u * stride, end, bytes, aligned, v);
+            if (whole[u]) {
+                widen_vector<Dtype>(raw[u], v);
+            } else {
+                load_by_token<Dtype>(p, row, at + u * stride, end, v);
+            }
             consume(at + u * stride, v);
         }
     }
