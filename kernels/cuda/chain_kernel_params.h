@@ -31,14 +31,12 @@ DS_HD uint64_t least_mass_of_bin(int bin) {
 DS_HD int32_t chunks_per_row(int32_t vocab) { return (vocab + kChunkTokens - 1) / kChunkTokens; }
 
 // Steps whose requests are all greedy without penalties or bias (plain decoding) run the
-// streaming kernel instead: each row is split into a few segments, one block each, enough for
-// kStreamWaves rounds of the blocks the GPU holds at once where the rows allow it; threads stream
-// their tokens through registers with several loads in flight, with no shared-memory copy and no
-// barrier.
+// streaming kernel instead: each row is split into a few segments, one block each, as many as
+// keep the whole step resident on the GPU at once; threads stream their tokens through registers
+// with several loads in flight, with no shared-memory copy and no barrier.
 // Segments are whole multiples of kStreamSegmentQuantum tokens and at least kMinStreamSegmentTokens.
 constexpr int32_t kStreamSegmentQuantum = 1024;  // one 4-token vector per thread of a block
 constexpr int32_t kMinStreamSegmentTokens = 4096;
-constexpr int32_t kStreamWaves = 4;  // segments enough for this many rounds of the resident blocks
 
 DS_HD int32_t max_stream_segments(int32_t vocab) {
     return (vocab + kMinStreamSegmentTokens - 1) / kMinStreamSegmentTokens;
