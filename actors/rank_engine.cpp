@@ -73,14 +73,16 @@ status rank_engine::build() {
     const group_config& config = config_;
     const int32_t max_pad_bs = config.max_pad_bs();
     if (config.distribution.mode == dist_mode::sharded) {
-        if (config.backend != backend_kind::cpu) {
-            return {status_code::unsupported, fmt::format("backend = '{}': sharded mode runs on the cpu backend only",
-                                                          backend_name(config.backend))};
-        }
         const kernel_config k = rank_kernel_config(config, config.limits.max_batch);
         DS_TRY(validate_kernel_config(k));
         shard_pool_ = std::make_unique<param_pool>(k);
-        sharded_ = std::make_unique<sharded_sampler>(config, rank_, make_cpu_shard_primitives(config));
+        std::unique_ptr<shard_primitives> primitives;
+        if (config.backend == backend_kind::cuda) {
+            DS_TRY(make_cuda_shard_primitives(config, primitives));
+        } else {
+            primitives = make_cpu_shard_primitives(config);
+        }
+        sharded_ = std::make_unique<sharded_sampler>(config, rank_, std::move(primitives));
         return status::success();
     }
     const backend_kind kind = config.backend;
@@ -136,10 +138,12 @@ status rank_engine::run_allocating(const dist_step& step, const logits_view& han
     const auto start = std::chrono::steady_clock::now();
     endpoint_.reset();
     // The shard goes where it is read: device memory for a transport that swaps it there (nccl),
-    // else the host (the local and UCX transports, sharded mode), whichever the model produced.
-    const bool read_on_device = config_.distribution.mode != dist_mode::sharded && endpoint_.swaps_device_logits();
+    // else the host (the local and UCX transports), whichever the model produced. Sharded mode
+    // reads it where it is: its CUDA primitives copy host rows in themselves.
+    const bool sharded = config_.distribution.mode == dist_mode::sharded;
+    const bool read_on_device = !sharded && endpoint_.swaps_device_logits();
     logits_view shard = handed;
-    if (handed.on_device != read_on_device) {
+    if (handed.on_device != read_on_device && !(sharded && config_.backend == backend_kind::cuda)) {
         DS_TRY(read_on_device ? stage_host_logits(handed, device_staging_, device_staging_bytes_, shard)
                               : stage_to_host(handed, shard));
     }

@@ -61,8 +61,9 @@ class cpu_shard_primitives final : public shard_primitives {
         return status::success();
     }
 
-    void summarize(const std::vector<size_t>& cut_rows, uint64_t* summaries) override {
+    status summarize(const std::vector<size_t>& cut_rows, uint64_t* summaries) override {
         for (size_t i = 0; i < cut_rows.size(); ++i) summarize_row(cut_rows[i], summaries + i * kSummaryWords);
+        return status::success();
     }
 
     status candidates(const std::vector<candidate_request>& requests, uint64_t* keys) override {
@@ -83,41 +84,55 @@ class cpu_shard_primitives final : public shard_primitives {
         return status::success();
     }
 
-    void own_candidates(size_t row, uint64_t threshold, int32_t vocab_offset,
-                        std::vector<std::pair<uint64_t, int32_t>>& out) override {
+    status own_candidates(size_t row, uint64_t threshold, int32_t vocab_offset,
+                          std::vector<std::pair<uint64_t, int32_t>>& out) override {
         const uint64_t* mass = row_masses(row);
         for (int32_t i = 0; i < shard_vocab_; ++i) {
             if (mass[i] >= threshold) out.emplace_back(mass[i], vocab_offset + i);
         }
+        return status::success();
     }
 
-    void cut_histograms(const std::vector<size_t>& rows, const std::vector<cpu::filter_cut>& domains,
-                        const std::vector<uint64_t>& prefixes, int shift, uint64_t* histograms) override {
+    status cut_histograms(const std::vector<size_t>& rows, const std::vector<cpu::filter_cut>& domains,
+                          const std::vector<uint64_t>& prefixes, int shift, uint64_t* histograms) override {
         for (size_t i = 0; i < rows.size(); ++i) {
             uint64_t* counts = histograms + i * 2 * kBins;
             std::fill_n(counts, 2 * kBins, 0);
             cpu::mass_histogram(row_masses(rows[i]), shard_vocab_, domains[i], prefixes[i], shift, counts,
                                 counts + kBins);
         }
+        return status::success();
     }
 
-    int64_t count_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q) override {
-        return cpu::count_with_mass(row_masses(row), shard_vocab_, domain, q);
+    status count_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q, int64_t& count) override {
+        count = cpu::count_with_mass(row_masses(row), shard_vocab_, domain, q);
+        return status::success();
     }
-    int32_t nth_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q, int64_t nth) override {
-        return cpu::nth_with_mass(row_masses(row), shard_vocab_, domain, q, nth);
+    status nth_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q, int64_t nth,
+                         int32_t& token) override {
+        token = cpu::nth_with_mass(row_masses(row), shard_vocab_, domain, q, nth);
+        return status::success();
     }
-    uint64_t kept_mass(size_t row, const cpu::filter_cut& cut) override {
-        return cpu::kept_mass(row_masses(row), shard_vocab_, cut);
+    status kept_masses(const std::vector<kept_request>& requests, uint64_t* kept) override {
+        for (size_t i = 0; i < requests.size(); ++i) {
+            const kept_request& k = requests[i];
+            const uint64_t* mass = row_masses(k.row);
+            kept[2 * i] = cpu::kept_mass(mass, shard_vocab_, k.cut);
+            kept[2 * i + 1] = k.draft >= 0 && k.cut.keeps(k.draft, mass[k.draft]) ? mass[k.draft] : 0;
+        }
+        return status::success();
     }
-    uint64_t kept_token_mass(size_t row, const cpu::filter_cut& cut, int32_t local_token) override {
-        const uint64_t mass = row_masses(row)[local_token];
-        return cut.keeps(local_token, mass) ? mass : 0;
+    status tokens_at_mass(const std::vector<mass_draw>& draws, int32_t* tokens) override {
+        for (size_t i = 0; i < draws.size(); ++i) {
+            const mass_draw& d = draws[i];
+            tokens[i] = cpu::token_at_mass(row_masses(d.row), shard_vocab_, d.cut, d.target, d.excluded);
+        }
+        return status::success();
     }
-    int32_t token_at_mass(size_t row, const cpu::filter_cut& cut, uint64_t target, int32_t excluded) override {
-        return cpu::token_at_mass(row_masses(row), shard_vocab_, cut, target, excluded);
+    status processed_logits(const std::vector<row_token>& at, float* logits) override {
+        for (size_t i = 0; i < at.size(); ++i) logits[i] = row_logits(at[i].row)[at[i].token];
+        return status::success();
     }
-    float processed_logit(size_t row, int32_t local_token) override { return row_logits(row)[local_token]; }
 
    private:
     const float* row_logits(size_t row) const { return logits_.data() + row * static_cast<size_t>(shard_vocab_); }

@@ -168,7 +168,7 @@ status sharded_sampler::settle_planned_cuts(transport& endpoint, std::vector<cpu
     for (size_t p = 0; p < plans.size(); ++p) {
         if (plans[p].decider == rank_) {
             s.merged.clear();
-            primitives_->own_candidates(plans[p].row, plans[p].threshold, vocab_offset_, s.merged);
+            DS_TRY(primitives_->own_candidates(plans[p].row, plans[p].threshold, vocab_offset_, s.merged));
             for (size_t r = 0; r < world; ++r) {
                 const uint64_t* keys = s.all_candidates.data() + r * block + read[r];
                 for (size_t k = 0; k < s.slots[p * world + r]; ++k) {
@@ -200,7 +200,7 @@ status sharded_sampler::find_boundary_masses(transport& endpoint, const std::vec
     const size_t a = s.active.size();
     s.histograms.resize(a * 2 * kBins);
     for (int shift = 40; shift >= 0; shift -= 8) {
-        primitives_->cut_histograms(s.active, s.local_domains, s.prefix, shift, s.histograms.data());
+        DS_TRY(primitives_->cut_histograms(s.active, s.local_domains, s.prefix, shift, s.histograms.data()));
         DS_TRY(endpoint.all_reduce(s.histograms.data(), s.histograms.size(), reduce_op::sum));
         for (size_t i = 0; i < a; ++i) {
             const uint64_t* counts = s.histograms.data() + i * 2 * kBins;
@@ -246,7 +246,9 @@ status sharded_sampler::select_cut(transport& endpoint, const std::vector<uint64
         const uint64_t q = s.prefix[i];
         const uint64_t goal = goals[s.active[i]];
         s.needed[i] = by_mass ? (goal - s.above_mass[i] + q - 1) / q : goal - s.above_count[i];
-        s.tie_counts[i] = static_cast<uint64_t>(primitives_->count_with_mass(s.active[i], s.local_domains[i], q));
+        int64_t ties = 0;
+        DS_TRY(primitives_->count_with_mass(s.active[i], s.local_domains[i], q, ties));
+        s.tie_counts[i] = static_cast<uint64_t>(ties);
     }
     DS_TRY(endpoint.all_gather(s.tie_counts.data(), a * sizeof(uint64_t), s.all_tie_counts.data()));
     s.announced.assign(a, 0);  // the boundary's global index + 1, from its owner
@@ -254,8 +256,9 @@ status sharded_sampler::select_cut(transport& endpoint, const std::vector<uint64
         uint64_t before = 0;
         for (int32_t r = 0; r < rank_; ++r) before += s.all_tie_counts[static_cast<size_t>(r) * a + i];
         if (s.needed[i] > before && s.needed[i] <= before + s.tie_counts[i]) {
-            const int32_t token = primitives_->nth_with_mass(s.active[i], s.local_domains[i], s.prefix[i],
-                                                             static_cast<int64_t>(s.needed[i] - before - 1));
+            int32_t token = -1;
+            DS_TRY(primitives_->nth_with_mass(s.active[i], s.local_domains[i], s.prefix[i],
+                                              static_cast<int64_t>(s.needed[i] - before - 1), token));
             s.announced[i] = static_cast<uint64_t>(vocab_offset_ + token) + 1;
         }
     }

@@ -19,17 +19,10 @@
 #include "core/status.h"
 #include "kernels/cpu/row_sampler.h"
 #include "kernels/param_pool.h"
+#include "kernels/shard_queries.h"
 #include "kernels/sampling_types.h"
 
 namespace ds {
-
-// A cut row's candidates to send: every token of `row` whose mass is at least `threshold`, at
-// most `room` of them.
-struct candidate_request {
-    size_t row = 0;
-    uint64_t threshold = 0;
-    size_t room = 0;
-};
 
 class shard_primitives {
    public:
@@ -50,36 +43,43 @@ class shard_primitives {
 
     // Candidates: the summary (kSummaryWords words, shard_encoding.h) of each cut row's largest
     // masses, into summaries[i * kSummaryWords].
-    virtual void summarize(const std::vector<size_t>& cut_rows, uint64_t* summaries) = 0;
+    virtual status summarize(const std::vector<size_t>& cut_rows, uint64_t* summaries) = 0;
     // Candidate keys (candidate_key) of each request into `keys`, request after request, each
     // padded with 0 to its room; internal error when a row holds more than its room.
     virtual status candidates(const std::vector<candidate_request>& requests, uint64_t* keys) = 0;
     // This rank's own (mass, global token) pairs of `row` at or above `threshold` (the decider's).
-    virtual void own_candidates(size_t row, uint64_t threshold, int32_t vocab_offset,
-                                std::vector<std::pair<uint64_t, int32_t>>& out) = 0;
+    virtual status own_candidates(size_t row, uint64_t threshold, int32_t vocab_offset,
+                                  std::vector<std::pair<uint64_t, int32_t>>& out) = 0;
 
     // Cut histograms (radix select): for each of `rows` within its local `domains[i]`, the count
     // and mass of tokens per 8-bit digit at `shift` whose higher digits equal prefixes[i], into
     // histograms[i * 512] (256 counts, then 256 masses).
-    virtual void cut_histograms(const std::vector<size_t>& rows, const std::vector<cpu::filter_cut>& domains,
-                                const std::vector<uint64_t>& prefixes, int shift, uint64_t* histograms) = 0;
-    // How many tokens of `row` within `domain` have mass exactly q, and the index of the nth.
-    virtual int64_t count_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q) = 0;
-    virtual int32_t nth_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q, int64_t nth) = 0;
+    virtual status cut_histograms(const std::vector<size_t>& rows, const std::vector<cpu::filter_cut>& domains,
+                                  const std::vector<uint64_t>& prefixes, int shift, uint64_t* histograms) = 0;
+    // How many tokens of `row` within `domain` have mass exactly q, and the index of the nth
+    // (-1 when there is none).
+    virtual status count_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q, int64_t& count) = 0;
+    virtual status nth_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q, int64_t nth,
+                                 int32_t& token) = 0;
 
-    // The mass `row` keeps within its local cut, and one token's mass (0 when the cut drops it).
-    virtual uint64_t kept_mass(size_t row, const cpu::filter_cut& cut) = 0;
-    virtual uint64_t kept_token_mass(size_t row, const cpu::filter_cut& cut, int32_t local_token) = 0;
+    // For each request: the mass its row keeps within its local cut and the draft's kept mass
+    // (0 when the cut drops it or there is none), into kept[2i], kept[2i + 1].
+    virtual status kept_masses(const std::vector<kept_request>& requests, uint64_t* kept) = 0;
 
-    // The owner's draw: the local token at mass `target` of `row`'s kept distribution, without
-    // `excluded` (-1: none); -1 when the target lies past the shard's kept mass.
-    virtual int32_t token_at_mass(size_t row, const cpu::filter_cut& cut, uint64_t target, int32_t excluded) = 0;
-    // A token's processed logit (for its logprob).
-    virtual float processed_logit(size_t row, int32_t local_token) = 0;
+    // The owners' draws: tokens[i] = the local token at mass draws[i].target of its row's kept
+    // distribution without its excluded token; -1 when the target lies past the shard's kept mass.
+    virtual status tokens_at_mass(const std::vector<mass_draw>& draws, int32_t* tokens) = 0;
+    // Processed logits of tokens (for their logprobs).
+    virtual status processed_logits(const std::vector<row_token>& at, float* logits) = 0;
 };
 
 // The CPU implementation: processed rows and masses in host buffers sized once for the group's
 // largest step.
 std::unique_ptr<shard_primitives> make_cpu_shard_primitives(const group_config& config);
+
+// The CUDA implementation: the shard's rows read where the model wrote them (device memory, or
+// host rows copied in), processed rows and masses on the current GPU; only per-row results come
+// back. Status unsupported in a build without CUDA.
+status make_cuda_shard_primitives(const group_config& config, std::unique_ptr<shard_primitives>& out);
 
 }  // namespace ds

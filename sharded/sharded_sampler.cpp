@@ -80,7 +80,7 @@ status sharded_sampler::share_masses(transport& endpoint) {
     s.all_shared.resize(s.stride * static_cast<size_t>(world_));
     DS_TRY(primitives_->masses(s.max_logit, s.has_max, s.stochastic_rows, s.temperatures, s.shared.data(),
                                s.shared.data() + s.totals_at));
-    primitives_->summarize(s.cut_rows, s.shared.data() + s.summaries_at);
+    DS_TRY(primitives_->summarize(s.cut_rows, s.shared.data() + s.summaries_at));
     DS_TRY(endpoint.all_gather(s.shared.data(), s.stride * sizeof(uint64_t), s.all_shared.data()));
     s.totals.assign(2 * rows, 0);  // [count, mass] per row
     s.normaliser.assign(rows, 0);
@@ -107,18 +107,20 @@ status sharded_sampler::share_kept_masses(transport& endpoint) {
     s.local_cuts.assign(s.rows, cpu::filter_cut{});
     s.kept_at.assign(s.rows, 0);  // a stochastic row's place in the blocks
     const auto n = static_cast<size_t>(s.n);
+    s.kept_requests.clear();
     for (size_t k = 0; k < s.stochastic_rows.size(); ++k) {
         const size_t row = s.stochastic_rows[k];
         s.kept_at[row] = 2 * k;
         s.local_cuts[row] = cpu::localize_cut(s.cuts[row], vocab_offset_, shard_vocab_);
-        s.kept[2 * k] = primitives_->kept_mass(row, s.local_cuts[row]);
+        int32_t draft = -1;
         if (row % n + 1 < n) {
-            const int32_t draft = s.candidates_of_rows[row + 1] - vocab_offset_;
-            if (draft >= 0 && draft < shard_vocab_)
-                s.kept[2 * k + 1] = primitives_->kept_token_mass(row, s.local_cuts[row], draft);
+            const int32_t local = s.candidates_of_rows[row + 1] - vocab_offset_;
+            if (local >= 0 && local < shard_vocab_) draft = local;
         }
+        s.kept_requests.push_back({row, s.local_cuts[row], draft});
     }
     if (kept_words == 0) return status::success();
+    DS_TRY(primitives_->kept_masses(s.kept_requests, s.kept.data()));
     return endpoint.all_gather(s.kept.data(), kept_words * sizeof(uint64_t), s.all_kept.data());
 }
 
@@ -206,10 +208,9 @@ status sharded_sampler::find_drawn_tokens(transport& endpoint, const step_output
     scratch& s = scratch_;
     const size_t bs = s.draws.size();
     s.found.assign(bs + s.rows, 0);
-    uint64_t* shifted = s.found.data() + bs;
-    auto shifted_logit = [&](size_t row, int32_t local_token) {
-        return double_bits(exact::shifted_logit(primitives_->processed_logit(row, local_token), s.max_logit[row]));
-    };
+    // This rank's draws: those whose target lies in its slice.
+    s.owned_draws.clear();
+    s.owned_requests.clear();
     for (size_t b = 0; b < bs; ++b) {
         if (!s.drawing[b]) continue;
         const draw& d = s.draws[b];
@@ -220,17 +221,30 @@ status sharded_sampler::find_drawn_tokens(transport& endpoint, const step_output
         const uint64_t own = kept_on(rank_, d.row) - (rank_ == excluded_owner ? draft_mass_of(d.row) : 0);
         if (d.target < before || d.target - before >= own) continue;
         const int32_t excluded_local = rank_ == excluded_owner ? d.excluded - vocab_offset_ : -1;
-        const int32_t token = primitives_->token_at_mass(d.row, s.local_cuts[d.row], d.target - before, excluded_local);
-        if (token >= 0) {
-            s.found[b] = static_cast<uint64_t>(vocab_offset_ + token) + 1;
-            shifted[d.row] = shifted_logit(d.row, token);
-        }
+        s.owned_draws.push_back({d.row, s.local_cuts[d.row], d.target - before, excluded_local});
+        s.owned_requests.push_back(b);
+    }
+    s.drawn.resize(s.owned_draws.size());
+    if (!s.owned_draws.empty()) DS_TRY(primitives_->tokens_at_mass(s.owned_draws, s.drawn.data()));
+    // The emitted tokens this rank owns, drawn here or accepted, whose logits it sends.
+    s.emitted.clear();
+    for (size_t i = 0; i < s.owned_draws.size(); ++i) {
+        if (s.drawn[i] < 0) continue;
+        s.found[s.owned_requests[i]] = static_cast<uint64_t>(vocab_offset_ + s.drawn[i]) + 1;
+        s.emitted.push_back({s.owned_draws[i].row, s.drawn[i]});
     }
     const int32_t* predict = out.packed;
     for (size_t row = 0; row < s.rows; ++row) {
         const int32_t token = predict[row] - vocab_offset_;
         if (out.accept_index[row] >= 0 && predict[row] >= 0 && token >= 0 && token < shard_vocab_)
-            shifted[row] = shifted_logit(row, token);
+            s.emitted.push_back({row, token});
+    }
+    s.emitted_logits.resize(s.emitted.size());
+    if (!s.emitted.empty()) DS_TRY(primitives_->processed_logits(s.emitted, s.emitted_logits.data()));
+    uint64_t* shifted = s.found.data() + bs;
+    for (size_t i = 0; i < s.emitted.size(); ++i) {
+        const size_t row = s.emitted[i].row;
+        shifted[row] = double_bits(exact::shifted_logit(s.emitted_logits[i], s.max_logit[row]));
     }
     DS_TRY(endpoint.all_reduce(s.found.data(), s.found.size(), reduce_op::max));
     for (size_t b = 0; b < bs; ++b) {

@@ -124,6 +124,12 @@ class sharded_sampler {
         std::vector<uint8_t> stochastic, has_max, drawing, by_radix;
         std::vector<cpu::filter_cut> cuts, local_cuts;
         std::vector<draw> draws;
+        std::vector<kept_request> kept_requests;
+        std::vector<mass_draw> owned_draws;  // the draws whose target lies in this rank's slice
+        std::vector<size_t> owned_requests;  // their requests
+        std::vector<int32_t> drawn;
+        std::vector<row_token> emitted;  // emitted tokens this rank owns
+        std::vector<float> emitted_logits;
         std::vector<uint64_t> normaliser;  // per row: the unit-temperature mass summed over ranks
         std::vector<size_t> stochastic_rows, kept_at;
         std::vector<uint64_t> rank_counts;

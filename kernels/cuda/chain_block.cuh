@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/block_primitives.cuh"
 #include "kernels/cuda/chain_kernel.h"
+#include "kernels/cuda/row_processing.cuh"
 #include "kernels/cuda/token_math.cuh"
 #include "kernels/det_math.h"
 #include "kernels/exact_rules.h"
@@ -200,56 +201,14 @@ __device__ void load_raw_chunk(const chain_kernel_params& p, int64_t row, int32_
     __syncthreads();  // the vector paths stored other threads' elements
 }
 
-// The drafts row j of request b counts as emitted before it: drafts 1..j.
-struct row_drafts {
-    const int32_t* tokens;
-    int32_t count;
-};
-
 __device__ __forceinline__ row_drafts drafts_of(const chain_kernel_params& p, int32_t b, int32_t j) {
     const int64_t base = static_cast<int64_t>(b) * p.tokens_per_req;
     return {p.candidates != nullptr ? p.candidates + base + 1 : nullptr, p.candidates != nullptr ? j : 0};
 }
 
-// Turns a loaded chunk into processed logits: mask, then penalties (each penalised token once,
-// with its count before the step plus its occurrences among the drafts before the row), then
-// bias, as cpu::row_sampler; masking first is equivalent because -inf stays -inf.
-__device__ void process_chunk(const chain_kernel_params& p, const request_view& r, row_drafts drafts, int64_t row,
-                              int32_t first, int32_t count, float* chunk) {
-    if (p.bitmask != nullptr) {
-        const uint32_t* mask = p.bitmask + row * ((p.vocab + 31) / 32);
-        for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) {
-            const int32_t token = first + i;
-            if (((mask[token >> 5] >> (token & 31)) & 1u) == 0) chunk[i] = -HUGE_VALF;
-        }
-        __syncthreads();
-    }
-    auto in_chunk = [&](int32_t token) { return token >= first && token < first + count; };
-    if (r.penalties.active()) {
-        for (int32_t k = threadIdx.x; k < r.seen_count; k += kBlockThreads) {  // distinct tokens
-            const int32_t token = r.seen_tokens[k];
-            if (!in_chunk(token)) continue;
-            const int32_t times = r.seen_counts[k] + exact::occurrences(drafts.tokens, drafts.count, token);
-            chunk[token - first] = exact::penalised_logit(chunk[token - first], times, r.penalties);
-        }
-        for (int32_t i = threadIdx.x; i < drafts.count; i += kBlockThreads) {  // drafts not seen before
-            const int32_t token = drafts.tokens[i];
-            if (!in_chunk(token) || !exact::first_occurrence(drafts.tokens, i)) continue;
-            bool seen = false;
-            for (int32_t k = 0; k < r.seen_count && !seen; ++k) seen = r.seen_tokens[k] == token;
-            if (seen) continue;
-            const int32_t times = exact::occurrences(drafts.tokens, drafts.count, token);
-            chunk[token - first] = exact::penalised_logit(chunk[token - first], times, r.penalties);
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {  // in order: ids may repeat
-        for (int32_t k = 0; k < r.bias_count; ++k) {
-            const int32_t token = r.bias_tokens[k];
-            if (in_chunk(token)) chunk[token - first] = chunk[token - first] + r.bias_values[k];
-        }
-    }
-    __syncthreads();
+// Row `row`'s bitmask words, or null when the step has none.
+__device__ __forceinline__ const uint32_t* mask_of(const chain_kernel_params& p, int64_t row) {
+    return p.bitmask != nullptr ? p.bitmask + row * ((p.vocab + 31) / 32) : nullptr;
 }
 
 // Calls visit(round, first, values) for this thread's tokens round by round (increasing token

@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
             mine.raw_sum = raw_sum;
         }
     }
-    process_chunk(p, r, drafts_of(p, b, j), row, first, count, chunk_logits);
+    process_chunk(mask_of(p, row), r, drafts_of(p, b, j), first, count, chunk_logits);
     if (draft >= first && draft < first + count && threadIdx.x == 0) sync.draft_logit = chunk_logits[draft - first];
     float chunk_max = 0.0f;  // -inf when nothing in the chunk is allowed
     {

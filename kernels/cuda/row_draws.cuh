@@ -70,7 +70,7 @@ __device__ void draw_from_chunks(const row_context& ctx, const cut& kept, kernel
         const int32_t count = min(kChunkTokens, ctx.p.vocab - first);
         const uint64_t remaining = d.target - sh.owner_before;
         load_raw_chunk(ctx.p, ctx.row, first, count, sh.data.chunk);
-        process_chunk(ctx.p, ctx.r, drafts_of(ctx.p, ctx.b, ctx.j), ctx.row, first, count, sh.data.chunk);
+        process_chunk(mask_of(ctx.p, ctx.row), ctx.r, drafts_of(ctx.p, ctx.b, ctx.j), first, count, sh.data.chunk);
         const float* chunk = sh.data.chunk;
         const int32_t at = block_find_prefix(
             [&](int32_t i) -> uint64_t {

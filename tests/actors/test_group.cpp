@@ -234,8 +234,8 @@ TEST(Group, SpinningSchedulerCallerAndRanksGiveTheSameTokens) {
     expect_random_steps_match_cpu(*g, 2, dist_mode::swap, true);
 }
 
-// The rank actors on the CUDA backend (one GPU shared by the ranks): the same tokens as the CPU
-// backend. Skipped where CUDA is not built or there is no GPU.
+// The rank actors on the CUDA backend (one GPU shared by the ranks; sharded mode on the CUDA shard
+// primitives): the same tokens as the CPU backend. Skipped where CUDA is not built or there is no GPU.
 class CudaRanks : public ::testing::TestWithParam<std::tuple<int32_t, dist_mode>> {};
 
 TEST_P(CudaRanks, RandomStepsEqualTheCpuBackend) {
@@ -256,7 +256,6 @@ TEST(DeviceLogits, EveryModeEqualsTheCpuBackend) {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     for (const dist_mode mode : {dist_mode::gathered, dist_mode::swap, dist_mode::sharded}) {
         for (const char* backend : {"cpu", "cuda"}) {
-            if (mode == dist_mode::sharded && std::string(backend) == "cuda") continue;  // sharded runs on the CPU
             group_config config = test_config(2, mode);
             config.backend = *parse_backend_kind(backend);
             std::unique_ptr<group> g;
@@ -285,7 +284,8 @@ TEST(DeviceLogits, AreRefusedWithoutCuda) {
 
 INSTANTIATE_TEST_SUITE_P(Group, CudaRanks,
                          ::testing::Combine(::testing::Values(1, 2, 4),
-                                            ::testing::Values(dist_mode::gathered, dist_mode::swap)),
+                                            ::testing::Values(dist_mode::gathered, dist_mode::swap,
+                                                              dist_mode::sharded)),
                          [](const auto& param_info) {
                              return std::string(mode_name(std::get<1>(param_info.param))) + "_tp" +
                                     std::to_string(std::get<0>(param_info.param));

@@ -147,12 +147,16 @@ group_config sharded_config(int32_t tp) {
     return c;
 }
 
-class ShardedCuts : public ::testing::TestWithParam<int32_t> {};
+// On the CPU shard primitives and the CUDA ones (skipped without a GPU).
+class ShardedCuts : public ::testing::TestWithParam<std::tuple<int32_t, backend_kind>> {};
 
 TEST_P(ShardedCuts, EqualTheBackendOnFullRowsAndSettleTheExpectedWay) {
-    const int32_t tp = GetParam();
+    const auto [tp, backend] = GetParam();
+    group_config config = sharded_config(tp);
+    config.backend = backend;
     std::unique_ptr<group> g;
-    status st = group::create(sharded_config(tp), g);
+    status st = group::create(config, g);
+    if (st.code == status_code::unsupported) GTEST_SKIP() << st.message;
     ASSERT_TRUE(st.is_ok()) << st.message;
     std::mt19937_64 rng(77);
     for (const cut_case& c : cases()) {
@@ -210,7 +214,13 @@ TEST_P(ShardedCuts, EqualTheBackendOnFullRowsAndSettleTheExpectedWay) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tp, ShardedCuts, ::testing::Values(1, 2, 3, 4, 8));
+INSTANTIATE_TEST_SUITE_P(Tp, ShardedCuts,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 8),
+                                            ::testing::Values(backend_kind::cpu, backend_kind::cuda)),
+                         [](const auto& param_info) {
+                             return std::string(backend_name(std::get<1>(param_info.param))) + "_tp" +
+                                    std::to_string(std::get<0>(param_info.param));
+                         });
 
 }  // namespace
 }  // namespace ds

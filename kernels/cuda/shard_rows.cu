@@ -1,0 +1,569 @@
+// The device side of exact sharded sampling: shard_rows.h. Each query is one kernel with one block
+// of kBlockThreads per row it names (the rows are independent); block sums and scans are on
+// integers, so no result depends on scheduling. Queries are synchronous: the sampler needs each
+// answer before its next collective.
+#include "kernels/cuda/shard_rows.h"
+
+#include <cub/device/device_segmented_radix_sort.cuh>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cuda/block_primitives.cuh"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/row_processing.cuh"
+#include "kernels/cuda/token_math.cuh"
+#include "kernels/det_math.h"
+
+namespace ds::cuda {
+
+namespace {
+
+namespace dm = ds::detmath;
+
+// The shard's rows in device memory.
+struct row_buffers {
+    float* logits;     // [rows, shard_vocab] processed
+    uint64_t* masses;  // [rows, shard_vocab]
+    int32_t shard_vocab;
+
+    __device__ const float* logits_of(int64_t row) const { return logits + row * shard_vocab; }
+    __device__ uint64_t* masses_of(int64_t row) const { return masses + row * shard_vocab; }
+};
+
+// ---- prepare: load, process, argmax -----------------------------------------------------------
+struct prepare_args {
+    const void* logits;
+    logits_dtype dtype;
+    int64_t row_stride;
+    const request_view* requests;  // [bs], lists in device memory
+    const int32_t* candidates;     // [bs * n] or null
+    const uint32_t* bitmask;       // [rows, mask_words] or null
+    int32_t mask_words;
+    int32_t tokens_per_req;
+    int32_t vocab_offset;
+    float* best_logit;
+    int32_t* best_index;
+};
+
+__device__ float logit_at(const prepare_args& a, int64_t at) {
+    switch (a.dtype) {
+        case logits_dtype::bf16: return dm::bf16_bits_to_float(static_cast<const uint16_t*>(a.logits)[at]);
+        case logits_dtype::f16: return dm::fp16_bits_to_float(static_cast<const uint16_t*>(a.logits)[at]);
+        case logits_dtype::f32: break;
+    }
+    return static_cast<const float*>(a.logits)[at];
+}
+
+__global__ void __launch_bounds__(kBlockThreads) prepare_kernel(row_buffers rows, prepare_args a) {
+    __shared__ block_scratch sh;
+    const int64_t row = blockIdx.x;
+    const int32_t b = static_cast<int32_t>(row / a.tokens_per_req);
+    const int32_t j = static_cast<int32_t>(row % a.tokens_per_req);
+    float* out = rows.logits + row * rows.shard_vocab;
+    for (int32_t i = threadIdx.x; i < rows.shard_vocab; i += kBlockThreads) out[i] = logit_at(a, row * a.row_stride + i);
+    __syncthreads();
+    const row_drafts drafts{a.candidates != nullptr ? a.candidates + static_cast<int64_t>(b) * a.tokens_per_req + 1
+                                                    : nullptr,
+                            a.candidates != nullptr ? j : 0};
+    process_chunk(a.bitmask != nullptr ? a.bitmask + row * a.mask_words : nullptr, a.requests[b], drafts,
+                  a.vocab_offset, rows.shard_vocab, out);
+    float best = -HUGE_VALF;
+    int32_t best_index = -1;
+    for (int32_t i = threadIdx.x; i < rows.shard_vocab; i += kBlockThreads) keep_if_larger(out[i], i, best, best_index);
+    float value = 0.0f;
+    const int32_t index = block_argmax(best, best_index, value, sh);
+    if (threadIdx.x == 0) {
+        a.best_index[row] = index;
+        a.best_logit[row] = value;
+    }
+}
+
+// ---- masses -------------------------------------------------------------------------------------
+struct mass_args {
+    const float* max_logit;         // [rows]
+    const uint8_t* has_max;         // [rows]
+    const int32_t* stochastic_of;   // [rows]: k, or -1
+    const float* temperatures;      // [stochastic]
+    uint64_t* unit_sums;            // [rows]
+    uint64_t* counts_and_masses;    // [2 * stochastic]
+};
+
+__global__ void __launch_bounds__(kBlockThreads) mass_kernel(row_buffers rows, mass_args a) {
+    __shared__ block_scratch sh;
+    const int64_t row = blockIdx.x;
+    const float* l = rows.logits_of(row);
+    const float max_logit = a.max_logit[row];
+    uint64_t unit = 0;
+    if (a.has_max[row] != 0) {
+        unit = block_sum_over([&](int32_t i) { return exact::token_mass(l[i], max_logit, exact::kUnitScale); },
+                              rows.shard_vocab, sh);
+    }
+    if (threadIdx.x == 0) a.unit_sums[row] = unit;
+    const int32_t k = a.stochastic_of[row];
+    if (k < 0) return;
+    const float scale = exact::mass_scale(a.temperatures[k]);
+    uint64_t* mass = rows.masses_of(row);
+    uint64_t count = 0;
+    uint64_t sum = 0;
+    for (int32_t i = threadIdx.x; i < rows.shard_vocab; i += kBlockThreads) {
+        const uint64_t q = exact::token_mass(l[i], max_logit, scale);
+        mass[i] = q;
+        count += q > 0 ? 1 : 0;
+        sum += q;
+    }
+    count = block_sum(count, sh);
+    sum = block_sum(sum, sh);
+    if (threadIdx.x == 0) {
+        a.counts_and_masses[2 * k] = count;
+        a.counts_and_masses[2 * k + 1] = sum;
+    }
+}
+
+// ---- the largest masses of cut rows (from their rows sorted in descending order) ---------------
+__global__ void __launch_bounds__(kBlockThreads) copy_rows_kernel(const uint64_t* from, const int64_t* rows,
+                                                                  int32_t width, uint64_t* to) {
+    const uint64_t* source = from + rows[blockIdx.x] * width;
+    uint64_t* target = to + static_cast<int64_t>(blockIdx.x) * width;
+    for (int32_t i = threadIdx.x; i < width; i += kBlockThreads) target[i] = source[i];
+}
+
+__global__ void __launch_bounds__(kBlockThreads) level_kernel(const uint64_t* sorted, int32_t width,
+                                                              const uint64_t* depths, int32_t levels, uint64_t* out) {
+    __shared__ block_scratch sh;
+    const uint64_t* row = sorted + static_cast<int64_t>(blockIdx.x) * width;
+    const auto deepest = static_cast<int32_t>(min(static_cast<uint64_t>(width), depths[levels - 1]));
+    const uint64_t nonzero = block_sum_over([&](int32_t i) -> uint64_t { return row[i] > 0 ? 1 : 0; }, deepest, sh);
+    for (int32_t level = 0; level < levels; ++level) {
+        const auto covered = static_cast<int32_t>(min(nonzero, depths[level]));
+        const uint64_t above = block_sum_over([&](int32_t i) { return row[i]; }, covered, sh);
+        if (threadIdx.x == 0) {
+            uint64_t* word = out + (static_cast<int64_t>(blockIdx.x) * levels + level) * 2;
+            word[0] = covered > 0 ? row[covered - 1] : 0;
+            word[1] = above;
+        }
+    }
+}
+
+// ---- candidates: tokens at or above a threshold, in token order ---------------------------------
+struct candidate_task {
+    int64_t row;
+    uint64_t threshold;
+    uint64_t room;
+    uint64_t offset;  // into the outputs
+};
+
+__global__ void __launch_bounds__(kBlockThreads) candidate_kernel(row_buffers rows, const candidate_task* tasks,
+                                                                  uint64_t* masses, int32_t* tokens,
+                                                                  uint64_t* counts) {
+    __shared__ block_scratch sh;
+    const candidate_task t = tasks[blockIdx.x];
+    const uint64_t* mass = rows.masses_of(t.row);
+    const thread_segment seg = segment_of(rows.shard_vocab);
+    uint64_t mine = 0;
+    for (int32_t i = seg.begin; i < seg.end; ++i) mine += mass[i] >= t.threshold ? 1 : 0;
+    uint64_t total = 0;
+    uint64_t at = block_exclusive_scan(mine, total, sh);
+    for (int32_t i = seg.begin; i < seg.end && at < t.room; ++i) {
+        if (mass[i] < t.threshold) continue;
+        masses[t.offset + at] = mass[i];
+        tokens[t.offset + at] = i;
+        ++at;
+    }
+    if (threadIdx.x == 0) counts[blockIdx.x] = total;
+}
+
+// ---- radix-select histograms -------------------------------------------------------------------
+constexpr int kDigitBins = 256;
+
+__global__ void __launch_bounds__(kBlockThreads) histogram_kernel(row_buffers rows, const int64_t* row_ids,
+                                                                  const exact::filter_cut* domains,
+                                                                  const uint64_t* prefixes, int shift,
+                                                                  uint64_t* histograms) {
+    __shared__ unsigned long long bins[2 * kDigitBins];  // counts, then masses
+    for (int i = threadIdx.x; i < 2 * kDigitBins; i += kBlockThreads) bins[i] = 0;
+    __syncthreads();
+    const uint64_t* mass = rows.masses_of(row_ids[blockIdx.x]);
+    const exact::filter_cut domain = domains[blockIdx.x];
+    const uint64_t prefix = prefixes[blockIdx.x];
+    for (int32_t i = threadIdx.x; i < rows.shard_vocab; i += kBlockThreads) {
+        const uint64_t q = mass[i];
+        if (q == 0 || !domain.keeps(i, q) || (q >> (shift + 8)) != prefix) continue;
+        const auto digit = static_cast<int>((q >> shift) & 255u);
+        atomicAdd(&bins[digit], 1ull);
+        atomicAdd(&bins[kDigitBins + digit], static_cast<unsigned long long>(q));
+    }
+    __syncthreads();
+    uint64_t* out = histograms + static_cast<int64_t>(blockIdx.x) * 2 * kDigitBins;
+    for (int i = threadIdx.x; i < 2 * kDigitBins; i += kBlockThreads) out[i] = bins[i];
+}
+
+// ---- ties at a mass: how many, and the nth ---------------------------------------------------
+__global__ void __launch_bounds__(kBlockThreads) tie_kernel(row_buffers rows, int64_t row, exact::filter_cut domain,
+                                                            uint64_t q, int64_t nth, int64_t* count,
+                                                            int32_t* token) {
+    __shared__ block_scratch sh;
+    const uint64_t* mass = rows.masses_of(row);
+    auto tied = [&](int32_t i) -> uint64_t { return mass[i] == q && domain.keeps(i, q) ? 1 : 0; };
+    const uint64_t ties = block_sum_over(tied, rows.shard_vocab, sh);
+    const int32_t found = nth >= 0 ? block_find_prefix(tied, rows.shard_vocab, static_cast<uint64_t>(nth), sh) : -1;
+    if (threadIdx.x == 0) {
+        *count = static_cast<int64_t>(ties);
+        *token = found;
+    }
+}
+
+// ---- kept masses and the owners' draws ------------------------------------------------------
+__global__ void __launch_bounds__(kBlockThreads) kept_kernel(row_buffers rows, const kept_request* requests,
+                                                             uint64_t* kept) {
+    __shared__ block_scratch sh;
+    const kept_request k = requests[blockIdx.x];
+    const uint64_t* mass = rows.masses_of(static_cast<int64_t>(k.row));
+    const uint64_t sum =
+        block_sum_over([&](int32_t i) { return k.cut.keeps(i, mass[i]) ? mass[i] : uint64_t{0}; }, rows.shard_vocab, sh);
+    if (threadIdx.x == 0) {
+        kept[2 * blockIdx.x] = sum;
+        kept[2 * blockIdx.x + 1] = k.draft >= 0 && k.cut.keeps(k.draft, mass[k.draft]) ? mass[k.draft] : 0;
+    }
+}
+
+__global__ void __launch_bounds__(kBlockThreads) draw_kernel(row_buffers rows, const mass_draw* draws,
+                                                             int32_t* tokens) {
+    __shared__ block_scratch sh;
+    const mass_draw d = draws[blockIdx.x];
+    const uint64_t* mass = rows.masses_of(static_cast<int64_t>(d.row));
+    auto kept = [&](int32_t i) -> uint64_t { return i != d.excluded && d.cut.keeps(i, mass[i]) ? mass[i] : 0; };
+    const int32_t token = block_find_prefix(kept, rows.shard_vocab, d.target, sh);
+    if (threadIdx.x == 0) tokens[blockIdx.x] = token;
+}
+
+__global__ void gather_logits_kernel(row_buffers rows, const row_token* at, int64_t count, float* out) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < count) out[i] = rows.logits_of(static_cast<int64_t>(at[i].row))[at[i].token];
+}
+
+unsigned grid_of(size_t blocks) { return static_cast<unsigned>(blocks); }
+
+}  // namespace
+
+// Device memory: the rows, and two areas reused by every query, one for its inputs (packed on the
+// host, copied in one piece) and one for its outputs.
+struct shard_rows::buffers {
+    int64_t max_rows = 0;
+    int32_t shard_vocab = 0;
+    int32_t mask_words = 0;
+    device_buffer logits, masses, staged_logits;
+    device_buffer sort_in, sort_out, sort_temp;  // cut rows' masses, sorted (allocated on first use)
+    device_buffer inputs, outputs;
+    std::vector<unsigned char> packed;  // the next query's inputs
+
+    row_buffers rows() const {
+        return {static_cast<float*>(logits.get()), static_cast<uint64_t*>(masses.get()), shard_vocab};
+    }
+
+    // Appends `count` elements to the packed inputs; returns their offset.
+    template <class T>
+    size_t pack(const T* data, size_t count) {
+        const size_t at = (packed.size() + 15) / 16 * 16;
+        packed.resize(at + count * sizeof(T));
+        if (count > 0) std::memcpy(packed.data() + at, data, count * sizeof(T));
+        return at;
+    }
+    template <class T>
+    size_t pack(const std::vector<T>& v) {
+        return pack(v.data(), v.size());
+    }
+    // Appends the first `count` elements of a request's list, made contiguous.
+    template <class T>
+    size_t pack_list(strided<T> list, int32_t count) {
+        std::vector<T> flat(static_cast<size_t>(count));
+        for (int32_t k = 0; k < count; ++k) flat[static_cast<size_t>(k)] = list[k];
+        return pack(flat);
+    }
+    // Copies the packed inputs to the device (growing the area) and clears them.
+    status send_inputs() {
+        if (packed.size() > inputs.bytes()) {
+            inputs = device_buffer{};
+            DS_TRY(inputs.allocate(packed.size() * 2));
+        }
+        if (!packed.empty()) CUDA_TRY(cudaMemcpy(inputs.get(), packed.data(), packed.size(), cudaMemcpyHostToDevice));
+        packed.clear();
+        return status::success();
+    }
+    template <class T>
+    T* input_at(size_t offset) const {
+        return reinterpret_cast<T*>(static_cast<unsigned char*>(inputs.get()) + offset);
+    }
+    // At least `bytes` of output area.
+    status reserve_outputs(size_t bytes) {
+        if (bytes <= outputs.bytes()) return status::success();
+        outputs = device_buffer{};
+        return outputs.allocate(std::max(bytes, outputs.bytes() * 2));
+    }
+    template <class T>
+    T* output_at(size_t offset) const {
+        return reinterpret_cast<T*>(static_cast<unsigned char*>(outputs.get()) + offset);
+    }
+    // Waits for the query's kernels and copies `bytes` of its outputs from `offset` to `host`.
+    status receive(size_t offset, void* host, size_t bytes) const {
+        CUDA_TRY(cudaGetLastError());
+        CUDA_TRY(cudaDeviceSynchronize());
+        if (bytes > 0)
+            CUDA_TRY(cudaMemcpy(host, static_cast<const unsigned char*>(outputs.get()) + offset, bytes,
+                                cudaMemcpyDeviceToHost));
+        return status::success();
+    }
+};
+
+namespace {
+
+size_t aligned(size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+}  // namespace
+
+shard_rows::shard_rows(std::unique_ptr<buffers> b) : b_(std::move(b)) {}
+shard_rows::~shard_rows() = default;
+
+status shard_rows::create(int64_t max_rows, int32_t shard_vocab, int32_t vocab, std::unique_ptr<shard_rows>& out) {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        cudaGetLastError();
+        return {status_code::unsupported, "backend = 'cuda': no CUDA device is available; use --backend cpu"};
+    }
+    auto b = std::make_unique<buffers>();
+    b->max_rows = max_rows;
+    b->shard_vocab = shard_vocab;
+    b->mask_words = (vocab + 31) / 32;
+    const auto tokens = static_cast<size_t>(max_rows) * static_cast<size_t>(shard_vocab);
+    DS_TRY(b->logits.allocate(tokens * sizeof(float)));
+    DS_TRY(b->masses.allocate(tokens * sizeof(uint64_t)));
+    out.reset(new shard_rows(std::move(b)));
+    return status::success();
+}
+
+status shard_rows::prepare(const step_input& in, const param_pool& pool, int32_t vocab_offset, float* best_logit,
+                           int32_t* best_index) {
+    buffers& b = *b_;
+    const int64_t rows = int64_t{in.batch_size} * in.tokens_per_req;
+    if (rows > b.max_rows || in.logits.vocab != b.shard_vocab)
+        return {status_code::internal, "shard_rows: a step larger than its buffers"};
+    if (rows == 0) return status::success();
+    const void* logits = in.logits.data;
+    int64_t row_stride = in.logits.row_stride;
+    if (!in.logits.on_device) {  // rows from the host: copied in once, packed
+        const size_t row_bytes = static_cast<size_t>(b.shard_vocab) * dtype_size(in.logits.dtype);
+        if (b.staged_logits.get() == nullptr)
+            DS_TRY(b.staged_logits.allocate(static_cast<size_t>(b.max_rows) * static_cast<size_t>(b.shard_vocab) *
+                                            sizeof(float)));
+        CUDA_TRY(cudaMemcpy2D(b.staged_logits.get(), row_bytes, logits, in.logits.row_stride * dtype_size(in.logits.dtype),
+                              row_bytes, static_cast<size_t>(rows), cudaMemcpyHostToDevice));
+        logits = b.staged_logits.get();
+        row_stride = b.shard_vocab;
+    }
+    // The requests with their lists, the candidates and the bitmask, in one copy; the views'
+    // list pointers are set once the inputs' device address is known.
+    struct {
+        std::vector<request_view> views;
+        std::vector<size_t> seen_tokens, seen_counts, bias_tokens, bias_values;
+    } r;
+    for (int32_t i = 0; i < in.batch_size; ++i) {
+        const request_view v = pool.request(in.slots[i], in.positions[i]);
+        r.views.push_back(v);
+        r.seen_tokens.push_back(b.pack_list(v.seen_tokens, v.seen_count));
+        r.seen_counts.push_back(b.pack_list(v.seen_counts, v.seen_count));
+        r.bias_tokens.push_back(b.pack_list(v.bias_tokens, v.bias_count));
+        r.bias_values.push_back(b.pack_list(v.bias_values, v.bias_count));
+    }
+    const size_t views_at = b.pack(r.views);
+    const size_t candidates_at = in.candidates != nullptr ? b.pack(in.candidates, static_cast<size_t>(rows)) : 0;
+    const size_t mask_at =
+        in.bitmask != nullptr ? b.pack(in.bitmask, static_cast<size_t>(rows) * static_cast<size_t>(b.mask_words)) : 0;
+    auto* views = reinterpret_cast<request_view*>(b.packed.data() + views_at);
+    const size_t packed_bytes = b.packed.size();
+    if (packed_bytes > b.inputs.bytes()) {  // the device address is needed before the copy
+        b.inputs = device_buffer{};
+        DS_TRY(b.inputs.allocate(packed_bytes * 2));
+    }
+    auto* base = static_cast<unsigned char*>(b.inputs.get());
+    for (size_t i = 0; i < r.views.size(); ++i) {
+        views[i].seen_tokens = {reinterpret_cast<const int32_t*>(base + r.seen_tokens[i]), 1};
+        views[i].seen_counts = {reinterpret_cast<const int32_t*>(base + r.seen_counts[i]), 1};
+        views[i].bias_tokens = {reinterpret_cast<const int32_t*>(base + r.bias_tokens[i]), 1};
+        views[i].bias_values = {reinterpret_cast<const float*>(base + r.bias_values[i]), 1};
+    }
+    DS_TRY(b.send_inputs());
+    DS_TRY(b.reserve_outputs(static_cast<size_t>(rows) * 2 * sizeof(float)));
+    prepare_args a{logits,
+                   in.logits.dtype,
+                   row_stride,
+                   b.input_at<request_view>(views_at),
+                   in.candidates != nullptr ? b.input_at<int32_t>(candidates_at) : nullptr,
+                   in.bitmask != nullptr ? b.input_at<uint32_t>(mask_at) : nullptr,
+                   b.mask_words,
+                   in.tokens_per_req,
+                   vocab_offset,
+                   b.output_at<float>(0),
+                   b.output_at<int32_t>(static_cast<size_t>(rows) * sizeof(float))};
+    prepare_kernel<<<grid_of(static_cast<size_t>(rows)), kBlockThreads>>>(b.rows(), a);
+    DS_TRY(b.receive(0, best_logit, static_cast<size_t>(rows) * sizeof(float)));
+    return b.receive(static_cast<size_t>(rows) * sizeof(float), best_index, static_cast<size_t>(rows) * sizeof(int32_t));
+}
+
+status shard_rows::masses(const std::vector<float>& max_logit, const std::vector<uint8_t>& has_max,
+                          const std::vector<size_t>& stochastic_rows, const std::vector<float>& temperatures,
+                          uint64_t* unit_sums, uint64_t* counts_and_masses) {
+    buffers& b = *b_;
+    const size_t rows = max_logit.size();
+    if (rows == 0) return status::success();
+    std::vector<int32_t> stochastic_of(rows, -1);
+    for (size_t k = 0; k < stochastic_rows.size(); ++k) stochastic_of[stochastic_rows[k]] = static_cast<int32_t>(k);
+    const size_t max_at = b.pack(max_logit);
+    const size_t has_at = b.pack(has_max);
+    const size_t of_at = b.pack(stochastic_of);
+    const size_t temperatures_at = b.pack(temperatures);
+    DS_TRY(b.send_inputs());
+    const size_t sums_bytes = aligned(rows * sizeof(uint64_t));
+    const size_t totals_bytes = 2 * stochastic_rows.size() * sizeof(uint64_t);
+    DS_TRY(b.reserve_outputs(sums_bytes + totals_bytes));
+    const mass_args a{b.input_at<float>(max_at), b.input_at<uint8_t>(has_at), b.input_at<int32_t>(of_at),
+                      b.input_at<float>(temperatures_at), b.output_at<uint64_t>(0), b.output_at<uint64_t>(sums_bytes)};
+    mass_kernel<<<grid_of(rows), kBlockThreads>>>(b.rows(), a);
+    DS_TRY(b.receive(0, unit_sums, rows * sizeof(uint64_t)));
+    return b.receive(sums_bytes, counts_and_masses, totals_bytes);
+}
+
+status shard_rows::largest_masses(const std::vector<size_t>& rows, const std::vector<uint64_t>& depths, uint64_t* out) {
+    buffers& b = *b_;
+    if (rows.empty() || depths.empty()) return status::success();
+    const auto width = static_cast<size_t>(b.shard_vocab);
+    const size_t max_items = static_cast<size_t>(b.max_rows) * width;
+    if (b.sort_in.get() == nullptr) {
+        DS_TRY(b.sort_in.allocate(max_items * sizeof(uint64_t)));
+        DS_TRY(b.sort_out.allocate(max_items * sizeof(uint64_t)));
+        std::vector<int64_t> all_offsets(static_cast<size_t>(b.max_rows) + 1, 0);
+        size_t temp_bytes = 0;
+        CUDA_TRY(cub::DeviceSegmentedRadixSort::SortKeysDescending(
+            nullptr, temp_bytes, static_cast<const uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr),
+            static_cast<int64_t>(max_items), static_cast<int64_t>(b.max_rows), all_offsets.data(),
+            all_offsets.data() + 1, 0, exact::kMassBits + 1));
+        DS_TRY(b.sort_temp.allocate(temp_bytes));
+    }
+    std::vector<int64_t> row_ids(rows.begin(), rows.end());
+    std::vector<int64_t> offsets(rows.size() + 1);
+    for (size_t i = 0; i <= rows.size(); ++i) offsets[i] = static_cast<int64_t>(i * width);
+    const size_t ids_at = b.pack(row_ids);
+    const size_t offsets_at = b.pack(offsets);
+    const size_t depths_at = b.pack(depths);
+    DS_TRY(b.send_inputs());
+    const size_t out_bytes = rows.size() * depths.size() * 2 * sizeof(uint64_t);
+    DS_TRY(b.reserve_outputs(out_bytes));
+    auto* sort_in = static_cast<uint64_t*>(b.sort_in.get());
+    auto* sort_out = static_cast<uint64_t*>(b.sort_out.get());
+    copy_rows_kernel<<<grid_of(rows.size()), kBlockThreads>>>(static_cast<const uint64_t*>(b.masses.get()),
+                                                              b.input_at<int64_t>(ids_at), b.shard_vocab, sort_in);
+    size_t temp_bytes = b.sort_temp.bytes();
+    const int64_t* segment_offsets = b.input_at<int64_t>(offsets_at);
+    CUDA_TRY(cub::DeviceSegmentedRadixSort::SortKeysDescending(
+        b.sort_temp.get(), temp_bytes, sort_in, sort_out, static_cast<int64_t>(rows.size() * width),
+        static_cast<int64_t>(rows.size()), segment_offsets, segment_offsets + 1, 0, exact::kMassBits + 1));
+    level_kernel<<<grid_of(rows.size()), kBlockThreads>>>(sort_out, b.shard_vocab, b.input_at<uint64_t>(depths_at),
+                                                          static_cast<int32_t>(depths.size()),
+                                                          b.output_at<uint64_t>(0));
+    return b.receive(0, out, out_bytes);
+}
+
+status shard_rows::candidates(const std::vector<candidate_request>& requests, uint64_t* masses, int32_t* tokens,
+                              uint64_t* counts) {
+    buffers& b = *b_;
+    if (requests.empty()) return status::success();
+    std::vector<candidate_task> tasks;
+    uint64_t room = 0;
+    for (const candidate_request& r : requests) {
+        tasks.push_back({static_cast<int64_t>(r.row), r.threshold, r.room, room});
+        room += r.room;
+    }
+    const size_t tasks_at = b.pack(tasks);
+    DS_TRY(b.send_inputs());
+    const size_t masses_bytes = aligned(room * sizeof(uint64_t));
+    const size_t tokens_bytes = aligned(room * sizeof(int32_t));
+    DS_TRY(b.reserve_outputs(masses_bytes + tokens_bytes + requests.size() * sizeof(uint64_t)));
+    candidate_kernel<<<grid_of(requests.size()), kBlockThreads>>>(
+        b.rows(), b.input_at<candidate_task>(tasks_at), b.output_at<uint64_t>(0),
+        b.output_at<int32_t>(masses_bytes), b.output_at<uint64_t>(masses_bytes + tokens_bytes));
+    DS_TRY(b.receive(0, masses, room * sizeof(uint64_t)));
+    DS_TRY(b.receive(masses_bytes, tokens, room * sizeof(int32_t)));
+    return b.receive(masses_bytes + tokens_bytes, counts, requests.size() * sizeof(uint64_t));
+}
+
+status shard_rows::cut_histograms(const std::vector<size_t>& rows, const std::vector<exact::filter_cut>& domains,
+                                  const std::vector<uint64_t>& prefixes, int shift, uint64_t* histograms) {
+    buffers& b = *b_;
+    if (rows.empty()) return status::success();
+    const std::vector<int64_t> row_ids(rows.begin(), rows.end());
+    const size_t ids_at = b.pack(row_ids);
+    const size_t domains_at = b.pack(domains);
+    const size_t prefixes_at = b.pack(prefixes);
+    DS_TRY(b.send_inputs());
+    const size_t bytes = rows.size() * 2 * kDigitBins * sizeof(uint64_t);
+    DS_TRY(b.reserve_outputs(bytes));
+    histogram_kernel<<<grid_of(rows.size()), kBlockThreads>>>(b.rows(), b.input_at<int64_t>(ids_at),
+                                                              b.input_at<exact::filter_cut>(domains_at),
+                                                              b.input_at<uint64_t>(prefixes_at), shift,
+                                                              b.output_at<uint64_t>(0));
+    return b.receive(0, histograms, bytes);
+}
+
+status shard_rows::count_with_mass(size_t row, const exact::filter_cut& domain, uint64_t q, int64_t& count) {
+    buffers& b = *b_;
+    DS_TRY(b.reserve_outputs(2 * sizeof(int64_t)));
+    tie_kernel<<<1, kBlockThreads>>>(b.rows(), static_cast<int64_t>(row), domain, q, -1, b.output_at<int64_t>(0),
+                                     b.output_at<int32_t>(sizeof(int64_t)));
+    return b.receive(0, &count, sizeof(count));
+}
+
+status shard_rows::nth_with_mass(size_t row, const exact::filter_cut& domain, uint64_t q, int64_t nth,
+                                 int32_t& token) {
+    buffers& b = *b_;
+    DS_TRY(b.reserve_outputs(2 * sizeof(int64_t)));
+    tie_kernel<<<1, kBlockThreads>>>(b.rows(), static_cast<int64_t>(row), domain, q, nth, b.output_at<int64_t>(0),
+                                     b.output_at<int32_t>(sizeof(int64_t)));
+    return b.receive(sizeof(int64_t), &token, sizeof(token));
+}
+
+status shard_rows::kept_masses(const std::vector<kept_request>& requests, uint64_t* kept) {
+    buffers& b = *b_;
+    if (requests.empty()) return status::success();
+    const size_t requests_at = b.pack(requests);
+    DS_TRY(b.send_inputs());
+    const size_t bytes = 2 * requests.size() * sizeof(uint64_t);
+    DS_TRY(b.reserve_outputs(bytes));
+    kept_kernel<<<grid_of(requests.size()), kBlockThreads>>>(b.rows(), b.input_at<kept_request>(requests_at),
+                                                             b.output_at<uint64_t>(0));
+    return b.receive(0, kept, bytes);
+}
+
+status shard_rows::tokens_at_mass(const std::vector<mass_draw>& draws, int32_t* tokens) {
+    buffers& b = *b_;
+    if (draws.empty()) return status::success();
+    const size_t draws_at = b.pack(draws);
+    DS_TRY(b.send_inputs());
+    DS_TRY(b.reserve_outputs(draws.size() * sizeof(int32_t)));
+    draw_kernel<<<grid_of(draws.size()), kBlockThreads>>>(b.rows(), b.input_at<mass_draw>(draws_at),
+                                                          b.output_at<int32_t>(0));
+    return b.receive(0, tokens, draws.size() * sizeof(int32_t));
+}
+
+status shard_rows::processed_logits(const std::vector<row_token>& at, float* logits) {
+    buffers& b = *b_;
+    if (at.empty()) return status::success();
+    const size_t at_offset = b.pack(at);
+    DS_TRY(b.send_inputs());
+    DS_TRY(b.reserve_outputs(at.size() * sizeof(float)));
+    const auto count = static_cast<int64_t>(at.size());
+    gather_logits_kernel<<<grid_of((at.size() + kBlockThreads - 1) / kBlockThreads), kBlockThreads>>>(
+        b.rows(), b.input_at<row_token>(at_offset), count, b.output_at<float>(0));
+    return b.receive(0, logits, at.size() * sizeof(float));
+}
+
+}  // namespace ds::cuda
