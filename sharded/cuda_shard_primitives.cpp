@@ -53,7 +53,7 @@ class cuda_shard_primitives final : public shard_primitives {
         DS_TRY(rows_->candidates(requests, found_masses_.data(), found_tokens_.data(), counts_.data()));
         size_t at = 0;
         for (size_t i = 0; i < requests.size(); ++i) {
-            if (counts_[i] > requests[i].room)
+            if (requests[i].room > 0 && counts_[i] > requests[i].room)  // as the CPU primitives
                 return {status_code::internal, "sharded_sampler: a rank holds more candidates than its summary bound"};
             for (size_t k = 0; k < requests[i].room; ++k)
                 keys[at + k] = k < counts_[i] ? candidate_key(found_masses_[at + k], found_tokens_[at + k]) : 0;

@@ -1,5 +1,6 @@
 // A coordinator (`distsample coordinator`) and 4 rank processes (`distsample rank`) over the ucx
-// transport: steps in every mode equal `distsample kernel` on the full logits, on loopback and with
+// transport: steps in every mode (on the GPU too, where there is one) equal `distsample kernel` on
+// the full logits, on loopback and with
 // every process on a host of its own (network namespaces); a killed rank process fails the step in
 // flight naming it, the coordinator stays up, and a restarted rank re-forms the group.
 #include "multiprocess/remote_group.h"
@@ -101,6 +102,23 @@ TEST_P(CudaRankProcesses, SwapTheirShardsOverUcxAndEqualTheKernel) {
 INSTANTIATE_TEST_SUITE_P(Ucx, CudaRankProcesses, ::testing::Bool(), [](const auto& param_info) {
     return std::string(param_info.param ? "PeerErrorHandling" : "NoPeerErrorHandling");
 });
+
+// Rank processes in exact sharded mode on the GPU (`--backend cuda`): each rank's shard is
+// processed and sampled by the CUDA shard primitives on its GPU, and only per-row integers cross
+// UCX; the tokens equal `distsample kernel`. Skips without a GPU.
+TEST_F(RemoteRanks, ShardedRankProcessesOnTheGpuEqualTheKernel) {
+    if (!cuda_backend_runs()) {
+        GTEST_SKIP() << "distsample kernel --backend cuda does not run here (no GPU, or built without CUDA)";
+    }
+    extra_args_ = {"--backend", "cuda"};
+    start_group("sharded");
+    const json sample = random_step(false, 21);
+    expect_same_outputs(call_until_ok("sample", sample, milliseconds(30000)), kernel_output("sample", sample));
+    for (uint32_t seed = 22; seed < 25; ++seed) {
+        const json verify = random_step(true, seed);
+        expect_same_outputs(call("verify", verify), kernel_output("verify", verify));
+    }
+}
 
 TEST_F(RemoteRanks, AKilledRankFailsTheStepInFlightNamingItAndARestartedRankReFormsTheGroup) {
     start_group("swap");
