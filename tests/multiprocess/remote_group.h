@@ -287,6 +287,17 @@ class RemoteRanks : public ::testing::Test {
         return reply;
     }
 
+    // A sample step (retried while the group forms) and three verify steps from `seed` on, each
+    // equal to `distsample kernel` on the full logits.
+    void expect_steps_equal_the_kernel(uint32_t seed) {
+        const json sample = random_step(false, seed);
+        expect_same_outputs(call_until_ok("sample", sample, milliseconds(30000)), kernel_output("sample", sample));
+        for (uint32_t s = seed + 1; s < seed + 4; ++s) {
+            const json verify = random_step(true, s);
+            expect_same_outputs(call("verify", verify), kernel_output("verify", verify));
+        }
+    }
+
     // Every line sent was answered once: nothing more arrives within `quiet`.
     void expect_no_more_replies(milliseconds quiet) {
         const json extra = read_reply(quiet);

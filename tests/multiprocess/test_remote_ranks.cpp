@@ -14,12 +14,7 @@ class RemoteRanksModes : public RemoteRanks, public ::testing::WithParamInterfac
 
 TEST_P(RemoteRanksModes, SampleAndVerifyEqualTheKernelOnTheFullLogits) {
     start_group(GetParam());
-    const json sample = random_step(false, 1);
-    expect_same_outputs(call_until_ok("sample", sample, milliseconds(15000)), kernel_output("sample", sample));
-    for (uint32_t seed = 2; seed < 5; ++seed) {
-        const json verify = random_step(true, seed);
-        expect_same_outputs(call("verify", verify), kernel_output("verify", verify));
-    }
+    expect_steps_equal_the_kernel(1);
     EXPECT_EQ(call("health", json::object()), (json{{"health", "ok"}}));
 }
 
@@ -79,12 +74,7 @@ TEST_P(CudaRankProcesses, SwapTheirShardsOverUcxAndEqualTheKernel) {
                    "--set",     "ucx_device_memory=auto",
                    "--set",     std::string("ucx_peer_error_handling=") + (peer_error_handling ? "true" : "false")};
     start_group("swap");
-    const json sample = random_step(false, 11);
-    expect_same_outputs(call_until_ok("sample", sample, milliseconds(30000)), kernel_output("sample", sample));
-    for (uint32_t seed = 12; seed < 15; ++seed) {
-        const json verify = random_step(true, seed);
-        expect_same_outputs(call("verify", verify), kernel_output("verify", verify));
-    }
+    expect_steps_equal_the_kernel(11);
     const char* expected = std::getenv("DS_EXPECT_UCX_DEVICE_PATH");
     const std::string want = expected != nullptr ? expected : "";
     for (int r = 0; r < kTp; ++r) {
@@ -112,12 +102,7 @@ TEST_F(RemoteRanks, ShardedRankProcessesOnTheGpuEqualTheKernel) {
     }
     extra_args_ = {"--backend", "cuda"};
     start_group("sharded");
-    const json sample = random_step(false, 21);
-    expect_same_outputs(call_until_ok("sample", sample, milliseconds(30000)), kernel_output("sample", sample));
-    for (uint32_t seed = 22; seed < 25; ++seed) {
-        const json verify = random_step(true, seed);
-        expect_same_outputs(call("verify", verify), kernel_output("verify", verify));
-    }
+    expect_steps_equal_the_kernel(21);
 }
 
 TEST_F(RemoteRanks, AKilledRankFailsTheStepInFlightNamingItAndARestartedRankReFormsTheGroup) {
