@@ -21,7 +21,8 @@
 #   tools/gpu-run.sh python   on the GPU machine (carry .gpu-bundle and .whl): install the distsample
 #                             wheel and pytest from .whl (built here: see bench/RESULTS.md), run the
 #                             Python tests on CUDA tensors and the Python benchmark
-#   tools/gpu-run.sh bench    on the GPU machine: the sampling benchmark and its PyTorch peers
+#   tools/gpu-run.sh bench    on the GPU machine: the sampling benchmark and its PyTorch peers, and
+#                             sharded against swap on the GPU (bench_gpu_modes)
 #   tools/gpu-run.sh verify   on the GPU machine: everything an issue touching kernels needs, in one
 #                             device call: run, compute-sanitizer memcheck and racecheck on the CUDA
 #                             tests, bench, and the coordinator overhead on the machine's cores
@@ -52,7 +53,7 @@ bundle() {
     cmake --build build-gpu -j"$(nproc)"
     # What `run` and `verify` use: a call carries at most 64 MiB, and every binary holds its own
     # copy of the CUDA runtime, so the other benchmarks and the examples go only when named.
-    cp build-gpu/bin/{test_*,*_peer,distsample,bench_cuda_sampling,bench_coordinator_overhead} "$BUNDLE/bin/"
+    cp build-gpu/bin/{test_*,*_peer,distsample,bench_cuda_sampling,bench_gpu_modes,bench_coordinator_overhead} "$BUNDLE/bin/"
   fi
   # Every shared library the binaries use except the C runtime and the CUDA driver, which the GPU
   # machine has (and must match its kernel driver), and NCCL, which comes from the GPU machine's
@@ -155,6 +156,8 @@ bench() {
   for vocab in 151936 262144; do
     "$BUNDLE/bin/bench_cuda_sampling" --vocab "$vocab" --no-probes | tee "$out/bench-v$vocab.txt"
   done
+  # Exact sharded mode against the vocab swap, both on this GPU.
+  if [[ -x $BUNDLE/bin/bench_gpu_modes ]]; then "$BUNDLE/bin/bench_gpu_modes" | tee "$out/gpu-modes.txt"; fi
 }
 
 # On the GPU machine: the wheels in .whl (the package and pytest) into /tmp/site.
@@ -182,15 +185,17 @@ sanitize() {
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   local test
   for tool in memcheck racecheck; do
-    for test in test_cuda_backend test_sampling_api_gpu; do
-      [[ -x $BUNDLE/bin/$test ]] || continue
+    # The sharded sampler's device side: its cut edges at TP 4 on the CUDA shard primitives.
+    for test in test_cuda_backend test_sampling_api_gpu "test_sharded_cuts --gtest_filter=*cuda_tp4"; do
+      [[ -x $BUNDLE/bin/${test%% *} ]] || continue
       echo "== compute-sanitizer --tool $tool $test (${DS_SANITIZER_TRIALS:-12} random batches)"
-      if ! DS_GPU_TRIALS=${DS_SANITIZER_TRIALS:-12} "$sanitizer" --tool "$tool" --error-exitcode 9 "$BUNDLE/bin/$test" --gtest_brief=1 \
-          >"$out/sanitizer-$tool-$test.log" 2>&1; then
+      # shellcheck disable=SC2086
+      if ! DS_GPU_TRIALS=${DS_SANITIZER_TRIALS:-12} "$sanitizer" --tool "$tool" --error-exitcode 9 "$BUNDLE"/bin/$test --gtest_brief=1 \
+          >"$out/sanitizer-$tool-${test%% *}.log" 2>&1; then
         failed=1
         echo "FAILED: $tool $test"
       fi
-      tail -n 2 "$out/sanitizer-$tool-$test.log"
+      tail -n 2 "$out/sanitizer-$tool-${test%% *}.log"
     done
   done
   return "$failed"
