@@ -109,8 +109,10 @@ status group::create_with_rank_processes(const group_config& config, const topol
 group::group(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
 
 group::~group() {
-    // Wake ranks blocked in a collective, then stop every actor; the actor system joins them.
-    impl_->transport->abort("group shut down");
+    // Wake rank threads blocked in a collective, then stop every actor; the actor system joins
+    // them. Rank processes are left to notice the coordinator gone: their transport's abort would
+    // re-form the group (a new epoch and a rendezvous the shutdown would then wait out).
+    if (!impl_->membership) impl_->transport->abort("group shut down");
     caf::anon_send_exit(impl_->coordinator, caf::exit_reason::user_shutdown);
     for (const rank_actor_type& rank : impl_->ranks) caf::anon_send_exit(rank, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(impl_->membership, caf::exit_reason::user_shutdown);  // null for rank threads
