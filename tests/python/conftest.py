@@ -1,7 +1,7 @@
 """The package under test is python/distsample of this checkout, loading $DISTSAMPLE_LIBRARY (default:
 build/lib/libdistsample.so) and, for WorkerRank, $DISTSAMPLE_RANK_LIBRARY (default:
 build/lib/libdistsample_rank.so; empty: none); `distsample kernel` is $DISTSAMPLE_CLI (default:
-build/bin/distsample)."""
+build/bin/distsample). The `rank_library` fixture skips the tests that need WorkerRank without it."""
 
 import os
 import sys
@@ -20,4 +20,12 @@ def cli():
     path = os.environ.get("DISTSAMPLE_CLI", str(ROOT / "build" / "bin" / "distsample"))
     if not os.path.isfile(path):
         pytest.skip(f"no distsample CLI at {path} (set DISTSAMPLE_CLI)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def rank_library():
+    path = os.environ.get("DISTSAMPLE_RANK_LIBRARY", "")
+    if not os.path.isfile(path):
+        pytest.skip(f"no libdistsample_rank.so at {path!r} (DISTSAMPLE_RANK_LIBRARY; builds without UCX have none)")
     return path

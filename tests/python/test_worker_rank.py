@@ -30,14 +30,6 @@ def group_config(mode):
             "topology": {"logits_source": "worker"}}
 
 
-@pytest.fixture(scope="module")
-def rank_library():
-    path = os.environ.get("DISTSAMPLE_RANK_LIBRARY", "")
-    if not os.path.isfile(path):
-        pytest.skip(f"no libdistsample_rank.so at {path!r} (DISTSAMPLE_RANK_LIBRARY; builds without UCX have none)")
-    return path
-
-
 def random_step(verify, seed):
     """A step without logits: BATCH requests, greedy and sampled, with top-k, top-p and min-p."""
     rng = np.random.default_rng(seed)
