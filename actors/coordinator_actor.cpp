@@ -194,8 +194,11 @@ void on_rank_result(coordinator* self, uint64_t id, rank_result& r) {
     coordinator_state& st = self->state;
     if (!st.busy || id != st.current_id || !st.current_step) return;  // a late answer to a failed step
     if (r.code != 0) {
-        fail_current(
-            self, status{static_cast<status_code>(r.code), fmt::format("step {}: rank {}: {}", id, r.rank, r.message)});
+        // Named once: the transport's own messages already begin with the rank.
+        const std::string rank = fmt::format("rank {}: ", r.rank);
+        const bool named = r.message.rfind(rank, 0) == 0;
+        fail_current(self, status{static_cast<status_code>(r.code),
+                                  fmt::format("step {}: {}{}", id, named ? "" : rank, r.message)});
         return;
     }
     st.answered[static_cast<size_t>(r.rank)] = true;

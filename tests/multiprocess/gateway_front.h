@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +77,20 @@ class GatewayRankProcesses : public RemoteRanks {
    protected:
     // The gateway (its flags, then the group's), then the kTp ranks; connects once it serves.
     void start_gateway_and_ranks(const std::string& mode, const std::vector<std::string>& gateway_flags = {}) {
+        start_gateway(mode, gateway_flags, [this](int rank) { return start_rank(rank); });
+    }
+
+    // The same with kTp model workers for ranks (topology.logits_source = worker, so the gateway
+    // has no model); the worker of `withholding_rank` withholds step `withhold_step`'s logits.
+    void start_gateway_and_workers(const std::string& mode, int withholding_rank = -1, int withhold_step = 0) {
+        extra_args_.insert(extra_args_.end(), {"--set", "topology.logits_source=worker"});
+        start_gateway(mode, {"--model", "none"},
+                      [&](int rank) { return start_worker(rank, rank == withholding_rank ? withhold_step : 0); });
+    }
+
+    // The gateway, then start_member(r) for every rank r; connects once it serves.
+    void start_gateway(const std::string& mode, const std::vector<std::string>& gateway_flags,
+                       const std::function<pid_t(int)>& start_member) {
         mode_ = mode;
         std::vector<std::string> args{
             "serve", "--rank-processes", "--ranks-listen", "127.0.0.1:0",     "--port", "0", "--metrics-port",
@@ -88,7 +103,7 @@ class GatewayRankProcesses : public RemoteRanks {
         const std::string joins_at = "distsample serve: rank processes join at ";
         ASSERT_EQ(line.rfind(joins_at, 0), 0u) << line;
         address_ = line.substr(joins_at.size());
-        for (int r = 0; r < kTp; ++r) ranks_.push_back(start_rank(r));
+        for (int r = 0; r < kTp; ++r) ranks_.push_back(start_member(r));
         ASSERT_TRUE(read_line(milliseconds(40000), line)) << line << slurp(test_stem() + "_coordinator.log");
         const std::string serving = "distsample serve: tcp 127.0.0.1:";
         ASSERT_EQ(line.rfind(serving, 0), 0u) << line;

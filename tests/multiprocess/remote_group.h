@@ -1,8 +1,8 @@
 // The fixture of the multi-process tests: a coordinator (`distsample coordinator`) and kTp rank
-// processes (`distsample rank`) started by the test, the coordinator driven through its stdin and
-// stdout (cli/remote_commands.cpp); every child is killed and reaped in TearDown. Also the
-// references a remote step is compared with: `distsample kernel` on the full logits and
-// `distsample step` with in-process ranks over the local transport.
+// processes (`distsample rank`, or model workers with their rank inside) started by the test, the
+// coordinator driven through its stdin and stdout (cli/remote_commands.cpp); every child is killed
+// and reaped in TearDown. Also the references a remote step is compared with: `distsample kernel`
+// on the full logits and `distsample step` with in-process ranks over the local transport.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -36,6 +36,8 @@ constexpr int kTp = 4;
 constexpr int kVocab = 64;
 constexpr milliseconds kStepTimeout{4000};
 constexpr milliseconds kTransportTimeout{2000};
+constexpr int kWorkerModelSeed = 9;                 // the example workers' model (cpu_worker --model-seed)
+constexpr milliseconds kWorkerLogitsTimeout{1000};  // shorter than the transport's: a withholding worker is named
 
 inline std::string tool_path() { return sibling_binary("distsample"); }
 
@@ -230,6 +232,35 @@ class RemoteRanks : public ::testing::Test {
         for (const std::string& a : rank_args(rank)) args.push_back(a);
         for (const std::string& a : group_args(mode_)) args.push_back(a);
         return spawn(rank_launcher(rank), args, -1, -1, test_stem() + "_rank" + std::to_string(rank) + ".log");
+    }
+
+    // A rank inside a model worker (examples/tp_workers/cpu_worker.cpp) in place of `distsample
+    // rank`, for topology.logits_source = worker: its model (kWorkerModelSeed) makes the rows. It
+    // takes the group's flags as --set key=value (the coordinator's flags spelt as keys);
+    // withhold_step K > 0 never hands in the K-th step's logits.
+    pid_t start_worker(int rank, int withhold_step = 0) {
+        std::vector<std::string> args{"--coordinator",
+                                      address_,
+                                      "--rank",
+                                      std::to_string(rank),
+                                      "--model-seed",
+                                      std::to_string(kWorkerModelSeed),
+                                      "--logits-timeout-ms",
+                                      std::to_string(kWorkerLogitsTimeout.count()),
+                                      "--withhold-step",
+                                      std::to_string(withhold_step)};
+        const std::vector<std::string> group = group_args(mode_);
+        for (size_t i = 0; i + 1 < group.size(); i += 2) {
+            args.push_back("--set");
+            if (group[i] == "--set") {
+                args.push_back(group[i + 1]);
+            } else {
+                const std::string key = group[i] == "--threads" ? "threads_per_rank" : group[i].substr(2);
+                args.push_back(key + "=" + group[i + 1]);
+            }
+        }
+        return spawn({}, args, -1, -1, test_stem() + "_rank" + std::to_string(rank) + ".log",
+                     sibling_binary("cpu_worker"));
     }
 
     // One line of the coordinator's output; false after `timeout`, with `line` saying why ("test: ...").

@@ -3,80 +3,17 @@
 // logits, each worker hands in its vocab shard, and the outputs equal `distsample kernel` on the
 // full rows in every mode. A worker that withholds its logits fails its step naming its rank; a
 // killed worker is named, and a restarted one re-forms the group.
-#include "examples/tp_workers/worker_rows.h"
-#include "multiprocess/remote_group.h"
+#include "multiprocess/own_logits.h"
 
 using namespace ds::remote_test;
 
 namespace {
-
-constexpr int kModelSeed = 9;
-constexpr milliseconds kLogitsTimeout{1000};  // shorter than the transport's: the withholding rank is named
-
-// random_step's requests without logits.
-json step_without_logits(bool verify, uint32_t seed) {
-    json step = random_step(verify, seed);
-    step.erase("logits");
-    return step;
-}
-
-// The rows the workers make: slots are 1..bs (cli/step_json.cpp), then positions and drafts.
-json with_worker_rows(json step) {
-    ds::synthetic_lm_config lm;
-    lm.vocab_size = kVocab;
-    lm.seed = kModelSeed;
-    const ds::synthetic_lm model(lm);
-    std::vector<int32_t> slots;
-    std::vector<int64_t> positions;
-    std::vector<int32_t> candidates;
-    for (size_t b = 0; b < step["requests"].size(); ++b) {
-        slots.push_back(static_cast<int32_t>(b + 1));
-        positions.push_back(step["requests"][b]["position"].get<int64_t>());
-        if (step.contains("candidates")) {
-            for (int token : step["candidates"][b]) candidates.push_back(token);
-        }
-    }
-    const int32_t n = step.contains("candidates") ? static_cast<int32_t>(step["candidates"][0].size()) : 1;
-    const std::vector<float> rows = ds::example::model_rows(model, slots, positions, candidates, n);
-    json logits = json::array();
-    for (size_t r = 0; r < rows.size() / kVocab; ++r)
-        logits.push_back(std::vector<float>(rows.begin() + static_cast<std::ptrdiff_t>(r * kVocab),
-                                            rows.begin() + static_cast<std::ptrdiff_t>((r + 1) * kVocab)));
-    step["logits"] = logits;
-    return step;
-}
 
 class WorkerRanks : public RemoteRanks, public ::testing::WithParamInterface<const char*> {
    protected:
     void start_coordinator_for_workers(const std::string& mode) {
         extra_args_ = {"--set", "topology.logits_source=worker"};
         start_coordinator(mode);
-    }
-
-    // The worker takes the group's keys as --set key=value (the coordinator's flags spelt as keys).
-    pid_t start_worker(int rank, int withhold_step = 0) {
-        std::vector<std::string> args{"--coordinator",
-                                      address_,
-                                      "--rank",
-                                      std::to_string(rank),
-                                      "--model-seed",
-                                      std::to_string(kModelSeed),
-                                      "--logits-timeout-ms",
-                                      std::to_string(kLogitsTimeout.count()),
-                                      "--withhold-step",
-                                      std::to_string(withhold_step)};
-        const std::vector<std::string> group = group_args(mode_);
-        for (size_t i = 0; i + 1 < group.size(); i += 2) {
-            args.push_back("--set");
-            if (group[i] == "--set") {
-                args.push_back(group[i + 1]);
-            } else {
-                const std::string key = group[i] == "--threads" ? "threads_per_rank" : group[i].substr(2);
-                args.push_back(key + "=" + group[i + 1]);
-            }
-        }
-        return spawn({}, args, -1, -1, test_stem() + "_rank" + std::to_string(rank) + ".log",
-                     ds::sibling_binary("cpu_worker"));
     }
 
     void start_workers(int withholding_rank = -1, int withhold_step = 0) {
