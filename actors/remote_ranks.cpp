@@ -78,12 +78,15 @@ bool untrack(membership_actor* self, uint64_t key) {
     return true;
 }
 
-// Why the group cannot run a step now, and the rank to blame: the first one missing, else `rank`.
+// Why the group cannot run a step now, and the rank it names: the first one missing; else, with
+// every rank present and a new epoch forming (after a failure), `rank` itself, which is not to
+// blame: the reason says it waits.
 std::pair<int32_t, std::string> not_formed(const membership_state& st, int32_t rank) {
     for (size_t r = 0; r < st.ranks.size(); ++r) {
         if (!st.ranks[r]) return {static_cast<int32_t>(r), "its rank process has not joined or is gone"};
     }
-    return {rank, fmt::format("the group is being formed (epoch {})", st.epoch)};
+    return {rank, fmt::format("waits for the group to form (epoch {}; the failure before it names the cause)",
+                              st.epoch)};
 }
 
 // Copies rank `rank`'s shard rows (row stride = shard vocab) into the step's payload; nothing when

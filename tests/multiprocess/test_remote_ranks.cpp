@@ -130,7 +130,7 @@ TEST_F(RemoteRanks, AKilledRankFailsTheStepInFlightNamingItAndARestartedRankReFo
     EXPECT_LT(took, kStepTimeout / 2);
 
     // The coordinator is up and, once the down_msg is in (when UCX noticed first, the group may
-    // briefly be "being formed"), says which rank is missing.
+    // briefly wait for the group to form), says which rank is missing.
     json health;
     const auto deadline = clock_type::now() + milliseconds(3000);
     do {
