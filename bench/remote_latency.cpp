@@ -8,9 +8,7 @@
 //   bench_remote_latency [steps=300] [mode=swap]
 #include <distsample/group.h>
 #include <fmt/format.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <caf/io/all.hpp>
@@ -25,6 +23,7 @@
 #include "actors/coordinator_actor.h"
 #include "actors/rank_process.h"
 #include "actors/remote_ranks.h"
+#include "bench/loopback_port.h"
 #include "sources/synthetic_logits.h"
 
 namespace {
@@ -50,22 +49,6 @@ ds::group_config bench_config(const std::string& mode, ds::transport_kind transp
     }
     config.distribution.mode = *parsed;
     return config;
-}
-
-// A free loopback port for the coordinator (asked of the kernel, then released for it).
-uint16_t free_port() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-        std::perror("free_port");
-        std::exit(1);
-    }
-    ::close(fd);
-    return ntohs(addr.sin_port);
 }
 
 struct step_data {

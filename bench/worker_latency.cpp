@@ -1,0 +1,285 @@
+// Where a step's time goes when the ranks live inside model workers (include/distsample/rank.h,
+// docs/benchmarks.md): a coordinator (the group the gateway runs) and TP worker processes, each
+// of which takes the step's description, runs a stand-in forward (a sleep, as while a GPU
+// computes, then its vocab shard of the synthetic model's rows), hands the shard in and waits for
+// the agreed outputs. Per step, p50 and p99 of:
+//   plan delivery      submit -> the last worker holds the step's description (the plan travels
+//                      while the model runs, so it must arrive well inside the forward);
+//   critical path      the last worker's provide_logits -> the reply at the caller, split into
+//                      -> the last rank's answer (the handoff, kernels and collectives after the
+//                      last shard) and -> the reply (coordinator, digests, the caller's wake-up);
+//   ranks' sampling    the slowest rank's engine step (kernels + collectives; it may begin
+//                      before the last shard is in, waiting in a collective) and its collectives;
+//   overhead           critical path - ranks' sampling (target: <= 50 us at p50);
+// and, in the same run, the same step on rank threads of one process (local transport, the rows
+// handed in by the caller), submit -> reply, with its ranks' sampling time. All processes run on
+// this host, so their steady clocks agree.
+//
+//   bench_worker_latency [--steps 300] [--mode sharded] [--batch 4] [--n 4] [--vocab 4096]
+//                        [--forward-us 2000]
+#include <distsample/group.h>
+#include <distsample/rank.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/loopback_port.h"
+#include "core/clock.h"
+#include "examples/tp_workers/worker_rows.h"
+
+namespace {
+
+constexpr int32_t kTp = 4;
+constexpr int kWarmup = 20;
+
+struct options {
+    int steps = 300;
+    std::string mode = "sharded";
+    int32_t batch = 4;
+    int32_t n = 4;
+    int32_t vocab = 4096;
+    int64_t forward_us = 2000;
+};
+
+// What a worker reports per step, on steady_clock (one clock for every process of the host).
+struct worker_record {
+    uint64_t step = 0;
+    int64_t got_ns = 0;       // next_step returned the description
+    int64_t provided_ns = 0;  // provide_logits was called
+};
+
+ds::group_config make_config(const options& o, bool workers) {
+    ds::group_config config;
+    config.distribution.tp = kTp;
+    config.limits.vocab_size = o.vocab;
+    config.limits.max_batch = o.batch;
+    config.limits.max_tokens_per_req = o.n;
+    config.limits.max_slots = o.batch + 1;
+    config.transport.kind = workers ? ds::transport_kind::ucx : ds::transport_kind::local;
+    const ds::result<ds::dist_mode> mode = ds::parse_mode(o.mode);
+    if (!mode.is_ok()) {
+        fmt::print(stderr, "{}\n", mode.error().message);
+        std::exit(2);
+    }
+    config.distribution.mode = *mode;
+    return config;
+}
+
+ds::synthetic_lm make_model(const options& o) {
+    ds::synthetic_lm_config lm;
+    lm.vocab_size = o.vocab;
+    return ds::synthetic_lm(lm);
+}
+
+// A worker process: serves steps until its rank leaves the group, writing a record per step to `out`.
+[[noreturn]] void run_worker(const options& o, int32_t rank, uint16_t port, int out) {
+    ds::worker_rank_config c;
+    c.group = make_config(o, true);
+    c.topology.logits_source = "worker";
+    c.coordinator = fmt::format("127.0.0.1:{}", port);
+    c.rank = rank;
+    std::unique_ptr<ds::worker_rank> worker;
+    if (ds::status s = ds::worker_rank::join(c, worker); !s.is_ok()) {
+        fmt::print(stderr, "worker {}: {}\n", rank, s.message);
+        ::_exit(1);
+    }
+    const ds::synthetic_lm model = make_model(o);
+    for (;;) {
+        ds::worker_step step;
+        if (!worker->next_step(std::chrono::milliseconds(500), step).is_ok()) break;  // the group is gone
+        if (step.id == 0) continue;
+        worker_record record{step.id, ds::steady_now_ns(), 0};
+        std::this_thread::sleep_for(std::chrono::microseconds(o.forward_us));
+        const std::vector<float> rows =
+            ds::example::model_rows(model, step.slots, step.positions, step.candidates, step.tokens_per_req);
+        const ds::logits_view shard{rows.data() + step.vocab_begin, ds::logits_dtype::f32,
+                                    int64_t{step.batch_size} * step.tokens_per_req, step.shard_vocab, o.vocab, false};
+        record.provided_ns = ds::steady_now_ns();
+        ds::step_outputs outputs;
+        if (!worker->provide_logits(step.id, shard).is_ok() ||
+            !worker->outputs(step.id, std::chrono::seconds(10), outputs).is_ok())
+            continue;
+        if (::write(out, &record, sizeof record) != static_cast<ssize_t>(sizeof record)) break;
+    }
+    ::_exit(0);
+}
+
+std::vector<ds::sampling_params> request_params(const options& o) {
+    std::vector<ds::sampling_params> params;
+    for (int32_t b = 0; b < o.batch; ++b) {
+        ds::sampling_params p;
+        p.temperature = b % 4 == 0 ? 0.0f : 0.8f;
+        p.top_p = b % 3 == 0 ? 0.9f : 1.0f;
+        p.seed = static_cast<uint64_t>(b + 1);
+        params.push_back(p);
+    }
+    return params;
+}
+
+// The verify step every run submits: slots 1..bs, drafts from the model's own argmax chain.
+ds::step_request make_step(const options& o) {
+    ds::step_request r;
+    r.kind = o.n > 1 ? ds::step_kind::verify : ds::step_kind::sample;
+    r.tokens_per_req = o.n;
+    for (int32_t b = 0; b < o.batch; ++b) {
+        r.slots.push_back(b + 1);
+        r.positions.push_back(100 + b);
+        for (int32_t j = 0; j < o.n && o.n > 1; ++j) r.candidates.push_back((b * 7 + j * 13) % o.vocab);
+    }
+    return r;
+}
+
+struct percentiles {
+    double p50 = 0;
+    double p99 = 0;
+};
+
+percentiles of(std::vector<double> us) {
+    std::sort(us.begin(), us.end());
+    if (us.empty()) return {};
+    auto at = [&](double q) { return us[std::min(us.size() - 1, static_cast<size_t>(q * static_cast<double>(us.size())))]; };
+    return {at(0.5), at(0.99)};
+}
+
+void print_row(const std::string& what, const std::vector<double>& us, const std::string& note = "") {
+    const percentiles p = of(us);
+    fmt::print("| {:<54} | {:>9.1f} | {:>9.1f} | {}\n", what, p.p50, p.p99, note);
+}
+
+double us_of(int64_t ns) { return static_cast<double>(ns) * 1e-3; }
+
+// The coordinator's side with TP forked workers; prints the breakdown.
+void bench_workers(const options& o) {
+    const uint16_t port = free_port();
+    int pipes[kTp][2];
+    std::vector<pid_t> children;
+    for (int32_t r = 0; r < kTp; ++r) {
+        if (::pipe(pipes[r]) != 0) std::exit(1);
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            ::close(pipes[r][0]);
+            run_worker(o, r, port, pipes[r][1]);
+        }
+        ::close(pipes[r][1]);
+        children.push_back(pid);
+    }
+    struct caller_record {
+        int64_t submitted_ns, replied_ns, sampling_ns, ranks_answered_ns;
+    };
+    std::map<uint64_t, caller_record> submitted;  // by step id
+    std::vector<double> sampling, collectives;
+    {
+        ds::topology_config topology;
+        topology.logits_source = "worker";
+        std::unique_ptr<ds::group> group;
+        ds::status s = ds::group::create_with_rank_processes(make_config(o, true), topology, "127.0.0.1", port, group);
+        if (s.is_ok()) s = group->wait_for_ranks(std::chrono::seconds(30));
+        const std::vector<ds::sampling_params> params = request_params(o);
+        for (int32_t b = 0; s.is_ok() && b < o.batch; ++b) s = group->register_request(b + 1, params[b]);
+        for (int i = 0; s.is_ok() && i < kWarmup + o.steps; ++i) {
+            const int64_t t0 = ds::steady_now_ns();
+            const ds::step_reply reply = group->step(make_step(o));
+            const int64_t t1 = ds::steady_now_ns();
+            s = reply.result;
+            if (i < kWarmup) continue;
+            submitted[reply.step_id] = {t0, t1, reply.timing.rank_step_ns, reply.timing.rank_answered_at_ns};
+            sampling.push_back(us_of(reply.timing.rank_step_ns));
+            collectives.push_back(us_of(reply.timing.rank_transport_ns));
+        }
+        if (!s.is_ok()) fmt::print(stderr, "workers: {}\n", s.message);
+    }  // the group stops; the workers' ranks leave and they exit
+    std::map<uint64_t, std::pair<int64_t, int64_t>> last;  // step -> (latest got, latest provided)
+    for (int32_t r = 0; r < kTp; ++r) {
+        worker_record record;
+        while (::read(pipes[r][0], &record, sizeof record) == static_cast<ssize_t>(sizeof record)) {
+            auto& l = last[record.step];
+            l.first = std::max(l.first, record.got_ns);
+            l.second = std::max(l.second, record.provided_ns);
+        }
+        ::close(pipes[r][0]);
+    }
+    for (pid_t pid : children) {
+        ::kill(pid, SIGTERM);
+        ::waitpid(pid, nullptr, 0);
+    }
+    std::vector<double> delivery, critical, to_ranks, to_reply, overhead;
+    for (const auto& [step, caller] : submitted) {
+        const auto found = last.find(step);
+        if (found == last.end()) continue;
+        const int64_t provided = found->second.second;
+        delivery.push_back(us_of(found->second.first - caller.submitted_ns));
+        critical.push_back(us_of(caller.replied_ns - provided));
+        to_ranks.push_back(us_of(caller.ranks_answered_ns - provided));
+        to_reply.push_back(us_of(caller.replied_ns - caller.ranks_answered_ns));
+        overhead.push_back(critical.back() - us_of(caller.sampling_ns));
+    }
+    print_row("workers: submit -> the last worker holds the plan", delivery,
+              fmt::format("(the forward takes {} us)", o.forward_us));
+    print_row("workers: last provide_logits -> reply (critical path)", critical);
+    print_row("  -> the last rank's answer", to_ranks);
+    print_row("  -> the reply at the caller", to_reply);
+    print_row("ranks' sampling (slowest rank: kernels + collectives)", sampling);
+    print_row("  of it: collectives", collectives);
+    const percentiles over = of(overhead);
+    print_row("overhead: critical path - ranks' sampling", overhead,
+              fmt::format("target <= 50 us at p50: {}", over.p50 <= 50.0 ? "met" : "NOT met"));
+}
+
+// The same step on rank threads of one process, the rows handed in by the caller.
+void bench_threads(const options& o) {
+    const ds::synthetic_lm model = make_model(o);
+    ds::step_request step = make_step(o);
+    const std::vector<float> rows = ds::example::model_rows(model, step.slots, step.positions, step.candidates, o.n);
+    step.shards = ds::split_vocab(
+        ds::logits_view{rows.data(), ds::logits_dtype::f32, int64_t{o.batch} * o.n, o.vocab, o.vocab}, kTp);
+    std::unique_ptr<ds::group> group;
+    ds::status s = ds::group::create(make_config(o, false), group);
+    const std::vector<ds::sampling_params> params = request_params(o);
+    for (int32_t b = 0; s.is_ok() && b < o.batch; ++b) s = group->register_request(b + 1, params[b]);
+    std::vector<double> latency, sampling;
+    for (int i = 0; s.is_ok() && i < kWarmup + o.steps; ++i) {
+        const int64_t t0 = ds::steady_now_ns();
+        const ds::step_reply reply = group->step(step);
+        const int64_t t1 = ds::steady_now_ns();
+        s = reply.result;
+        if (i < kWarmup) continue;
+        latency.push_back(us_of(t1 - t0));
+        sampling.push_back(us_of(reply.timing.rank_step_ns));
+    }
+    if (!s.is_ok()) fmt::print(stderr, "threads: {}\n", s.message);
+    print_row("rank threads, one process: submit -> reply", latency);
+    print_row("  of it: ranks' sampling (kernels + collectives)", sampling);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    options o;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string flag = argv[i];
+        const char* value = argv[i + 1];
+        if (flag == "--steps") o.steps = std::max(1, std::atoi(value));
+        else if (flag == "--mode") o.mode = value;
+        else if (flag == "--batch") o.batch = std::max(1, std::atoi(value));
+        else if (flag == "--n") o.n = std::max(1, std::atoi(value));
+        else if (flag == "--vocab") o.vocab = std::max(kTp, std::atoi(value) / kTp * kTp);
+        else if (flag == "--forward-us") o.forward_us = std::max<int64_t>(0, std::atoll(value));
+    }
+    fmt::print("TP = {} worker processes (rank API, UCX, CPU backend), {} mode, bs = {}, N = {}, V = {}, {} steps "
+               "after {} warm-up, {} cores\n\n",
+               kTp, o.mode, o.batch, o.n, o.vocab, o.steps, kWarmup, std::thread::hardware_concurrency());
+    fmt::print("| {:<54} | {:>9} | {:>9} |\n|---|---:|---:|\n", "per step (µs)", "p50", "p99");
+    bench_workers(o);  // forks first, while this process has no threads
+    bench_threads(o);
+    return 0;
+}
