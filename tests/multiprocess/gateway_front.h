@@ -5,10 +5,12 @@
 // JSON of `distsample kernel`, so the references and comparisons are the coordinator tests'.
 #pragma once
 
+#include <csignal>
 #include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "clients/cpp/distsample_client.h"
@@ -153,6 +155,26 @@ class GatewayRankProcesses : public RemoteRanks {
     }
 
     // Asks health until its message names `rank`, for at most `within`: the last reply.
+    // Member `r` (rank process or worker) stops answering while `step` is in flight, then dies:
+    // the step fails with RANK_FAILURE naming it, well before the step timeout.
+    void expect_a_killed_member_fails_its_step(const json& step, int r) {
+        ASSERT_EQ(::kill(ranks_[static_cast<size_t>(r)], SIGSTOP), 0);
+        const auto sent = clock_type::now();
+        wire::Request in_flight;
+        *in_flight.mutable_verify_step() = wire_step(step);
+        uint64_t id = 0;
+        ASSERT_TRUE(client_->send(in_flight, id).is_ok());
+        std::this_thread::sleep_for(milliseconds(200));
+        ASSERT_EQ(::kill(ranks_[static_cast<size_t>(r)], SIGKILL), 0);
+        wire::Reply failed;
+        ASSERT_TRUE(client_->receive(failed).is_ok());
+        const status why = client::gateway_client::status_of(failed);
+        const std::string rank = "rank " + std::to_string(r);
+        EXPECT_NE(why.message.find("RANK_FAILURE"), std::string::npos) << why.message;
+        EXPECT_NE(why.message.find(rank), std::string::npos) << why.message;
+        EXPECT_LT(clock_type::now() - sent, kStepTimeout / 2);
+    }
+
     wire::HealthReply health_naming(const std::string& rank, milliseconds within) {
         const auto deadline = clock_type::now() + within;
         wire::HealthReply h;

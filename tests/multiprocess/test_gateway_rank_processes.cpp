@@ -69,20 +69,7 @@ TEST_F(GatewayRankProcesses, AKilledRankIsNamedAndARestartedOneReFormsTheGroup) 
     expect_same_outputs(call_gateway(step), want);
 
     // Rank 2 stops answering while a step is in flight, then dies: its down_msg fails the step.
-    ASSERT_EQ(::kill(ranks_[2], SIGSTOP), 0);
-    const auto sent = clock_type::now();
-    wire::Request in_flight;
-    *in_flight.mutable_verify_step() = wire_step(step);
-    uint64_t id = 0;
-    ASSERT_TRUE(client_->send(in_flight, id).is_ok());
-    std::this_thread::sleep_for(milliseconds(200));
-    ASSERT_EQ(::kill(ranks_[2], SIGKILL), 0);
-    wire::Reply failed;
-    ASSERT_TRUE(client_->receive(failed).is_ok());
-    const ds::status why = ds::client::gateway_client::status_of(failed);
-    EXPECT_NE(why.message.find("RANK_FAILURE"), std::string::npos) << why.message;
-    EXPECT_NE(why.message.find("rank 2"), std::string::npos) << why.message;
-    EXPECT_LT(clock_type::now() - sent, kStepTimeout / 2);
+    expect_a_killed_member_fails_its_step(step, 2);
 
     const wire::HealthReply gone = health_naming("rank 2", milliseconds(3000));
     EXPECT_NE(gone.message().find("rank 2: its rank process has not joined or is gone"), std::string::npos)

@@ -38,20 +38,7 @@ TEST_F(GatewayWorkerRanks, AKilledWorkerIsNamedTheNextStepsFailFastAndARestarted
     expect_same_outputs(call_gateway(step), want);
 
     // Worker 2 stops while a step is in flight, then dies: the step fails at once, naming it.
-    ASSERT_EQ(::kill(ranks_[2], SIGSTOP), 0);
-    const auto sent = clock_type::now();
-    wire::Request in_flight;
-    *in_flight.mutable_verify_step() = wire_step(step);
-    uint64_t id = 0;
-    ASSERT_TRUE(client_->send(in_flight, id).is_ok());
-    std::this_thread::sleep_for(milliseconds(200));
-    ASSERT_EQ(::kill(ranks_[2], SIGKILL), 0);
-    wire::Reply failed;
-    ASSERT_TRUE(client_->receive(failed).is_ok());
-    const ds::status why = ds::client::gateway_client::status_of(failed);
-    EXPECT_NE(why.message.find("RANK_FAILURE"), std::string::npos) << why.message;
-    EXPECT_NE(why.message.find("rank 2"), std::string::npos) << why.message;
-    EXPECT_LT(clock_type::now() - sent, kStepTimeout / 2);
+    expect_a_killed_member_fails_its_step(step, 2);
 
     // The steps after it fail fast, not at the step timeout: at once (the gateway may not have
     // seen worker 2 go yet, and refuses while the group re-forms), and once health names worker 2
