@@ -175,6 +175,23 @@ class GatewayRankProcesses : public RemoteRanks {
         EXPECT_LT(clock_type::now() - sent, kStepTimeout / 2);
     }
 
+    // Member `r` is stopped: `step` fails with TIMEOUT naming it after the step timeout; once
+    // continued, the group serves `step` again with the outputs `want`.
+    void expect_a_stopped_member_times_out_and_serves_again(const json& step, const json& want, int r) {
+        ASSERT_EQ(::kill(ranks_[static_cast<size_t>(r)], SIGSTOP), 0);
+        const auto sent = clock_type::now();
+        const json hung = call_gateway(step);
+        const auto took = clock_type::now() - sent;
+        ASSERT_EQ(::kill(ranks_[static_cast<size_t>(r)], SIGCONT), 0);
+        ASSERT_TRUE(hung.contains("error")) << hung.dump();
+        const std::string error = hung["error"].get<std::string>();
+        EXPECT_EQ(error.rfind("TIMEOUT", 0), 0u) << error;
+        EXPECT_NE(error.find("rank " + std::to_string(r)), std::string::npos) << error;
+        EXPECT_LT(took, kStepTimeout + milliseconds(2000));
+
+        expect_same_outputs(call_gateway_until_ok(step, milliseconds(20000)), want);
+    }
+
     wire::HealthReply health_naming(const std::string& rank, milliseconds within) {
         const auto deadline = clock_type::now() + within;
         wire::HealthReply h;

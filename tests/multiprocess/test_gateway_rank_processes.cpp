@@ -90,18 +90,7 @@ TEST_F(GatewayRankProcesses, AHungRankTimesOutNamingItAndServesAgainOnceContinue
     const json want = kernel_reference("sample", step);
     expect_same_outputs(call_gateway(step), want);
 
-    ASSERT_EQ(::kill(ranks_[1], SIGSTOP), 0);
-    const auto sent = clock_type::now();
-    const json hung = call_gateway(step);
-    const auto took = clock_type::now() - sent;
-    ASSERT_EQ(::kill(ranks_[1], SIGCONT), 0);
-    ASSERT_TRUE(hung.contains("error")) << hung.dump();
-    const std::string error = hung["error"].get<std::string>();
-    EXPECT_EQ(error.rfind("TIMEOUT", 0), 0u) << error;
-    EXPECT_NE(error.find("rank 1"), std::string::npos) << error;
-    EXPECT_LT(took, kStepTimeout + milliseconds(2000));
-
-    expect_same_outputs(call_gateway_until_ok(step, milliseconds(20000)), want);
+    expect_a_stopped_member_times_out_and_serves_again(step, want, 1);
 }
 
 // Rank processes with their own model: the steps carry no logits, and the outputs equal the kernel
