@@ -13,10 +13,12 @@
 //   overhead           critical path - ranks' sampling (target: <= 50 us at p50);
 // and, in the same run, the same step on rank threads of one process (local transport, the rows
 // handed in by the caller), submit -> reply, with its ranks' sampling time. All processes run on
-// this host, so their steady clocks agree.
+// this host, so their steady clocks agree. With --backend cuda the ranks sample on the GPU and each
+// worker's forward ends with its shard in device memory (copied there as an LM head would leave
+// it), which it hands in as a device pointer; the rank threads get device shards too.
 //
 //   bench_worker_latency [--steps 300] [--mode sharded] [--batch 4] [--n 4] [--vocab 4096]
-//                        [--forward-us 2000]
+//                        [--forward-us 2000] [--backend cpu|cuda]
 #include <distsample/group.h>
 #include <distsample/rank.h>
 #include <fmt/format.h>
@@ -34,8 +36,10 @@
 #include <vector>
 
 #include "bench/loopback_port.h"
+#include "config/choices.h"
 #include "core/clock.h"
 #include "examples/tp_workers/worker_rows.h"
+#include "kernels/device_memory.h"
 
 namespace {
 
@@ -49,6 +53,7 @@ struct options {
     int32_t n = 4;
     int32_t vocab = 4096;
     int64_t forward_us = 2000;
+    ds::backend_kind backend = ds::backend_kind::cpu;
 };
 
 // What a worker reports per step, on steady_clock (one clock for every process of the host).
@@ -66,6 +71,7 @@ ds::group_config make_config(const options& o, bool workers) {
     config.limits.max_tokens_per_req = o.n;
     config.limits.max_slots = o.batch + 1;
     config.transport.kind = workers ? ds::transport_kind::ucx : ds::transport_kind::local;
+    config.backend = o.backend;
     const ds::result<ds::dist_mode> mode = ds::parse_mode(o.mode);
     if (!mode.is_ok()) {
         fmt::print(stderr, "{}\n", mode.error().message);
@@ -81,6 +87,34 @@ ds::synthetic_lm make_model(const options& o) {
     return ds::synthetic_lm(lm);
 }
 
+// Where a worker's forward leaves its shard: the host rows themselves (CPU backend) or a copy in
+// device memory (CUDA backend), `rows` x `shard_vocab` floats.
+class shard_memory {
+public:
+    ds::status prepare(const options& o, int64_t max_rows, int32_t shard_vocab) {
+        if (o.backend != ds::backend_kind::cuda) return ds::status::success();
+        return ds::cuda_allocation::allocate(ds::cuda_memory_kind::device,
+                                             static_cast<size_t>(max_rows) * static_cast<size_t>(shard_vocab) *
+                                                 sizeof(float),
+                                             device_);
+    }
+
+    // The shard of `rows` (full rows of `vocab` floats) that begins at token `first`.
+    ds::status place(const float* rows, int64_t count, int32_t vocab, int32_t first, int32_t shard_vocab,
+                     ds::logits_view& shard) {
+        shard = ds::logits_view{rows + first, ds::logits_dtype::f32, count, shard_vocab, vocab, false};
+        if (device_.data() == nullptr) return ds::status::success();
+        const size_t row_bytes = static_cast<size_t>(shard_vocab) * sizeof(float);
+        DS_TRY(ds::copy_rows(device_.data(), row_bytes, rows + first, static_cast<size_t>(vocab) * sizeof(float),
+                             row_bytes, static_cast<size_t>(count)));
+        shard = ds::logits_view{device_.data(), ds::logits_dtype::f32, count, shard_vocab, shard_vocab, true};
+        return ds::status::success();
+    }
+
+private:
+    ds::cuda_allocation device_;
+};
+
 // A worker process: serves steps until its rank leaves the group, writing a record per step to `out`.
 [[noreturn]] void run_worker(const options& o, int32_t rank, uint16_t port, int out) {
     ds::worker_rank_config c;
@@ -94,6 +128,11 @@ ds::synthetic_lm make_model(const options& o) {
         ::_exit(1);
     }
     const ds::synthetic_lm model = make_model(o);
+    shard_memory memory;
+    if (ds::status s = memory.prepare(o, int64_t{o.batch} * o.n, o.vocab / kTp); !s.is_ok()) {
+        fmt::print(stderr, "worker {}: {}\n", rank, s.message);
+        ::_exit(1);
+    }
     for (;;) {
         ds::worker_step step;
         if (!worker->next_step(std::chrono::milliseconds(500), step).is_ok()) break;  // the group is gone
@@ -102,8 +141,11 @@ ds::synthetic_lm make_model(const options& o) {
         std::this_thread::sleep_for(std::chrono::microseconds(o.forward_us));
         const std::vector<float> rows =
             ds::example::model_rows(model, step.slots, step.positions, step.candidates, step.tokens_per_req);
-        const ds::logits_view shard{rows.data() + step.vocab_begin, ds::logits_dtype::f32,
-                                    int64_t{step.batch_size} * step.tokens_per_req, step.shard_vocab, o.vocab, false};
+        ds::logits_view shard;
+        if (!memory.place(rows.data(), int64_t{step.batch_size} * step.tokens_per_req, o.vocab, step.vocab_begin,
+                          step.shard_vocab, shard)
+                 .is_ok())
+            continue;
         record.provided_ns = ds::steady_now_ns();
         ds::step_outputs outputs;
         if (!worker->provide_logits(step.id, shard).is_ok() ||
@@ -158,8 +200,8 @@ void print_row(const std::string& what, const std::vector<double>& us, const std
 
 double us_of(int64_t ns) { return static_cast<double>(ns) * 1e-3; }
 
-// The coordinator's side with TP forked workers; prints the breakdown.
-void bench_workers(const options& o) {
+// The coordinator's side with TP forked workers; prints the breakdown. False when no step completed.
+bool bench_workers(const options& o) {
     const uint16_t port = free_port();
     int pipes[kTp][2];
     std::vector<pid_t> children;
@@ -223,6 +265,10 @@ void bench_workers(const options& o) {
         to_reply.push_back(us_of(caller.replied_ns - caller.ranks_answered_ns));
         overhead.push_back(critical.back() - us_of(caller.sampling_ns));
     }
+    if (delivery.empty()) {
+        fmt::print(stderr, "workers: no step completed\n");
+        return false;
+    }
     print_row("workers: submit -> the last worker holds the plan", delivery,
               fmt::format("(the forward takes {} us)", o.forward_us));
     print_row("workers: last provide_logits -> reply (critical path)", critical);
@@ -233,17 +279,26 @@ void bench_workers(const options& o) {
     const percentiles over = of(overhead);
     print_row("overhead: critical path - ranks' sampling", overhead,
               fmt::format("target <= 50 us at p50: {}", over.p50 <= 50.0 ? "met" : "NOT met"));
+    return true;
 }
 
-// The same step on rank threads of one process, the rows handed in by the caller.
-void bench_threads(const options& o) {
+// The same step on rank threads of one process, the rows handed in by the caller. False when no
+// step completed.
+bool bench_threads(const options& o) {
     const ds::synthetic_lm model = make_model(o);
     ds::step_request step = make_step(o);
     const std::vector<float> rows = ds::example::model_rows(model, step.slots, step.positions, step.candidates, o.n);
-    step.shards = ds::split_vocab(
-        ds::logits_view{rows.data(), ds::logits_dtype::f32, int64_t{o.batch} * o.n, o.vocab, o.vocab}, kTp);
+    const int32_t shard_vocab = o.vocab / kTp;
+    std::vector<shard_memory> memory(kTp);
+    ds::status s = ds::status::success();
+    for (int32_t r = 0; s.is_ok() && r < kTp; ++r) {
+        ds::logits_view shard;
+        s = memory[r].prepare(o, int64_t{o.batch} * o.n, shard_vocab);
+        if (s.is_ok()) s = memory[r].place(rows.data(), int64_t{o.batch} * o.n, o.vocab, r * shard_vocab, shard_vocab, shard);
+        step.shards.push_back(shard);
+    }
     std::unique_ptr<ds::group> group;
-    ds::status s = ds::group::create(make_config(o, false), group);
+    if (s.is_ok()) s = ds::group::create(make_config(o, false), group);
     const std::vector<ds::sampling_params> params = request_params(o);
     for (int32_t b = 0; s.is_ok() && b < o.batch; ++b) s = group->register_request(b + 1, params[b]);
     std::vector<double> latency, sampling;
@@ -257,8 +312,10 @@ void bench_threads(const options& o) {
         sampling.push_back(us_of(reply.timing.rank_step_ns));
     }
     if (!s.is_ok()) fmt::print(stderr, "threads: {}\n", s.message);
+    if (latency.empty()) return false;
     print_row("rank threads, one process: submit -> reply", latency);
     print_row("  of it: ranks' sampling (kernels + collectives)", sampling);
+    return true;
 }
 
 }  // namespace
@@ -274,12 +331,22 @@ int main(int argc, char** argv) {
         else if (flag == "--n") o.n = std::max(1, std::atoi(value));
         else if (flag == "--vocab") o.vocab = std::max(kTp, std::atoi(value) / kTp * kTp);
         else if (flag == "--forward-us") o.forward_us = std::max<int64_t>(0, std::atoll(value));
+        else if (flag == "--backend") {
+            const ds::result<ds::backend_kind> backend = ds::parse_backend_kind(value);
+            if (!backend.is_ok()) {
+                fmt::print(stderr, "{}\n", backend.error().message);
+                return 2;
+            }
+            o.backend = *backend;
+        }
     }
-    fmt::print("TP = {} worker processes (rank API, UCX, CPU backend), {} mode, bs = {}, N = {}, V = {}, {} steps "
+    fmt::print("TP = {} worker processes (rank API, UCX, {} backend{}), {} mode, bs = {}, N = {}, V = {}, {} steps "
                "after {} warm-up, {} cores\n\n",
-               kTp, o.mode, o.batch, o.n, o.vocab, o.steps, kWarmup, std::thread::hardware_concurrency());
+               kTp, ds::backend_name(o.backend),
+               o.backend == ds::backend_kind::cuda ? ", shards handed in from device memory" : "", o.mode, o.batch,
+               o.n, o.vocab, o.steps, kWarmup, std::thread::hardware_concurrency());
     fmt::print("| {:<54} | {:>9} | {:>9} |\n|---|---:|---:|\n", "per step (µs)", "p50", "p99");
-    bench_workers(o);  // forks first, while this process has no threads
-    bench_threads(o);
-    return 0;
+    const bool workers = bench_workers(o);  // forks first, while this process has no threads
+    const bool threads = bench_threads(o);
+    return workers && threads ? 0 : 1;
 }
