@@ -200,8 +200,9 @@ void print_row(const std::string& what, const std::vector<double>& us, const std
 
 double us_of(int64_t ns) { return static_cast<double>(ns) * 1e-3; }
 
-// The coordinator's side with TP forked workers; prints the breakdown. False when no step completed.
-bool bench_workers(const options& o) {
+// The coordinator's side with TP forked workers; prints the breakdown and sets `bytes` to what the
+// ranks received over the transport in a step (all ranks). False when no step completed.
+bool bench_workers(const options& o, int64_t& bytes) {
     const uint16_t port = free_port();
     int pipes[kTp][2];
     std::vector<pid_t> children;
@@ -220,6 +221,7 @@ bool bench_workers(const options& o) {
     };
     std::map<uint64_t, caller_record> submitted;  // by step id
     std::vector<double> sampling, collectives;
+    int64_t received_bytes = 0;  // by all ranks in the last step (the same every step)
     {
         ds::topology_config topology;
         topology.logits_source = "worker";
@@ -237,6 +239,8 @@ bool bench_workers(const options& o) {
             submitted[reply.step_id] = {t0, t1, reply.timing.rank_step_ns, reply.timing.rank_answered_at_ns};
             sampling.push_back(us_of(reply.timing.rank_step_ns));
             collectives.push_back(us_of(reply.timing.rank_transport_ns));
+            received_bytes = 0;
+            for (const ds::step_timing& t : reply.rank_timing) received_bytes += t.rank_received_bytes;
         }
         if (!s.is_ok()) fmt::print(stderr, "workers: {}\n", s.message);
     }  // the group stops; the workers' ranks leave and they exit
@@ -279,6 +283,7 @@ bool bench_workers(const options& o) {
     const percentiles over = of(overhead);
     print_row("overhead: critical path - ranks' sampling", overhead,
               fmt::format("target <= 50 us at p50: {}", over.p50 <= 50.0 ? "met" : "NOT met"));
+    bytes = received_bytes;
     return true;
 }
 
@@ -346,7 +351,9 @@ int main(int argc, char** argv) {
                o.backend == ds::backend_kind::cuda ? ", shards handed in from device memory" : "", o.mode, o.batch,
                o.n, o.vocab, o.steps, kWarmup, std::thread::hardware_concurrency());
     fmt::print("| {:<54} | {:>9} | {:>9} |\n|---|---:|---:|\n", "per step (µs)", "p50", "p99");
-    const bool workers = bench_workers(o);  // forks first, while this process has no threads
+    int64_t bytes = 0;
+    const bool workers = bench_workers(o, bytes);  // forks first, while this process has no threads
     const bool threads = bench_threads(o);
+    fmt::print("\nbytes the worker ranks received per step over the transport (all ranks): {}\n", bytes);
     return workers && threads ? 0 : 1;
 }

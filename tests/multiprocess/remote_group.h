@@ -135,6 +135,16 @@ inline void expect_same_outputs(const json& got, const json& want) {
     }
 }
 
+// Whether `distsample kernel --backend cuda` runs here: a GPU and a build with CUDA.
+inline bool cuda_backend_runs() {
+    json step = random_step(false, 1);
+    const std::string stem = test_stem() + "_cuda_probe";
+    std::ofstream(stem + "_in.json") << step.dump();
+    const std::string cmd =
+        tool_path() + " kernel sample --backend cuda < " + stem + "_in.json > " + stem + "_out.json 2>&1";
+    return std::system(cmd.c_str()) == 0;
+}
+
 class RemoteRanks : public ::testing::Test {
    protected:
     // The children append to their logs (a restarted rank to its predecessor's): start empty.
@@ -237,8 +247,9 @@ class RemoteRanks : public ::testing::Test {
     // A rank inside a model worker (examples/tp_workers/cpu_worker.cpp) in place of `distsample
     // rank`, for topology.logits_source = worker: its model (kWorkerModelSeed) makes the rows. It
     // takes the group's flags as --set key=value (the coordinator's flags spelt as keys);
-    // withhold_step K > 0 never hands in the K-th step's logits.
-    pid_t start_worker(int rank, int withhold_step = 0) {
+    // withhold_step K > 0 never hands in the K-th step's logits; shard_memory "device" hands its
+    // shards in from GPU memory.
+    pid_t start_worker(int rank, int withhold_step = 0, const std::string& shard_memory = "host") {
         std::vector<std::string> args{"--coordinator",
                                       address_,
                                       "--rank",
@@ -248,7 +259,9 @@ class RemoteRanks : public ::testing::Test {
                                       "--logits-timeout-ms",
                                       std::to_string(kWorkerLogitsTimeout.count()),
                                       "--withhold-step",
-                                      std::to_string(withhold_step)};
+                                      std::to_string(withhold_step),
+                                      "--shard-memory",
+                                      shard_memory};
         const std::vector<std::string> group = group_args(mode_);
         for (size_t i = 0; i + 1 < group.size(); i += 2) {
             args.push_back("--set");

@@ -47,16 +47,6 @@ TEST_F(RemoteRanksReady, AGroupThatDoesNotFormEndsTheWaitInTime) {
               std::string::npos);
 }
 
-// Whether `distsample kernel --backend cuda` runs here: a GPU and a build with CUDA.
-bool cuda_backend_runs() {
-    json step = random_step(false, 1);
-    const std::string stem = test_stem() + "_cuda_probe";
-    std::ofstream(stem + "_in.json") << step.dump();
-    const std::string cmd =
-        tool_path() + " kernel sample --backend cuda < " + stem + "_in.json > " + stem + "_out.json 2>&1";
-    return std::system(cmd.c_str()) == 0;
-}
-
 // Rank processes that sample on the GPU (`--backend cuda`): each uploads its shard and swaps it over
 // UCX with ucx_device_memory = auto, with UCX's peer error handling on (the default) and off. The
 // tokens equal `distsample kernel`; every rank's log names the memory path it took: `direct`

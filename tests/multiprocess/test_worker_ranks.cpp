@@ -1,8 +1,9 @@
 // Ranks inside model workers (include/distsample/rank.h): a coordinator and kTp worker processes
 // (examples/tp_workers/cpu_worker.cpp) whose model makes each step's rows; the steps carry no
 // logits, each worker hands in its vocab shard, and the outputs equal `distsample kernel` on the
-// full rows in every mode. A worker that withholds its logits fails its step naming its rank; a
-// killed worker is named, and a restarted one re-forms the group.
+// full rows in every mode, also with the shards in GPU memory and the ranks on the CUDA backend. A
+// worker that withholds its logits fails its step naming its rank; a killed worker is named, and a
+// restarted one re-forms the group.
 #include "multiprocess/own_logits.h"
 
 using namespace ds::remote_test;
@@ -34,6 +35,30 @@ TEST_P(WorkerRanks, StepsWithoutLogitsEqualTheKernelOnTheWorkersRows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, WorkerRanks, ::testing::Values("swap", "sharded", "gathered"));
+
+// Workers whose LM head leaves the shard in GPU memory, ranks on the CUDA backend, all on this
+// host's GPU: swap moves the shards over UCX, sharded leaves each where the worker handed it in
+// and moves per-row integers only; the outputs equal `distsample kernel` on the full rows. Skips
+// without a GPU.
+class GpuWorkerRanks : public WorkerRanks {};
+
+TEST_P(GpuWorkerRanks, DeviceShardsOnTheCudaBackendEqualTheKernel) {
+    if (!cuda_backend_runs()) {
+        GTEST_SKIP() << "distsample kernel --backend cuda does not run here (no GPU, or built without CUDA)";
+    }
+    extra_args_ = {"--backend", "cuda", "--set", "topology.logits_source=worker"};
+    start_coordinator(GetParam());
+    for (int r = 0; r < kTp; ++r) ranks_.push_back(start_worker(r, 0, "device"));
+    ASSERT_EQ(call_until_ok("health", json::object(), milliseconds(15000)), (json{{"health", "ok"}}));
+    const json sample = step_without_logits(false, 51);
+    expect_same_outputs(call("sample", sample), kernel_output("sample", with_worker_rows(sample)));
+    for (uint32_t seed = 52; seed < 55; ++seed) {
+        const json verify = step_without_logits(true, seed);
+        expect_same_outputs(call("verify", verify), kernel_output("verify", with_worker_rows(verify)));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, GpuWorkerRanks, ::testing::Values("swap", "sharded"));
 
 TEST_F(WorkerRanks, AWorkerThatWithholdsItsLogitsFailsTheStepNamingItsRank) {
     start_coordinator_for_workers("swap");
