@@ -20,18 +20,24 @@ class WorkerRanks : public RemoteRanks, public ::testing::WithParamInterface<con
     void start_workers(int withholding_rank = -1, int withhold_step = 0) {
         for (int r = 0; r < kTp; ++r) ranks_.push_back(start_worker(r, r == withholding_rank ? withhold_step : 0));
     }
+
+    // Once the group is healthy, a sample step and three verify steps (seeds from `seed`) answer
+    // what `distsample kernel` gives on the workers' full rows.
+    void expect_steps_equal_the_kernel_on_the_workers_rows(uint32_t seed) {
+        ASSERT_EQ(call_until_ok("health", json::object(), milliseconds(15000)), (json{{"health", "ok"}}));
+        const json sample = step_without_logits(false, seed);
+        expect_same_outputs(call("sample", sample), kernel_output("sample", with_worker_rows(sample)));
+        for (uint32_t verify_seed = seed + 1; verify_seed < seed + 4; ++verify_seed) {
+            const json verify = step_without_logits(true, verify_seed);
+            expect_same_outputs(call("verify", verify), kernel_output("verify", with_worker_rows(verify)));
+        }
+    }
 };
 
 TEST_P(WorkerRanks, StepsWithoutLogitsEqualTheKernelOnTheWorkersRows) {
     start_coordinator_for_workers(GetParam());
     start_workers();
-    ASSERT_EQ(call_until_ok("health", json::object(), milliseconds(15000)), (json{{"health", "ok"}}));
-    const json sample = step_without_logits(false, 41);
-    expect_same_outputs(call("sample", sample), kernel_output("sample", with_worker_rows(sample)));
-    for (uint32_t seed = 42; seed < 45; ++seed) {
-        const json verify = step_without_logits(true, seed);
-        expect_same_outputs(call("verify", verify), kernel_output("verify", with_worker_rows(verify)));
-    }
+    expect_steps_equal_the_kernel_on_the_workers_rows(41);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, WorkerRanks, ::testing::Values("swap", "sharded", "gathered"));
@@ -49,13 +55,7 @@ TEST_P(GpuWorkerRanks, DeviceShardsOnTheCudaBackendEqualTheKernel) {
     extra_args_ = {"--backend", "cuda", "--set", "topology.logits_source=worker"};
     start_coordinator(GetParam());
     for (int r = 0; r < kTp; ++r) ranks_.push_back(start_worker(r, 0, "device"));
-    ASSERT_EQ(call_until_ok("health", json::object(), milliseconds(15000)), (json{{"health", "ok"}}));
-    const json sample = step_without_logits(false, 51);
-    expect_same_outputs(call("sample", sample), kernel_output("sample", with_worker_rows(sample)));
-    for (uint32_t seed = 52; seed < 55; ++seed) {
-        const json verify = step_without_logits(true, seed);
-        expect_same_outputs(call("verify", verify), kernel_output("verify", with_worker_rows(verify)));
-    }
+    expect_steps_equal_the_kernel_on_the_workers_rows(51);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, GpuWorkerRanks, ::testing::Values("swap", "sharded"));
