@@ -21,8 +21,9 @@
 #   tools/gpu-run.sh python   on the GPU machine (carry .gpu-bundle and .whl): install the distsample
 #                             wheel and pytest from .whl (built here: see bench/RESULTS.md), run the
 #                             Python tests on CUDA tensors and the Python benchmark
-#   tools/gpu-run.sh bench    on the GPU machine: the sampling benchmark and its PyTorch peers, and
-#                             sharded against swap on the GPU (bench_gpu_modes)
+#   tools/gpu-run.sh bench    on the GPU machine: the sampling benchmark and its PyTorch peers,
+#                             sharded against swap on the GPU (bench_gpu_modes), and the step
+#                             latency with GPU worker processes (bench_worker_latency, if bundled)
 #   tools/gpu-run.sh verify   on the GPU machine: everything an issue touching kernels needs, in one
 #                             device call: run, compute-sanitizer memcheck and racecheck on the CUDA
 #                             tests, bench, and the coordinator overhead on the machine's cores
@@ -53,7 +54,7 @@ bundle() {
     cmake --build build-gpu -j"$(nproc)"
     # What `run` and `verify` use: a call carries at most 64 MiB, and every binary holds its own
     # copy of the CUDA runtime, so the other benchmarks and the examples go only when named.
-    cp build-gpu/bin/{test_*,*_peer,distsample,bench_cuda_sampling,bench_gpu_modes,bench_coordinator_overhead} "$BUNDLE/bin/"
+    cp build-gpu/bin/{test_*,*_peer,distsample,cpu_worker,bench_cuda_sampling,bench_gpu_modes,bench_coordinator_overhead} "$BUNDLE/bin/"
   fi
   # Every shared library the binaries use except the C runtime and the CUDA driver, which the GPU
   # machine has (and must match its kernel driver), and NCCL, which comes from the GPU machine's
@@ -158,6 +159,14 @@ bench() {
   done
   # Exact sharded mode against the vocab swap, both on this GPU.
   if [[ -x $BUNDLE/bin/bench_gpu_modes ]]; then "$BUNDLE/bin/bench_gpu_modes" | tee "$out/gpu-modes.txt"; fi
+  # Step latency with 4 GPU worker processes handing in device shards, sharded and swap.
+  if [[ -x $BUNDLE/bin/bench_worker_latency ]]; then
+    local mode
+    for mode in sharded swap; do
+      "$BUNDLE/bin/bench_worker_latency" --backend cuda --mode "$mode" --batch 16 --n 4 --vocab 128256 --steps 100 \
+        2>/dev/null | tee "$out/worker-latency-$mode.txt"
+    done
+  fi
 }
 
 # On the GPU machine: the wheels in .whl (the package and pytest) into /tmp/site.
