@@ -46,6 +46,8 @@ bundle() {
     for target in "$@"; do
       if [[ $target == distsample_c ]]; then
         cp build-gpu/lib/libdistsample.so "$BUNDLE/lib/"
+      elif [[ $target == distsample_rank_c ]]; then
+        cp build-gpu/lib/libdistsample_rank.so "$BUNDLE/lib/"
       else
         cp "build-gpu/bin/$target" "$BUNDLE/bin/"
       fi
