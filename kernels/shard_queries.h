@@ -19,6 +19,15 @@ struct candidate_request {
     size_t room = 0;
 };
 
+// The tokens of `row` kept by `domain` whose mass is exactly `q` (the ties at a cut's boundary):
+// how many, and the index of the `nth` of them (nth < 0: only the count).
+struct tie_query {
+    size_t row = 0;
+    exact::filter_cut domain;
+    uint64_t q = 0;
+    int64_t nth = -1;
+};
+
 // The mass `row` keeps within `cut`, and the kept mass of `draft` (-1: none, or not in the shard).
 struct kept_request {
     size_t row = 0;

@@ -84,11 +84,15 @@ class cpu_shard_primitives final : public shard_primitives {
         return status::success();
     }
 
-    status own_candidates(size_t row, uint64_t threshold, int32_t vocab_offset,
-                          std::vector<std::pair<uint64_t, int32_t>>& out) override {
-        const uint64_t* mass = row_masses(row);
-        for (int32_t i = 0; i < shard_vocab_; ++i) {
-            if (mass[i] >= threshold) out.emplace_back(mass[i], vocab_offset + i);
+    status own_candidates(const std::vector<candidate_request>& requests, int32_t vocab_offset,
+                          std::vector<std::pair<uint64_t, int32_t>>& out, std::vector<size_t>& ends) override {
+        ends.clear();
+        for (const candidate_request& request : requests) {
+            const uint64_t* mass = row_masses(request.row);
+            for (int32_t i = 0; i < shard_vocab_; ++i) {
+                if (mass[i] >= request.threshold) out.emplace_back(mass[i], vocab_offset + i);
+            }
+            ends.push_back(out.size());
         }
         return status::success();
     }
@@ -104,13 +108,12 @@ class cpu_shard_primitives final : public shard_primitives {
         return status::success();
     }
 
-    status count_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q, int64_t& count) override {
-        count = cpu::count_with_mass(row_masses(row), shard_vocab_, domain, q);
-        return status::success();
-    }
-    status nth_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q, int64_t nth,
-                         int32_t& token) override {
-        token = cpu::nth_with_mass(row_masses(row), shard_vocab_, domain, q, nth);
+    status ties_at_mass(const std::vector<tie_query>& queries, int64_t* counts, int32_t* tokens) override {
+        for (size_t i = 0; i < queries.size(); ++i) {
+            const tie_query& t = queries[i];
+            counts[i] = cpu::count_with_mass(row_masses(t.row), shard_vocab_, t.domain, t.q);
+            tokens[i] = t.nth >= 0 ? cpu::nth_with_mass(row_masses(t.row), shard_vocab_, t.domain, t.q, t.nth) : -1;
+        }
         return status::success();
     }
     status kept_masses(const std::vector<kept_request>& requests, uint64_t* kept) override {

@@ -62,14 +62,25 @@ class cuda_shard_primitives final : public shard_primitives {
         return status::success();
     }
 
-    status own_candidates(size_t row, uint64_t threshold, int32_t vocab_offset,
-                          std::vector<std::pair<uint64_t, int32_t>>& out) override {
-        const auto room = static_cast<size_t>(shard_vocab_);
+    // Two queries: how many each request has, then all of them.
+    status own_candidates(const std::vector<candidate_request>& requests, int32_t vocab_offset,
+                          std::vector<std::pair<uint64_t, int32_t>>& out, std::vector<size_t>& ends) override {
+        ends.clear();
+        if (requests.empty()) return status::success();
+        counts_.resize(requests.size());
+        DS_TRY(rows_->candidates(requests, nullptr, nullptr, counts_.data()));
+        own_requests_ = requests;
+        size_t room = 0;
+        for (size_t i = 0; i < requests.size(); ++i) {
+            own_requests_[i].room = counts_[i];
+            room += counts_[i];
+        }
         found_masses_.resize(room);
         found_tokens_.resize(room);
-        counts_.resize(1);
-        DS_TRY(rows_->candidates({{row, threshold, room}}, found_masses_.data(), found_tokens_.data(), counts_.data()));
-        for (size_t k = 0; k < counts_[0]; ++k) out.emplace_back(found_masses_[k], vocab_offset + found_tokens_[k]);
+        DS_TRY(rows_->candidates(own_requests_, found_masses_.data(), found_tokens_.data(), counts_.data()));
+        for (size_t k = 0; k < room; ++k) out.emplace_back(found_masses_[k], vocab_offset + found_tokens_[k]);
+        size_t end = out.size() - room;
+        for (const candidate_request& r : own_requests_) ends.push_back(end += r.room);
         return status::success();
     }
 
@@ -77,12 +88,8 @@ class cuda_shard_primitives final : public shard_primitives {
                           const std::vector<uint64_t>& prefixes, int shift, uint64_t* histograms) override {
         return rows_->cut_histograms(rows, domains, prefixes, shift, histograms);
     }
-    status count_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q, int64_t& count) override {
-        return rows_->count_with_mass(row, domain, q, count);
-    }
-    status nth_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q, int64_t nth,
-                         int32_t& token) override {
-        return rows_->nth_with_mass(row, domain, q, nth, token);
+    status ties_at_mass(const std::vector<tie_query>& queries, int64_t* counts, int32_t* tokens) override {
+        return rows_->ties_at_mass(queries, counts, tokens);
     }
     status kept_masses(const std::vector<kept_request>& requests, uint64_t* kept) override {
         return rows_->kept_masses(requests, kept);
@@ -102,6 +109,7 @@ class cuda_shard_primitives final : public shard_primitives {
     std::vector<int32_t> best_index_;
     std::vector<uint64_t> levels_, found_masses_, counts_;
     std::vector<int32_t> found_tokens_;
+    std::vector<candidate_request> own_requests_;
 };
 
 }  // namespace
@@ -114,7 +122,7 @@ status make_cuda_shard_primitives(const group_config& config, std::unique_ptr<sh
     if (s.code == status_code::unsupported) return s;
     if (!s.is_ok())
         return {s.code, fmt::format("the sharded sampler's device buffers ({} rows of {} tokens): {}", max_rows,
-                                      shard_vocab, s.message)};
+                                    shard_vocab, s.message)};
     out = std::make_unique<cuda_shard_primitives>(std::move(rows), shard_vocab);
     return status::success();
 }

@@ -164,11 +164,20 @@ status sharded_sampler::settle_planned_cuts(transport& endpoint, std::vector<cpu
     s.all_candidates.resize(block * world);
     if (block > 0) DS_TRY(endpoint.all_gather(s.candidates.data(), block * sizeof(uint64_t), s.all_candidates.data()));
     s.announced_cuts.assign(2 * plans.size(), 0);  // per plan: the boundary's Q and global token + 1
+    s.requests.clear();                            // the plans this rank decides, its own candidates in one query
+    for (const cut_plan& plan : plans) {
+        if (plan.decider == rank_) s.requests.push_back({plan.row, plan.threshold, 0});
+    }
+    s.own.clear();
+    DS_TRY(primitives_->own_candidates(s.requests, vocab_offset_, s.own, s.own_ends));
     std::vector<size_t> read(world, 0);
+    size_t decided = 0;
     for (size_t p = 0; p < plans.size(); ++p) {
         if (plans[p].decider == rank_) {
-            s.merged.clear();
-            DS_TRY(primitives_->own_candidates(plans[p].row, plans[p].threshold, vocab_offset_, s.merged));
+            const size_t begin = decided > 0 ? s.own_ends[decided - 1] : 0;
+            s.merged.assign(s.own.begin() + static_cast<std::ptrdiff_t>(begin),
+                            s.own.begin() + static_cast<std::ptrdiff_t>(s.own_ends[decided]));
+            ++decided;
             for (size_t r = 0; r < world; ++r) {
                 const uint64_t* keys = s.all_candidates.data() + r * block + read[r];
                 for (size_t k = 0; k < s.slots[p * world + r]; ++k) {
@@ -240,28 +249,39 @@ status sharded_sampler::select_cut(transport& endpoint, const std::vector<uint64
     DS_TRY(find_boundary_masses(endpoint, goals, by_mass));
     // The boundary is the j-th token of mass q (index order): its owner announces it.
     s.needed.assign(a, 0);
-    s.tie_counts.assign(a, 0);
-    s.all_tie_counts.resize(a * static_cast<size_t>(world_));
+    s.ties.clear();
     for (size_t i = 0; i < a; ++i) {
         const uint64_t q = s.prefix[i];
         const uint64_t goal = goals[s.active[i]];
         s.needed[i] = by_mass ? (goal - s.above_mass[i] + q - 1) / q : goal - s.above_count[i];
-        int64_t ties = 0;
-        DS_TRY(primitives_->count_with_mass(s.active[i], s.local_domains[i], q, ties));
-        s.tie_counts[i] = static_cast<uint64_t>(ties);
+        s.ties.push_back({s.active[i], s.local_domains[i], q, -1});
     }
-    DS_TRY(endpoint.all_gather(s.tie_counts.data(), a * sizeof(uint64_t), s.all_tie_counts.data()));
-    s.announced.assign(a, 0);  // the boundary's global index + 1, from its owner
+    s.tie_counts.assign(a, 0);
+    s.tie_tokens.assign(a, -1);
+    DS_TRY(primitives_->ties_at_mass(s.ties, s.tie_counts.data(), s.tie_tokens.data()));
+    s.all_tie_counts.resize(a * static_cast<size_t>(world_));
+    DS_TRY(endpoint.all_gather(s.tie_counts.data(), a * sizeof(int64_t), s.all_tie_counts.data()));
+    // The boundaries that lie among this rank's ties: their owner finds them, in one query.
+    std::vector<size_t>& owned = s.owned_boundaries;
+    owned.clear();
+    s.ties_owned.clear();
     for (size_t i = 0; i < a; ++i) {
         uint64_t before = 0;
-        for (int32_t r = 0; r < rank_; ++r) before += s.all_tie_counts[static_cast<size_t>(r) * a + i];
-        if (s.needed[i] > before && s.needed[i] <= before + s.tie_counts[i]) {
-            int32_t token = -1;
-            DS_TRY(primitives_->nth_with_mass(s.active[i], s.local_domains[i], s.prefix[i],
-                                              static_cast<int64_t>(s.needed[i] - before - 1), token));
-            s.announced[i] = static_cast<uint64_t>(vocab_offset_ + token) + 1;
+        for (int32_t r = 0; r < rank_; ++r)
+            before += static_cast<uint64_t>(s.all_tie_counts[static_cast<size_t>(r) * a + i]);
+        if (s.needed[i] > before && s.needed[i] <= before + static_cast<uint64_t>(s.tie_counts[i])) {
+            tie_query t = s.ties[i];
+            t.nth = static_cast<int64_t>(s.needed[i] - before - 1);
+            s.ties_owned.push_back(t);
+            owned.push_back(i);
         }
     }
+    s.owned_counts.assign(owned.size(), 0);
+    s.tie_tokens.assign(owned.size(), -1);
+    if (!owned.empty()) DS_TRY(primitives_->ties_at_mass(s.ties_owned, s.owned_counts.data(), s.tie_tokens.data()));
+    s.announced.assign(a, 0);  // the boundary's global index + 1, from its owner
+    for (size_t k = 0; k < owned.size(); ++k)
+        s.announced[owned[k]] = static_cast<uint64_t>(vocab_offset_ + s.tie_tokens[k]) + 1;
     DS_TRY(endpoint.all_reduce(s.announced.data(), a, reduce_op::max));
     for (size_t i = 0; i < a; ++i) {
         cpu::filter_cut& cut = cuts[s.active[i]];

@@ -19,8 +19,8 @@
 #include "core/status.h"
 #include "kernels/cpu/row_sampler.h"
 #include "kernels/param_pool.h"
-#include "kernels/shard_queries.h"
 #include "kernels/sampling_types.h"
+#include "kernels/shard_queries.h"
 
 namespace ds {
 
@@ -47,20 +47,19 @@ class shard_primitives {
     // Candidate keys (candidate_key) of each request into `keys`, request after request, each
     // padded with 0 to its room; internal error when a row holds more than its room.
     virtual status candidates(const std::vector<candidate_request>& requests, uint64_t* keys) = 0;
-    // This rank's own (mass, global token) pairs of `row` at or above `threshold` (the decider's).
-    virtual status own_candidates(size_t row, uint64_t threshold, int32_t vocab_offset,
-                                  std::vector<std::pair<uint64_t, int32_t>>& out) = 0;
+    // Each request's own (mass, global token) pairs at or above its threshold, all of them (room
+    // is not read), request after request into `out`; ends[i] is where request i's pairs end.
+    virtual status own_candidates(const std::vector<candidate_request>& requests, int32_t vocab_offset,
+                                  std::vector<std::pair<uint64_t, int32_t>>& out, std::vector<size_t>& ends) = 0;
 
     // Cut histograms (radix select): for each of `rows` within its local `domains[i]`, the count
     // and mass of tokens per 8-bit digit at `shift` whose higher digits equal prefixes[i], into
     // histograms[i * 512] (256 counts, then 256 masses).
     virtual status cut_histograms(const std::vector<size_t>& rows, const std::vector<cpu::filter_cut>& domains,
                                   const std::vector<uint64_t>& prefixes, int shift, uint64_t* histograms) = 0;
-    // How many tokens of `row` within `domain` have mass exactly q, and the index of the nth
-    // (-1 when there is none).
-    virtual status count_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q, int64_t& count) = 0;
-    virtual status nth_with_mass(size_t row, const cpu::filter_cut& domain, uint64_t q, int64_t nth,
-                                 int32_t& token) = 0;
+    // For each query (shard_queries.h): counts[i] tokens of its row within its domain have mass
+    // exactly q; tokens[i] is the local index of the nth of them (-1: nth < 0, or none).
+    virtual status ties_at_mass(const std::vector<tie_query>& queries, int64_t* counts, int32_t* tokens) = 0;
 
     // For each request: the mass its row keeps within its local cut and the draft's kept mass
     // (0 when the cut drops it or there is none), into kept[2i], kept[2i + 1].

@@ -118,7 +118,8 @@ class sharded_sampler {
         size_t totals_at = 0, summaries_at = 0, stride = 0;  // the layout of a rank's shared block
         std::vector<cut_plan> plans;
         std::vector<candidate_request> requests;
-        std::vector<std::pair<uint64_t, int32_t>> merged;  // (Q, global token)
+        std::vector<std::pair<uint64_t, int32_t>> merged, own;  // (Q, global token)
+        std::vector<size_t> own_ends;
         std::vector<int32_t> top, candidates_of_rows;
         std::vector<float> max_logit, temperatures;
         std::vector<uint8_t> stochastic, has_max, drawing, by_radix;
@@ -135,8 +136,11 @@ class sharded_sampler {
         std::vector<uint64_t> rank_counts;
         // select_cut
         std::vector<size_t> active;
-        std::vector<uint64_t> prefix, above_count, above_mass, histograms, needed, tie_counts, all_tie_counts,
-            announced;
+        std::vector<uint64_t> prefix, above_count, above_mass, histograms, needed, announced;
+        std::vector<tie_query> ties, ties_owned;
+        std::vector<int64_t> tie_counts, all_tie_counts, owned_counts;
+        std::vector<int32_t> tie_tokens;
+        std::vector<size_t> owned_boundaries;
         std::vector<cpu::filter_cut> local_domains;
     };
 

@@ -59,11 +59,12 @@ __global__ void __launch_bounds__(kBlockThreads) prepare_kernel(row_buffers rows
     const int32_t b = static_cast<int32_t>(row / a.tokens_per_req);
     const int32_t j = static_cast<int32_t>(row % a.tokens_per_req);
     float* out = rows.logits + row * rows.shard_vocab;
-    for (int32_t i = threadIdx.x; i < rows.shard_vocab; i += kBlockThreads) out[i] = logit_at(a, row * a.row_stride + i);
+    for (int32_t i = threadIdx.x; i < rows.shard_vocab; i += kBlockThreads)
+        out[i] = logit_at(a, row * a.row_stride + i);
     __syncthreads();
-    const row_drafts drafts{a.candidates != nullptr ? a.candidates + static_cast<int64_t>(b) * a.tokens_per_req + 1
-                                                    : nullptr,
-                            a.candidates != nullptr ? j : 0};
+    const row_drafts drafts{
+        a.candidates != nullptr ? a.candidates + static_cast<int64_t>(b) * a.tokens_per_req + 1 : nullptr,
+        a.candidates != nullptr ? j : 0};
     process_chunk(a.bitmask != nullptr ? a.bitmask + row * a.mask_words : nullptr, a.requests[b], drafts,
                   a.vocab_offset, rows.shard_vocab, out);
     float best = -HUGE_VALF;
@@ -79,12 +80,12 @@ __global__ void __launch_bounds__(kBlockThreads) prepare_kernel(row_buffers rows
 
 // ---- masses -------------------------------------------------------------------------------------
 struct mass_args {
-    const float* max_logit;         // [rows]
-    const uint8_t* has_max;         // [rows]
-    const int32_t* stochastic_of;   // [rows]: k, or -1
-    const float* temperatures;      // [stochastic]
-    uint64_t* unit_sums;            // [rows]
-    uint64_t* counts_and_masses;    // [2 * stochastic]
+    const float* max_logit;        // [rows]
+    const uint8_t* has_max;        // [rows]
+    const int32_t* stochastic_of;  // [rows]: k, or -1
+    const float* temperatures;     // [stochastic]
+    uint64_t* unit_sums;           // [rows]
+    uint64_t* counts_and_masses;   // [2 * stochastic]
 };
 
 __global__ void __launch_bounds__(kBlockThreads) mass_kernel(row_buffers rows, mass_args a) {
@@ -119,15 +120,15 @@ __global__ void __launch_bounds__(kBlockThreads) mass_kernel(row_buffers rows, m
 }
 
 // ---- the largest masses of cut rows (from their rows sorted in descending order) ---------------
-__global__ void __launch_bounds__(kBlockThreads) copy_rows_kernel(const uint64_t* from, const int64_t* rows,
-                                                                  int32_t width, uint64_t* to) {
+__global__ void __launch_bounds__(kBlockThreads)
+    copy_rows_kernel(const uint64_t* from, const int64_t* rows, int32_t width, uint64_t* to) {
     const uint64_t* source = from + rows[blockIdx.x] * width;
     uint64_t* target = to + static_cast<int64_t>(blockIdx.x) * width;
     for (int32_t i = threadIdx.x; i < width; i += kBlockThreads) target[i] = source[i];
 }
 
-__global__ void __launch_bounds__(kBlockThreads) level_kernel(const uint64_t* sorted, int32_t width,
-                                                              const uint64_t* depths, int32_t levels, uint64_t* out) {
+__global__ void __launch_bounds__(kBlockThreads)
+    level_kernel(const uint64_t* sorted, int32_t width, const uint64_t* depths, int32_t levels, uint64_t* out) {
     __shared__ block_scratch sh;
     const uint64_t* row = sorted + static_cast<int64_t>(blockIdx.x) * width;
     const auto deepest = static_cast<int32_t>(min(static_cast<uint64_t>(width), depths[levels - 1]));
@@ -152,8 +153,7 @@ struct candidate_task {
 };
 
 __global__ void __launch_bounds__(kBlockThreads) candidate_kernel(row_buffers rows, const candidate_task* tasks,
-                                                                  uint64_t* masses, int32_t* tokens,
-                                                                  uint64_t* counts) {
+                                                                  uint64_t* masses, int32_t* tokens, uint64_t* counts) {
     __shared__ block_scratch sh;
     const candidate_task t = tasks[blockIdx.x];
     const uint64_t* mass = rows.masses_of(t.row);
@@ -174,10 +174,9 @@ __global__ void __launch_bounds__(kBlockThreads) candidate_kernel(row_buffers ro
 // ---- radix-select histograms -------------------------------------------------------------------
 constexpr int kDigitBins = 256;
 
-__global__ void __launch_bounds__(kBlockThreads) histogram_kernel(row_buffers rows, const int64_t* row_ids,
-                                                                  const exact::filter_cut* domains,
-                                                                  const uint64_t* prefixes, int shift,
-                                                                  uint64_t* histograms) {
+__global__ void __launch_bounds__(kBlockThreads)
+    histogram_kernel(row_buffers rows, const int64_t* row_ids, const exact::filter_cut* domains,
+                     const uint64_t* prefixes, int shift, uint64_t* histograms) {
     __shared__ unsigned long long bins[2 * kDigitBins];  // counts, then masses
     for (int i = threadIdx.x; i < 2 * kDigitBins; i += kBlockThreads) bins[i] = 0;
     __syncthreads();
@@ -197,36 +196,36 @@ __global__ void __launch_bounds__(kBlockThreads) histogram_kernel(row_buffers ro
 }
 
 // ---- ties at a mass: how many, and the nth ---------------------------------------------------
-__global__ void __launch_bounds__(kBlockThreads) tie_kernel(row_buffers rows, int64_t row, exact::filter_cut domain,
-                                                            uint64_t q, int64_t nth, int64_t* count,
-                                                            int32_t* token) {
+__global__ void __launch_bounds__(kBlockThreads)
+    tie_kernel(row_buffers rows, const tie_query* queries, int64_t* counts, int32_t* tokens) {
     __shared__ block_scratch sh;
-    const uint64_t* mass = rows.masses_of(row);
-    auto tied = [&](int32_t i) -> uint64_t { return mass[i] == q && domain.keeps(i, q) ? 1 : 0; };
+    const tie_query t = queries[blockIdx.x];
+    const uint64_t* mass = rows.masses_of(static_cast<int64_t>(t.row));
+    auto tied = [&](int32_t i) -> uint64_t { return mass[i] == t.q && t.domain.keeps(i, t.q) ? 1 : 0; };
     const uint64_t ties = block_sum_over(tied, rows.shard_vocab, sh);
-    const int32_t found = nth >= 0 ? block_find_prefix(tied, rows.shard_vocab, static_cast<uint64_t>(nth), sh) : -1;
+    const int32_t found = t.nth >= 0 ? block_find_prefix(tied, rows.shard_vocab, static_cast<uint64_t>(t.nth), sh) : -1;
     if (threadIdx.x == 0) {
-        *count = static_cast<int64_t>(ties);
-        *token = found;
+        counts[blockIdx.x] = static_cast<int64_t>(ties);
+        tokens[blockIdx.x] = found;
     }
 }
 
 // ---- kept masses and the owners' draws ------------------------------------------------------
-__global__ void __launch_bounds__(kBlockThreads) kept_kernel(row_buffers rows, const kept_request* requests,
-                                                             uint64_t* kept) {
+__global__ void __launch_bounds__(kBlockThreads)
+    kept_kernel(row_buffers rows, const kept_request* requests, uint64_t* kept) {
     __shared__ block_scratch sh;
     const kept_request k = requests[blockIdx.x];
     const uint64_t* mass = rows.masses_of(static_cast<int64_t>(k.row));
-    const uint64_t sum =
-        block_sum_over([&](int32_t i) { return k.cut.keeps(i, mass[i]) ? mass[i] : uint64_t{0}; }, rows.shard_vocab, sh);
+    const uint64_t sum = block_sum_over([&](int32_t i) { return k.cut.keeps(i, mass[i]) ? mass[i] : uint64_t{0}; },
+                                        rows.shard_vocab, sh);
     if (threadIdx.x == 0) {
         kept[2 * blockIdx.x] = sum;
         kept[2 * blockIdx.x + 1] = k.draft >= 0 && k.cut.keeps(k.draft, mass[k.draft]) ? mass[k.draft] : 0;
     }
 }
 
-__global__ void __launch_bounds__(kBlockThreads) draw_kernel(row_buffers rows, const mass_draw* draws,
-                                                             int32_t* tokens) {
+__global__ void __launch_bounds__(kBlockThreads)
+    draw_kernel(row_buffers rows, const mass_draw* draws, int32_t* tokens) {
     __shared__ block_scratch sh;
     const mass_draw d = draws[blockIdx.x];
     const uint64_t* mass = rows.masses_of(static_cast<int64_t>(d.row));

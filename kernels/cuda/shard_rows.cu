@@ -1,11 +1,12 @@
 // The device side of exact sharded sampling: shard_rows.h. Each query packs its inputs into one
 // host-to-device copy, runs one kernel of shard_row_kernels.cuh with one block per row it names,
-// and copies its per-row answers back. Queries are synchronous: the sampler needs each answer
-// before its next collective.
+// and copies its per-row answers back in one copy, all on the rows' own stream through pinned
+// memory. Queries are synchronous: the sampler needs each answer before its next collective; they
+// wait for their stream only, so ranks sharing a GPU do not wait for each other's work.
 #include "kernels/cuda/shard_rows.h"
 
-#include <cub/device/device_segmented_radix_sort.cuh>
 #include <cuda_runtime.h>
+#include <cub/device/device_segmented_radix_sort.cuh>
 
 #include <algorithm>
 #include <cstring>
@@ -32,6 +33,8 @@ struct shard_rows::buffers {
     device_buffer sort_in, sort_out, sort_temp;  // cut rows' masses, sorted (allocated on first use)
     device_buffer inputs, outputs;
     std::vector<unsigned char> packed;  // the next query's inputs
+    pinned_buffer inputs_landing, outputs_landing;
+    cuda_stream stream;
 
     row_buffers rows() const {
         return {static_cast<float*>(logits.get()), static_cast<uint64_t*>(masses.get()), shard_vocab};
@@ -62,7 +65,12 @@ struct shard_rows::buffers {
             inputs = device_buffer{};
             DS_TRY(inputs.allocate(packed.size() * 2));
         }
-        if (!packed.empty()) CUDA_TRY(cudaMemcpy(inputs.get(), packed.data(), packed.size(), cudaMemcpyHostToDevice));
+        if (!packed.empty()) {
+            DS_TRY(grow(inputs_landing, packed.size()));
+            std::memcpy(inputs_landing.get(), packed.data(), packed.size());
+            CUDA_TRY(cudaMemcpyAsync(inputs.get(), inputs_landing.get(), packed.size(), cudaMemcpyHostToDevice,
+                                     stream.get()));
+        }
         packed.clear();
         return status::success();
     }
@@ -80,14 +88,28 @@ struct shard_rows::buffers {
     T* output_at(size_t offset) const {
         return reinterpret_cast<T*>(static_cast<unsigned char*>(outputs.get()) + offset);
     }
-    // Waits for the query's kernels and copies `bytes` of its outputs from `offset` to `host`.
-    status receive(size_t offset, void* host, size_t bytes) const {
+    // Copies the first `bytes` of the query's outputs to the host once its kernels are done;
+    // take() then hands them out.
+    status fetch(size_t bytes) {
         CUDA_TRY(cudaGetLastError());
-        CUDA_TRY(cudaDeviceSynchronize());
-        if (bytes > 0)
-            CUDA_TRY(cudaMemcpy(host, static_cast<const unsigned char*>(outputs.get()) + offset, bytes,
-                                cudaMemcpyDeviceToHost));
+        if (bytes > 0) {
+            DS_TRY(grow(outputs_landing, bytes));
+            CUDA_TRY(
+                cudaMemcpyAsync(outputs_landing.get(), outputs.get(), bytes, cudaMemcpyDeviceToHost, stream.get()));
+        }
+        CUDA_TRY(cudaStreamSynchronize(stream.get()));
         return status::success();
+    }
+    // `bytes` of the fetched outputs from `offset` into `host`.
+    void take(size_t offset, void* host, size_t bytes) const {
+        if (bytes > 0) std::memcpy(host, static_cast<const unsigned char*>(outputs_landing.get()) + offset, bytes);
+    }
+
+   private:
+    static status grow(pinned_buffer& buffer, size_t bytes) {
+        if (bytes <= buffer.bytes()) return status::success();
+        buffer = pinned_buffer{};
+        return buffer.allocate(bytes * 2);
     }
 };
 
@@ -107,6 +129,7 @@ status shard_rows::create(int64_t max_rows, int32_t shard_vocab, int32_t vocab, 
     const auto tokens = static_cast<size_t>(max_rows) * static_cast<size_t>(shard_vocab);
     DS_TRY(b->logits.allocate(tokens * sizeof(float)));
     DS_TRY(b->masses.allocate(tokens * sizeof(uint64_t)));
+    DS_TRY(b->stream.create());
     out.reset(new shard_rows(std::move(b)));
     return status::success();
 }
@@ -125,8 +148,9 @@ status shard_rows::prepare(const step_input& in, const param_pool& pool, int32_t
         if (b.staged_logits.get() == nullptr)
             DS_TRY(b.staged_logits.allocate(static_cast<size_t>(b.max_rows) * static_cast<size_t>(b.shard_vocab) *
                                             sizeof(float)));
-        CUDA_TRY(cudaMemcpy2D(b.staged_logits.get(), row_bytes, logits, in.logits.row_stride * dtype_size(in.logits.dtype),
-                              row_bytes, static_cast<size_t>(rows), cudaMemcpyHostToDevice));
+        CUDA_TRY(cudaMemcpy2DAsync(b.staged_logits.get(), row_bytes, logits,
+                                   in.logits.row_stride * dtype_size(in.logits.dtype), row_bytes,
+                                   static_cast<size_t>(rows), cudaMemcpyHostToDevice, b.stream.get()));
         logits = b.staged_logits.get();
         row_stride = b.shard_vocab;
     }
@@ -174,9 +198,12 @@ status shard_rows::prepare(const step_input& in, const param_pool& pool, int32_t
                    vocab_offset,
                    b.output_at<float>(0),
                    b.output_at<int32_t>(static_cast<size_t>(rows) * sizeof(float))};
-    prepare_kernel<<<grid_of(static_cast<size_t>(rows)), kBlockThreads>>>(b.rows(), a);
-    DS_TRY(b.receive(0, best_logit, static_cast<size_t>(rows) * sizeof(float)));
-    return b.receive(static_cast<size_t>(rows) * sizeof(float), best_index, static_cast<size_t>(rows) * sizeof(int32_t));
+    prepare_kernel<<<grid_of(static_cast<size_t>(rows)), kBlockThreads, 0, b.stream.get()>>>(b.rows(), a);
+    const size_t logits_bytes = static_cast<size_t>(rows) * sizeof(float);
+    DS_TRY(b.fetch(2 * logits_bytes));
+    b.take(0, best_logit, logits_bytes);
+    b.take(logits_bytes, best_index, static_cast<size_t>(rows) * sizeof(int32_t));
+    return status::success();
 }
 
 status shard_rows::masses(const std::vector<float>& max_logit, const std::vector<uint8_t>& has_max,
@@ -195,11 +222,14 @@ status shard_rows::masses(const std::vector<float>& max_logit, const std::vector
     const size_t sums_bytes = aligned(rows * sizeof(uint64_t));
     const size_t totals_bytes = 2 * stochastic_rows.size() * sizeof(uint64_t);
     DS_TRY(b.reserve_outputs(sums_bytes + totals_bytes));
-    const mass_args a{b.input_at<float>(max_at), b.input_at<uint8_t>(has_at), b.input_at<int32_t>(of_at),
-                      b.input_at<float>(temperatures_at), b.output_at<uint64_t>(0), b.output_at<uint64_t>(sums_bytes)};
-    mass_kernel<<<grid_of(rows), kBlockThreads>>>(b.rows(), a);
-    DS_TRY(b.receive(0, unit_sums, rows * sizeof(uint64_t)));
-    return b.receive(sums_bytes, counts_and_masses, totals_bytes);
+    const mass_args a{b.input_at<float>(max_at),  b.input_at<uint8_t>(has_at),
+                      b.input_at<int32_t>(of_at), b.input_at<float>(temperatures_at),
+                      b.output_at<uint64_t>(0),   b.output_at<uint64_t>(sums_bytes)};
+    mass_kernel<<<grid_of(rows), kBlockThreads, 0, b.stream.get()>>>(b.rows(), a);
+    DS_TRY(b.fetch(sums_bytes + totals_bytes));
+    b.take(0, unit_sums, rows * sizeof(uint64_t));
+    b.take(sums_bytes, counts_and_masses, totals_bytes);
+    return status::success();
 }
 
 status shard_rows::largest_masses(const std::vector<size_t>& rows, const std::vector<uint64_t>& depths, uint64_t* out) {
@@ -229,17 +259,20 @@ status shard_rows::largest_masses(const std::vector<size_t>& rows, const std::ve
     DS_TRY(b.reserve_outputs(out_bytes));
     auto* sort_in = static_cast<uint64_t*>(b.sort_in.get());
     auto* sort_out = static_cast<uint64_t*>(b.sort_out.get());
-    copy_rows_kernel<<<grid_of(rows.size()), kBlockThreads>>>(static_cast<const uint64_t*>(b.masses.get()),
-                                                              b.input_at<int64_t>(ids_at), b.shard_vocab, sort_in);
+    copy_rows_kernel<<<grid_of(rows.size()), kBlockThreads, 0, b.stream.get()>>>(
+        static_cast<const uint64_t*>(b.masses.get()), b.input_at<int64_t>(ids_at), b.shard_vocab, sort_in);
     size_t temp_bytes = b.sort_temp.bytes();
     const int64_t* segment_offsets = b.input_at<int64_t>(offsets_at);
     CUDA_TRY(cub::DeviceSegmentedRadixSort::SortKeysDescending(
         b.sort_temp.get(), temp_bytes, sort_in, sort_out, static_cast<int64_t>(rows.size() * width),
-        static_cast<int64_t>(rows.size()), segment_offsets, segment_offsets + 1, 0, exact::kMassBits + 1));
-    level_kernel<<<grid_of(rows.size()), kBlockThreads>>>(sort_out, b.shard_vocab, b.input_at<uint64_t>(depths_at),
-                                                          static_cast<int32_t>(depths.size()),
-                                                          b.output_at<uint64_t>(0));
-    return b.receive(0, out, out_bytes);
+        static_cast<int64_t>(rows.size()), segment_offsets, segment_offsets + 1, 0, exact::kMassBits + 1,
+        b.stream.get()));
+    level_kernel<<<grid_of(rows.size()), kBlockThreads, 0, b.stream.get()>>>(
+        sort_out, b.shard_vocab, b.input_at<uint64_t>(depths_at), static_cast<int32_t>(depths.size()),
+        b.output_at<uint64_t>(0));
+    DS_TRY(b.fetch(out_bytes));
+    b.take(0, out, out_bytes);
+    return status::success();
 }
 
 status shard_rows::candidates(const std::vector<candidate_request>& requests, uint64_t* masses, int32_t* tokens,
@@ -257,12 +290,14 @@ status shard_rows::candidates(const std::vector<candidate_request>& requests, ui
     const size_t masses_bytes = aligned(room * sizeof(uint64_t));
     const size_t tokens_bytes = aligned(room * sizeof(int32_t));
     DS_TRY(b.reserve_outputs(masses_bytes + tokens_bytes + requests.size() * sizeof(uint64_t)));
-    candidate_kernel<<<grid_of(requests.size()), kBlockThreads>>>(
-        b.rows(), b.input_at<candidate_task>(tasks_at), b.output_at<uint64_t>(0),
-        b.output_at<int32_t>(masses_bytes), b.output_at<uint64_t>(masses_bytes + tokens_bytes));
-    DS_TRY(b.receive(0, masses, room * sizeof(uint64_t)));
-    DS_TRY(b.receive(masses_bytes, tokens, room * sizeof(int32_t)));
-    return b.receive(masses_bytes + tokens_bytes, counts, requests.size() * sizeof(uint64_t));
+    candidate_kernel<<<grid_of(requests.size()), kBlockThreads, 0, b.stream.get()>>>(
+        b.rows(), b.input_at<candidate_task>(tasks_at), b.output_at<uint64_t>(0), b.output_at<int32_t>(masses_bytes),
+        b.output_at<uint64_t>(masses_bytes + tokens_bytes));
+    DS_TRY(b.fetch(masses_bytes + tokens_bytes + requests.size() * sizeof(uint64_t)));
+    b.take(0, masses, room * sizeof(uint64_t));
+    b.take(masses_bytes, tokens, room * sizeof(int32_t));
+    b.take(masses_bytes + tokens_bytes, counts, requests.size() * sizeof(uint64_t));
+    return status::success();
 }
 
 status shard_rows::cut_histograms(const std::vector<size_t>& rows, const std::vector<exact::filter_cut>& domains,
@@ -276,28 +311,27 @@ status shard_rows::cut_histograms(const std::vector<size_t>& rows, const std::ve
     DS_TRY(b.send_inputs());
     const size_t bytes = rows.size() * 2 * kDigitBins * sizeof(uint64_t);
     DS_TRY(b.reserve_outputs(bytes));
-    histogram_kernel<<<grid_of(rows.size()), kBlockThreads>>>(b.rows(), b.input_at<int64_t>(ids_at),
-                                                              b.input_at<exact::filter_cut>(domains_at),
-                                                              b.input_at<uint64_t>(prefixes_at), shift,
-                                                              b.output_at<uint64_t>(0));
-    return b.receive(0, histograms, bytes);
+    histogram_kernel<<<grid_of(rows.size()), kBlockThreads, 0, b.stream.get()>>>(
+        b.rows(), b.input_at<int64_t>(ids_at), b.input_at<exact::filter_cut>(domains_at),
+        b.input_at<uint64_t>(prefixes_at), shift, b.output_at<uint64_t>(0));
+    DS_TRY(b.fetch(bytes));
+    b.take(0, histograms, bytes);
+    return status::success();
 }
 
-status shard_rows::count_with_mass(size_t row, const exact::filter_cut& domain, uint64_t q, int64_t& count) {
+status shard_rows::ties_at_mass(const std::vector<tie_query>& queries, int64_t* counts, int32_t* tokens) {
     buffers& b = *b_;
-    DS_TRY(b.reserve_outputs(2 * sizeof(int64_t)));
-    tie_kernel<<<1, kBlockThreads>>>(b.rows(), static_cast<int64_t>(row), domain, q, -1, b.output_at<int64_t>(0),
-                                     b.output_at<int32_t>(sizeof(int64_t)));
-    return b.receive(0, &count, sizeof(count));
-}
-
-status shard_rows::nth_with_mass(size_t row, const exact::filter_cut& domain, uint64_t q, int64_t nth,
-                                 int32_t& token) {
-    buffers& b = *b_;
-    DS_TRY(b.reserve_outputs(2 * sizeof(int64_t)));
-    tie_kernel<<<1, kBlockThreads>>>(b.rows(), static_cast<int64_t>(row), domain, q, nth, b.output_at<int64_t>(0),
-                                     b.output_at<int32_t>(sizeof(int64_t)));
-    return b.receive(sizeof(int64_t), &token, sizeof(token));
+    if (queries.empty()) return status::success();
+    const size_t queries_at = b.pack(queries);
+    DS_TRY(b.send_inputs());
+    const size_t counts_bytes = aligned(queries.size() * sizeof(int64_t));
+    DS_TRY(b.reserve_outputs(counts_bytes + queries.size() * sizeof(int32_t)));
+    tie_kernel<<<grid_of(queries.size()), kBlockThreads, 0, b.stream.get()>>>(
+        b.rows(), b.input_at<tie_query>(queries_at), b.output_at<int64_t>(0), b.output_at<int32_t>(counts_bytes));
+    DS_TRY(b.fetch(counts_bytes + queries.size() * sizeof(int32_t)));
+    b.take(0, counts, queries.size() * sizeof(int64_t));
+    b.take(counts_bytes, tokens, queries.size() * sizeof(int32_t));
+    return status::success();
 }
 
 status shard_rows::kept_masses(const std::vector<kept_request>& requests, uint64_t* kept) {
@@ -307,9 +341,11 @@ status shard_rows::kept_masses(const std::vector<kept_request>& requests, uint64
     DS_TRY(b.send_inputs());
     const size_t bytes = 2 * requests.size() * sizeof(uint64_t);
     DS_TRY(b.reserve_outputs(bytes));
-    kept_kernel<<<grid_of(requests.size()), kBlockThreads>>>(b.rows(), b.input_at<kept_request>(requests_at),
-                                                             b.output_at<uint64_t>(0));
-    return b.receive(0, kept, bytes);
+    kept_kernel<<<grid_of(requests.size()), kBlockThreads, 0, b.stream.get()>>>(
+        b.rows(), b.input_at<kept_request>(requests_at), b.output_at<uint64_t>(0));
+    DS_TRY(b.fetch(bytes));
+    b.take(0, kept, bytes);
+    return status::success();
 }
 
 status shard_rows::tokens_at_mass(const std::vector<mass_draw>& draws, int32_t* tokens) {
@@ -318,9 +354,11 @@ status shard_rows::tokens_at_mass(const std::vector<mass_draw>& draws, int32_t* 
     const size_t draws_at = b.pack(draws);
     DS_TRY(b.send_inputs());
     DS_TRY(b.reserve_outputs(draws.size() * sizeof(int32_t)));
-    draw_kernel<<<grid_of(draws.size()), kBlockThreads>>>(b.rows(), b.input_at<mass_draw>(draws_at),
-                                                          b.output_at<int32_t>(0));
-    return b.receive(0, tokens, draws.size() * sizeof(int32_t));
+    draw_kernel<<<grid_of(draws.size()), kBlockThreads, 0, b.stream.get()>>>(b.rows(), b.input_at<mass_draw>(draws_at),
+                                                                             b.output_at<int32_t>(0));
+    DS_TRY(b.fetch(draws.size() * sizeof(int32_t)));
+    b.take(0, tokens, draws.size() * sizeof(int32_t));
+    return status::success();
 }
 
 status shard_rows::processed_logits(const std::vector<row_token>& at, float* logits) {
@@ -330,9 +368,11 @@ status shard_rows::processed_logits(const std::vector<row_token>& at, float* log
     DS_TRY(b.send_inputs());
     DS_TRY(b.reserve_outputs(at.size() * sizeof(float)));
     const auto count = static_cast<int64_t>(at.size());
-    gather_logits_kernel<<<grid_of((at.size() + kBlockThreads - 1) / kBlockThreads), kBlockThreads>>>(
-        b.rows(), b.input_at<row_token>(at_offset), count, b.output_at<float>(0));
-    return b.receive(0, logits, at.size() * sizeof(float));
+    gather_logits_kernel<<<grid_of((at.size() + kBlockThreads - 1) / kBlockThreads), kBlockThreads, 0,
+                           b.stream.get()>>>(b.rows(), b.input_at<row_token>(at_offset), count, b.output_at<float>(0));
+    DS_TRY(b.fetch(at.size() * sizeof(float)));
+    b.take(0, logits, at.size() * sizeof(float));
+    return status::success();
 }
 
 }  // namespace ds::cuda

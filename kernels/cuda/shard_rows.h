@@ -54,9 +54,8 @@ class shard_rows {
     // Radix-select histograms: see shard_primitives::cut_histograms.
     status cut_histograms(const std::vector<size_t>& rows, const std::vector<exact::filter_cut>& domains,
                           const std::vector<uint64_t>& prefixes, int shift, uint64_t* histograms);
-    // Tokens of `row` kept by `domain` with mass exactly q; the nth of them (-1: none).
-    status count_with_mass(size_t row, const exact::filter_cut& domain, uint64_t q, int64_t& count);
-    status nth_with_mass(size_t row, const exact::filter_cut& domain, uint64_t q, int64_t nth, int32_t& token);
+    // Ties at a mass: see shard_primitives::ties_at_mass.
+    status ties_at_mass(const std::vector<tie_query>& queries, int64_t* counts, int32_t* tokens);
 
     status kept_masses(const std::vector<kept_request>& requests, uint64_t* kept);
     status tokens_at_mass(const std::vector<mass_draw>& draws, int32_t* tokens);
