@@ -135,6 +135,8 @@ struct form_msg {
     std::string host;
     uint16_t port = 0;
     std::vector<register_msg> registrations;
+    uint16_t answer_port = 0;  // the answer lane on `host` (actors/answer_lane.h); 0: none
+    uint64_t answer_secret = 0;
 };
 
 // CAF's error for a failed status (category "distsample", code = status_code, context = message).
@@ -240,7 +242,8 @@ typename Inspector::result_type inspect(Inspector& f, join_msg& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, form_msg& x) {
-    return f(caf::meta::type_name("form_msg"), x.epoch, x.host, x.port, x.registrations);
+    return f(caf::meta::type_name("form_msg"), x.epoch, x.host, x.port, x.registrations, x.answer_port,
+             x.answer_secret);
 }
 
 template <class Inspector>

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/answer_lane.h"
 #include "actors/deliver_again.h"
 #include "actors/log.h"
 #include "actors/step_board.h"
@@ -21,6 +22,7 @@ namespace {
 struct rank_state {
     std::shared_ptr<rank_core> core;
     std::vector<caf::response_promise> unanswered;  // steps a hang swallowed; dropped at the next form
+    std::unique_ptr<answer_sender> lane;            // a rank process's answer lane of this epoch, or none
     static inline const char* name = "distsample.rank";
 };
 
@@ -38,6 +40,27 @@ void poll_mailbox(rank_actor_pointer self, std::chrono::microseconds spin) {
 caf::result<op_ack> ack(int32_t rank, const status& s) {
     if (!s.is_ok()) return make_caf_error(status{s.code, fmt::format("rank {}: {}", rank, s.message)});
     return op_ack{rank};
+}
+
+// A rank process's answer lane of a new epoch. Without one (the coordinator offers none, or it
+// cannot be reached) the rank answers over CAF alone, only slower: the failure is logged.
+std::unique_ptr<answer_sender> connect_answer_lane(const rank_core& core, const form_msg& m) {
+    std::unique_ptr<answer_sender> lane;
+    if (m.answer_port == 0) return lane;
+    if (status s = answer_sender::connect(m.host, m.answer_port, m.answer_secret, core.rank(),
+                                          core.config().transport.timeout, lane);
+        !s.is_ok())
+        rank_log().warn("rank {}: {}; answers go over CAF only", core.rank(), s.message);
+    return lane;
+}
+
+// Sends a successful result on the answer lane; a lane that fails is dropped until the next epoch.
+void answer_on_lane(rank_state& st, const rank_result& result) {
+    if (!st.lane || result.code != 0 || !result.outputs) return;
+    if (status s = st.lane->send(result); !s.is_ok()) {
+        rank_log().warn("rank {}: answer lane: {}; answers go over CAF only", result.rank, s.message);
+        st.lane.reset();
+    }
 }
 
 // A rank process's endpoint of a new epoch, through the epoch's rendezvous, and the registrations.
@@ -80,8 +103,10 @@ caf::result<rank_result> on_step(rank_actor_pointer self, step_msg& m, std::chro
     result.timing.rank_began_at_ns = began_at_ns;
     result.timing.rank_answered_at_ns = steady_now_ns();
     // Answered now, so that the rank can poll for the coordinator's next message. Filed first:
-    // the last rank to file answers a library caller itself (step_board.h).
+    // the last rank to file answers a library caller itself (step_board.h), in this process
+    // directly and from a rank process over the answer lane.
     if (m.board) m.board->file(result);
+    answer_on_lane(self->state, result);
     self->make_response_promise<rank_result>().deliver(std::move(result));
     poll_mailbox(self, spin);
     return caf::delegated<rank_result>{};
@@ -94,7 +119,9 @@ rank_actor_type::behavior_type rank_actor(rank_actor_pointer self, std::shared_p
     return {
         [self, rank](form_msg& m) -> caf::result<op_ack> {
             self->state.unanswered.clear();  // the coordinator gave up on them before it formed a new epoch
+            self->state.lane.reset();
             status s = form(*self->state.core, m);
+            if (s.is_ok()) self->state.lane = connect_answer_lane(*self->state.core, m);
             if (s.is_ok()) rank_log().info("rank {}: formed epoch {}", rank, m.epoch);
             return ack(rank, s.is_ok() ? s : status{s.code, fmt::format("epoch {}: {}", m.epoch, s.message)});
         },

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "actors/answer_lane.h"
 #include "actors/forwarding.h"
 #include "actors/log.h"
 #include "actors/step_board.h"
@@ -41,6 +42,7 @@ struct membership_state {
     uint64_t epoch = 0;
     std::map<uint64_t, pending_call> in_flight;
     uint64_t next_key = 0;
+    std::shared_ptr<answer_lane> lane;  // where the ranks' answers may also come (null: CAF only)
     static inline const char* name = "distsample.membership";
 };
 
@@ -171,7 +173,12 @@ void try_form(membership_actor* self) {
     for (const register_msg& r : st.registrations) {
         if (r.slot != 0) live.push_back(r);
     }
-    const form_msg form{epoch, st.host, rendezvous->port(), std::move(live)};
+    const form_msg form{epoch,
+                        st.host,
+                        rendezvous->port(),
+                        std::move(live),
+                        st.lane ? st.lane->port() : uint16_t{0},
+                        st.lane ? st.lane->secret() : 0};
     // The epoch is done when every rank has answered, also when one failed: a rank still inside
     // this epoch's bootstrap would miss the next epoch's rendezvous.
     struct form_answers {
@@ -260,6 +267,7 @@ caf::result<rank_result> forward_step(membership_actor* self, int32_t rank, cons
     step_msg msg{m.step, {}, nullptr};
     if (status c = copy_shard(*m.step, rank, msg.payload); !c.is_ok())
         return failed_result(rank, step_id, c.code, c.message);
+    if (m.board && st.lane) st.lane->expect(m.board);
     auto promise = self->make_response_promise();
     const uint64_t key = track(self, rank, [promise, rank, step_id](const status& why) mutable {
         promise.deliver(failed_result(rank, step_id, why.code, why.message));
@@ -281,9 +289,10 @@ caf::result<rank_result> forward_step(membership_actor* self, int32_t rank, cons
 }
 
 caf::behavior membership_behavior(membership_actor* self, group_config config, std::string host,
-                                  uint16_t rendezvous_port) {
+                                  uint16_t rendezvous_port, std::shared_ptr<answer_lane> lane) {
     membership_state& st = self->state;
     st.config = config;
+    st.lane = std::move(lane);
     st.host = std::move(host);
     st.rendezvous_port = rendezvous_port;
     st.faults = fault_plan_msg{std::make_shared<const fault_plan>(config.faults)};
@@ -405,7 +414,12 @@ caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config
 
 status publish_remote_ranks(caf::actor_system& system, const group_config& config, const std::string& host,
                             uint16_t port, remote_ranks& out, const topology_config& topology) {
-    out.membership = system.spawn(membership_behavior, config, host, static_cast<uint16_t>(topology.rendezvous_port));
+    std::shared_ptr<answer_lane> lane;
+    if (topology.answer_port >= 0) {
+        DS_TRY(answer_lane::open(host, static_cast<uint16_t>(topology.answer_port), config, lane));
+    }
+    out.membership = system.spawn(membership_behavior, config, host, static_cast<uint16_t>(topology.rendezvous_port),
+                                  std::move(lane));
     auto published = system.middleman().publish(out.membership, port, host.c_str(), true);
     if (!published) {
         caf::anon_send_exit(out.membership, caf::exit_reason::user_shutdown);

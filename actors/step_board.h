@@ -55,6 +55,7 @@ class step_board {
     step_board(const step_board&) = delete;
     step_board& operator=(const step_board&) = delete;
 
+    const dist_step& step() const { return *step_; }
     // Files rank result.rank's successful result; the filing that completes the set settles the step.
     void file(const rank_result& result);
     // Every rank's result is filed: results() may be read.

@@ -52,6 +52,11 @@ TEST(TopologyConfig, ErrorsNameTheKeyAndTheAllowedRange) {
     e = load_topology_config("", {"topology.rendezvous_port=70000"}, topology).message;
     EXPECT_NE(e.find("topology.rendezvous_port"), std::string::npos) << e;
     EXPECT_NE(e.find("[0, 65535]"), std::string::npos) << e;
+    e = load_topology_config("", {"topology.answer_port=-2"}, topology).message;
+    EXPECT_NE(e.find("topology.answer_port"), std::string::npos) << e;
+    EXPECT_NE(e.find("[-1, 65535]"), std::string::npos) << e;
+    EXPECT_TRUE(load_topology_config("", {"topology.answer_port=-1"}, topology).is_ok());
+    EXPECT_EQ(topology.answer_port, -1);
     e = load_topology_config("", {"topology.heartbeat_ms=5"}, topology).message;
     EXPECT_NE(e.find("[10, 3600000]"), std::string::npos) << e;
     e = load_topology_config("", {"topology.ports=1"}, topology).message;

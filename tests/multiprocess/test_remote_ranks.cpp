@@ -2,7 +2,8 @@
 // transport: steps in every mode (on the GPU too, where there is one) equal `distsample kernel` on
 // the full logits, on loopback and with
 // every process on a host of its own (network namespaces); a killed rank process fails the step in
-// flight naming it, the coordinator stays up, and a restarted rank re-forms the group.
+// flight naming it, the coordinator stays up, and a restarted rank re-forms the group; without
+// the answer lane the answers are the same.
 #include "multiprocess/remote_group.h"
 #include "support/netns_hosts.h"
 
@@ -19,6 +20,14 @@ TEST_P(RemoteRanksModes, SampleAndVerifyEqualTheKernelOnTheFullLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, RemoteRanksModes, ::testing::Values("swap", "sharded", "gathered"));
+
+// Without the answer lane (docs/architecture.md) the ranks' answers come over CAF alone: the same
+// outputs.
+TEST_F(RemoteRanks, WithoutTheAnswerLaneTheAnswersComeOverCafAndAreTheSame) {
+    extra_args_ = {"--set", "topology.answer_port=-1"};
+    start_group("sharded");
+    expect_steps_equal_the_kernel(2);
+}
 
 // `coordinator --wait-ranks-ms`: a second line says when the group has formed, so the first step
 // needs no retries; without ranks the wait ends in time with exit code 1.

@@ -1,0 +1,311 @@
+#include "actors/answer_lane.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "actors/dist_step.h"
+#include "actors/log.h"
+#include "actors/step_board.h"
+#include "core/clock.h"
+
+namespace ds {
+
+namespace {
+
+constexpr uint32_t kGreetingMagic = 0x6473616c;  // "dsal"
+constexpr size_t kHeaderBytes = sizeof(uint64_t) + 2 * sizeof(int32_t) + sizeof(uint64_t) + 5 * sizeof(int64_t);
+// A peer that began a greeting or a frame has this long to finish it.
+constexpr std::chrono::milliseconds kFrameWait{100};
+// A connection must greet this soon after it is accepted.
+constexpr std::chrono::milliseconds kGreetingWait{1000};
+// The longest the thread sleeps in poll before it looks at stopping_.
+constexpr int kIdlePollMs = 100;
+
+size_t body_bytes(int64_t bs, int64_t n) {
+    return kHeaderBytes + static_cast<size_t>(bs * n + bs) * 4 + static_cast<size_t>(bs * n) * 8 +
+           static_cast<size_t>(bs);
+}
+
+template <class T>
+void put(std::string& out, const T& value) {
+    out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+template <class T>
+void put_all(std::string& out, const std::vector<T>& values) {
+    out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+
+// Reads the body in order; the caller has checked its length.
+class body_reader {
+   public:
+    explicit body_reader(const std::string& body) : at_(body.data()) {}
+    template <class T>
+    T take() {
+        T value;
+        std::memcpy(&value, at_, sizeof value);
+        at_ += sizeof value;
+        return value;
+    }
+    template <class T>
+    void take_all(std::vector<T>& values) {
+        std::memcpy(values.data(), at_, values.size() * sizeof(T));
+        at_ += values.size() * sizeof(T);
+    }
+
+   private:
+    const char* at_;
+};
+
+uint64_t random_secret() {
+    std::random_device device;
+    return (uint64_t{device()} << 32) ^ uint64_t { device() };
+}
+
+}  // namespace
+
+std::string encode_answer(const rank_result& result) {
+    const step_outputs& o = *result.outputs;
+    const int32_t bs = o.batch_size();
+    const int32_t n = bs == 0 ? 0 : static_cast<int32_t>(o.accept_index.size() / static_cast<size_t>(bs));
+    std::string body;
+    body.reserve(body_bytes(bs, n));
+    put(body, result.step_id);
+    put(body, bs);
+    put(body, n);
+    put(body, result.digest);
+    const step_timing& t = result.timing;
+    for (int64_t v :
+         {t.rank_step_ns, t.rank_transport_ns, t.rank_received_bytes, t.rank_began_at_ns, t.rank_answered_at_ns})
+        put(body, v);
+    put_all(body, o.packed);
+    put_all(body, o.accept_index);
+    std::vector<uint32_t> bits(o.logprobs.size());
+    if (!bits.empty()) std::memcpy(bits.data(), o.logprobs.data(), bits.size() * sizeof(float));
+    put_all(body, bits);
+    put_all(body, o.row_error);
+    return body;
+}
+
+uint64_t answer_step_id(const std::string& body) {
+    if (body.size() < sizeof(uint64_t)) return 0;
+    return body_reader(body).take<uint64_t>();
+}
+
+status decode_answer(const std::string& body, int32_t rank, const dist_step& step, rank_result& out) {
+    if (body.size() < kHeaderBytes)
+        return status::invalid(fmt::format("answer of {} bytes: expected at least {}", body.size(), kHeaderBytes));
+    body_reader in(body);
+    out = rank_result{};
+    out.rank = rank;
+    out.step_id = in.take<uint64_t>();
+    const auto bs = in.take<int32_t>();
+    const auto n = in.take<int32_t>();
+    if (out.step_id != step.id) return status::invalid(fmt::format("step id = {}: expected {}", out.step_id, step.id));
+    if (bs != step.plan.bs || n != step.plan.tokens_per_req)
+        return status::invalid(fmt::format("step {}: bs = {}, N = {}: expected {} and {}", step.id, bs, n, step.plan.bs,
+                                           step.plan.tokens_per_req));
+    if (body.size() != body_bytes(bs, n))
+        return status::invalid(
+            fmt::format("step {}: answer of {} bytes: expected {}", step.id, body.size(), body_bytes(bs, n)));
+    out.digest = in.take<uint64_t>();
+    step_timing& t = out.timing;
+    for (int64_t* v :
+         {&t.rank_step_ns, &t.rank_transport_ns, &t.rank_received_bytes, &t.rank_began_at_ns, &t.rank_answered_at_ns})
+        *v = in.take<int64_t>();
+    auto outputs = std::make_shared<step_outputs>();
+    outputs->resize(bs, n);
+    in.take_all(outputs->packed);
+    in.take_all(outputs->accept_index);
+    std::vector<uint32_t> bits(outputs->logprobs.size());
+    in.take_all(bits);
+    if (!bits.empty()) std::memcpy(outputs->logprobs.data(), bits.data(), bits.size() * sizeof(float));
+    in.take_all(outputs->row_error);
+    if (outputs->digest() != out.digest)
+        return status::invalid(
+            fmt::format("step {}: digest = {:#x}: the outputs hash to {:#x}", step.id, out.digest, outputs->digest()));
+    out.outputs = std::move(outputs);
+    return status::success();
+}
+
+answer_lane::answer_lane(const group_config& config, net::unique_fd listener, uint16_t port)
+    : ranks_(config.distribution.tp),
+      max_body_(body_bytes(config.limits.max_batch, config.limits.max_tokens_per_req)),
+      spin_(config.tuning.rank_spin_us),
+      listener_(std::move(listener)),
+      port_(port),
+      secret_(random_secret()) {}
+
+status answer_lane::open(const std::string& host, uint16_t port, const group_config& config,
+                         std::shared_ptr<answer_lane>& out) {
+    net::unique_fd listener;
+    uint16_t bound = 0;
+    if (status s = net::listen_tcp(host, port, listener, bound); !s.is_ok())
+        return {s.code, fmt::format("answer lane: {}", s.message)};
+    int wake[2];
+    if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) return net::io_error("answer lane: pipe");
+    std::shared_ptr<answer_lane> lane(new answer_lane(config, std::move(listener), bound));
+    lane->wake_read_ = net::unique_fd(wake[0]);
+    lane->wake_write_ = net::unique_fd(wake[1]);
+    lane->thread_ = std::thread([raw = lane.get()] { raw->serve(); });
+    out = std::move(lane);
+    return status::success();
+}
+
+answer_lane::~answer_lane() {
+    stopping_.store(true, std::memory_order_release);
+    const char byte = 0;
+    [[maybe_unused]] const ssize_t n = ::write(wake_write_.get(), &byte, 1);
+    if (thread_.joinable()) thread_.join();
+}
+
+void answer_lane::expect(const std::shared_ptr<step_board>& board) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto it = boards_.begin(); it != boards_.end();) it = it->second.expired() ? boards_.erase(it) : ++it;
+        boards_.emplace(board->step().id, board);
+    }
+    if (spin_.count() == 0) return;
+    spin_until_ns_.store(steady_now_ns() + std::chrono::nanoseconds(spin_).count(), std::memory_order_release);
+    const char byte = 0;
+    [[maybe_unused]] const ssize_t n = ::write(wake_write_.get(), &byte, 1);  // the thread starts spinning now
+}
+
+std::shared_ptr<step_board> answer_lane::board_of(uint64_t step_id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = boards_.find(step_id);
+    return found == boards_.end() ? nullptr : found->second.lock();
+}
+
+void answer_lane::serve() {
+    std::vector<pollfd> polled;
+    while (!stopping_.load(std::memory_order_acquire)) {
+        polled.assign({pollfd{wake_read_.get(), POLLIN, 0}, pollfd{listener_.get(), POLLIN, 0}});
+        for (const connection& c : connections_) polled.push_back(pollfd{c.fd.get(), POLLIN, 0});
+        const bool spinning = steady_now_ns() < spin_until_ns_.load(std::memory_order_acquire);
+        if (::poll(polled.data(), polled.size(), spinning ? 0 : kIdlePollMs) <= 0) {
+            drop_closed_and_silent();
+            continue;
+        }
+        if (polled[0].revents != 0) {
+            char drained[64];
+            while (::read(wake_read_.get(), drained, sizeof drained) > 0) {
+            }
+        }
+        if (polled[1].revents != 0) accept_connection();
+        // Connections accepted just now are not in `polled`: they are read on the next round.
+        for (size_t i = 0; i + 2 < polled.size(); ++i) {
+            connection& c = connections_[i];
+            if (polled[i + 2].revents == 0 || c.fd.get() < 0) continue;
+            if (!(c.rank < 0 ? read_greeting(c) : read_answer(c))) c.fd = net::unique_fd();
+        }
+        drop_closed_and_silent();
+    }
+}
+
+void answer_lane::drop_closed_and_silent() {
+    const auto now = net::clock::now();
+    std::vector<connection> kept;
+    for (connection& c : connections_) {
+        if (c.fd.get() < 0) continue;
+        if (c.rank < 0 && now - c.accepted > kGreetingWait) {
+            coordinator_log().warn("answer lane: a connection that did not greet within {} ms was closed",
+                                   kGreetingWait.count());
+            continue;
+        }
+        kept.push_back(std::move(c));
+    }
+    connections_ = std::move(kept);
+}
+
+void answer_lane::accept_connection() {
+    net::unique_fd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (fd.get() < 0) return;  // gone before it was accepted, or out of descriptors: the rank uses CAF
+    // Every rank holds one connection; more than twice that many are not ranks of this group.
+    if (connections_.size() >= static_cast<size_t>(2 * ranks_)) {
+        coordinator_log().warn("answer lane: a connection beyond {} refused", 2 * ranks_);
+        return;
+    }
+    connections_.push_back(connection{std::move(fd), -1, net::clock::now()});
+}
+
+bool answer_lane::read_greeting(connection& c) {
+    const auto deadline = net::clock::now() + kFrameWait;
+    uint32_t magic = 0;
+    int32_t rank = -1;
+    uint64_t secret = 0;
+    status s = net::read_value(c.fd.get(), magic, deadline);
+    if (s.is_ok()) s = net::read_value(c.fd.get(), rank, deadline);
+    if (s.is_ok()) s = net::read_value(c.fd.get(), secret, deadline);
+    if (!s.is_ok() || magic != kGreetingMagic || secret != secret_ || rank < 0 || rank >= ranks_) {
+        coordinator_log().warn("answer lane: a connection that is not a rank of this group was closed{}",
+                               s.is_ok() ? "" : fmt::format(" ({})", s.message));
+        return false;
+    }
+    // A rank that connects again (a new epoch, a restarted process) replaces its old connection.
+    for (connection& other : connections_) {
+        if (&other != &c && other.rank == rank) other.fd = net::unique_fd();
+    }
+    c.rank = rank;
+    coordinator_log().debug("answer lane: rank {} connected", rank);
+    return true;
+}
+
+bool answer_lane::read_answer(connection& c) {
+    const auto deadline = net::clock::now() + kFrameWait;
+    uint32_t length = 0;
+    status s = net::read_value(c.fd.get(), length, deadline);
+    if (s.is_ok() && length > max_body_)
+        s = status::invalid(fmt::format("answer of {} bytes: expected at most {}", length, max_body_));
+    std::string body;
+    if (s.is_ok()) {
+        body.resize(length);
+        s = net::read_all(c.fd.get(), body.data(), length, deadline);
+    }
+    if (!s.is_ok()) {
+        if (s.code != status_code::aborted)  // a rank process that closes its end leaves quietly
+            coordinator_log().warn("answer lane: rank {}: {}; its answers come over CAF", c.rank, s.message);
+        return false;
+    }
+    const std::shared_ptr<step_board> board = board_of(answer_step_id(body));
+    if (!board) return true;  // the step is done: CAF's answer came first
+    rank_result result;
+    if (s = decode_answer(body, c.rank, board->step(), result); !s.is_ok()) {
+        coordinator_log().warn("answer lane: rank {}: {}; its answers come over CAF", c.rank, s.message);
+        return false;
+    }
+    board->file(result);
+    filed_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
+status answer_sender::connect(const std::string& host, uint16_t port, uint64_t secret, int32_t rank,
+                              std::chrono::milliseconds timeout, std::unique_ptr<answer_sender>& out) {
+    const auto deadline = net::clock::now() + timeout;
+    net::unique_fd fd;
+    status s = net::connect_tcp(host, port, deadline, fd);
+    if (s.is_ok()) s = net::write_value(fd.get(), kGreetingMagic, deadline);
+    if (s.is_ok()) s = net::write_value(fd.get(), rank, deadline);
+    if (s.is_ok()) s = net::write_value(fd.get(), secret, deadline);
+    if (!s.is_ok()) return {s.code, fmt::format("answer lane at {}:{}: {}", host, port, s.message)};
+    out.reset(new answer_sender(std::move(fd), timeout));
+    return status::success();
+}
+
+status answer_sender::send(const rank_result& result) {
+    frame_.clear();
+    const std::string body = encode_answer(result);
+    put(frame_, static_cast<uint32_t>(body.size()));
+    frame_ += body;
+    return net::write_all(fd_.get(), frame_.data(), frame_.size(), net::clock::now() + timeout_);
+}
+
+}  // namespace ds

@@ -1,0 +1,118 @@
+// The answer lane (docs/architecture.md, The answer lane): a rank process's successful step result
+// travels to the coordinator's process over a TCP connection of its own, read by a thread that
+// files it on the step's board (step_board.h), where the set's last filing answers a library
+// caller on the spot. The same result still comes back over CAF, which the coordinator needs for
+// its commits and the next job, and a second filing for a rank is ignored: the lane only takes
+// CAF's middleman hops (a wake-up of each process's multiplexer and of the scheduled membership
+// actor, hundreds of microseconds on loopback) off the step's critical path. A lane that fails
+// costs nothing but that speed: the rank drops it until the next epoch and CAF answers alone.
+//
+// Wire format (host byte order: both ends are processes of one build), per connection:
+//   rank -> coordinator, once:  u32 magic "dsal", i32 rank, u64 secret (from the form_msg)
+//   then per answer:            u32 body bytes, body = u64 step id, i32 bs, i32 N, u64 digest,
+//                               i64 x 5 timing (step_timing's fields in order), i32 packed
+//                               [bs*N + bs], i32 accept_index [bs*N], u32 logprob bits [bs*N],
+//                               u8 row_error [bs]
+// A connection with a wrong magic, secret or rank, a frame larger than the group's largest
+// answer, a frame for a step not in flight or of another shape, or a digest that does not match
+// its outputs is closed (logged); its rank's answers then come over CAF only.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/rank_core.h"
+#include "config/group_config.h"
+#include "transport/socket_io.h"
+
+namespace ds {
+
+class step_board;
+struct dist_step;
+
+// The body of an answer frame for `result` (outputs present).
+std::string encode_answer(const rank_result& result);
+// Rank `rank`'s result of `step` from a frame body: invalid, naming the field, when its step id,
+// shape or digest is not `step`'s.
+status decode_answer(const std::string& body, int32_t rank, const dist_step& step, rank_result& out);
+// The step id a frame body names (0 when the body is too short to name one).
+uint64_t answer_step_id(const std::string& body);
+
+// The coordinator's end: a listening socket and the thread that reads every rank's connection.
+class answer_lane {
+   public:
+    // Listens on host:port (0: any free port) for `config`'s ranks; `spin` > 0: after each step is
+    // expected, the thread polls without sleeping for that long (tuning.rank_spin_us).
+    static status open(const std::string& host, uint16_t port, const group_config& config,
+                       std::shared_ptr<answer_lane>& out);
+    ~answer_lane();  // stops the thread, closes every connection
+    answer_lane(const answer_lane&) = delete;
+    answer_lane& operator=(const answer_lane&) = delete;
+
+    uint16_t port() const { return port_; }
+    uint64_t secret() const { return secret_; }
+
+    // The step `board` settles may be answered on the lane; held weakly, so an answer that comes
+    // after its step is done is dropped.
+    void expect(const std::shared_ptr<step_board>& board);
+    // Answers filed on a board so far.
+    uint64_t filed() const { return filed_.load(std::memory_order_relaxed); }
+
+   private:
+    struct connection {
+        net::unique_fd fd;
+        int32_t rank = -1;  // -1 until its greeting is read
+        net::clock::time_point accepted;
+    };
+
+    answer_lane(const group_config& config, net::unique_fd listener, uint16_t port);
+    void serve();
+    void accept_connection();
+    // False: the connection is to be closed.
+    bool read_greeting(connection& c);
+    bool read_answer(connection& c);
+    // Forgets closed connections and closes those that did not greet in time.
+    void drop_closed_and_silent();
+    std::shared_ptr<step_board> board_of(uint64_t step_id);
+
+    const int32_t ranks_;
+    const size_t max_body_;
+    const std::chrono::microseconds spin_;
+    const net::unique_fd listener_;
+    const uint16_t port_;
+    const uint64_t secret_;
+    net::unique_fd wake_read_, wake_write_;
+    std::atomic<bool> stopping_{false};
+    std::atomic<int64_t> spin_until_ns_{0};
+    std::atomic<uint64_t> filed_{0};
+    std::vector<connection> connections_;  // the thread's own
+    std::mutex mutex_;
+    std::map<uint64_t, std::weak_ptr<step_board>> boards_;  // by step id, under mutex_
+    std::thread thread_;
+};
+
+// A rank's end: its connection to the coordinator's lane for one epoch.
+class answer_sender {
+   public:
+    // Connects and greets within `timeout`.
+    static status connect(const std::string& host, uint16_t port, uint64_t secret, int32_t rank,
+                          std::chrono::milliseconds timeout, std::unique_ptr<answer_sender>& out);
+    // Sends a successful result (outputs present), within the timeout.
+    status send(const rank_result& result);
+
+   private:
+    answer_sender(net::unique_fd fd, std::chrono::milliseconds timeout) : fd_(std::move(fd)), timeout_(timeout) {}
+
+    net::unique_fd fd_;
+    std::chrono::milliseconds timeout_;
+    std::string frame_;  // reused
+};
+
+}  // namespace ds
