@@ -26,8 +26,15 @@ worker_step describe(const dist_step& step, int32_t rank) {
 
 }  // namespace
 
-worker_handoff::worker_handoff(int32_t rank, std::chrono::milliseconds logits_timeout)
-    : rank_(rank), logits_timeout_(logits_timeout) {}
+worker_handoff::worker_handoff(int32_t rank, std::chrono::milliseconds logits_timeout,
+                               std::chrono::microseconds spin)
+    : rank_(rank), logits_timeout_(logits_timeout), spin_(spin) {}
+
+void worker_handoff::spin_for_shard(uint64_t step_id) const {
+    const auto until = std::chrono::steady_clock::now() + spin_;
+    while (provided_step_.load(std::memory_order_acquire) != step_id && std::chrono::steady_clock::now() < until) {
+    }
+}
 
 status worker_handoff::check_shard(uint64_t step_id, const logits_view& shard) const {
     if (shard.data == nullptr || shard.rows != expected_rows_ || shard.vocab != expected_vocab_ ||
@@ -50,6 +57,11 @@ status worker_handoff::supply(const dist_step& step, logits_view& shard) {
     expected_rows_ = int64_t{step.plan.bs} * step.plan.tokens_per_req;
     expected_vocab_ = step.plan.shard_vocab;
     changed_.notify_all();
+    if (spin_.count() > 0) {
+        lock.unlock();
+        spin_for_shard(step.id);
+        lock.lock();
+    }
     const bool provided =
         changed_.wait_for(lock, logits_timeout_, [&] { return is_closed_ || provided_for_ == step.id; });
     waiting_for_ = 0;
@@ -96,6 +108,7 @@ status worker_handoff::provide(uint64_t step_id, const logits_view& shard) {
     DS_TRY(check_shard(step_id, shard));
     provided_ = shard;
     provided_for_ = step_id;
+    provided_step_.store(step_id, std::memory_order_release);
     changed_.notify_all();
     return status::success();
 }

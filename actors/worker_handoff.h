@@ -4,6 +4,7 @@
 // (docs/deployment.md, Ranks inside model workers). The rank core reaches it as its shard_supplier.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -19,7 +20,10 @@ namespace ds {
 
 class worker_handoff {
    public:
-    worker_handoff(int32_t rank, std::chrono::milliseconds logits_timeout);
+    // `spin` > 0: the rank polls that long for the worker's shard before its thread sleeps
+    // (tuning.rank_spin_us), so a shard handed in meanwhile costs no thread wake-up.
+    worker_handoff(int32_t rank, std::chrono::milliseconds logits_timeout,
+                   std::chrono::microseconds spin = std::chrono::microseconds(0));
 
     // The rank's side (its actor's thread).
     status supply(const dist_step& step, logits_view& shard);
@@ -38,8 +42,12 @@ class worker_handoff {
 
     status check_shard(uint64_t step_id, const logits_view& shard) const;
 
+    void spin_for_shard(uint64_t step_id) const;
+
     const int32_t rank_;
     const std::chrono::milliseconds logits_timeout_;
+    const std::chrono::microseconds spin_;
+    std::atomic<uint64_t> provided_step_{0};  // provided_for_, readable without the mutex
     std::mutex mutex_;
     std::condition_variable changed_;
     std::deque<worker_step> announced_;  // not yet taken by next_step

@@ -77,7 +77,8 @@ status worker_rank::join(const worker_rank_config& config, std::unique_ptr<worke
     const host_port coordinator = parse_host_port(config.coordinator).value();
     set_ucx_environment(config.topology);
     auto state = std::make_unique<impl>();
-    state->handoff = std::make_shared<worker_handoff>(config.rank, config.logits_timeout);
+    state->handoff = std::make_shared<worker_handoff>(config.rank, config.logits_timeout,
+                                                      std::chrono::microseconds(config.group.tuning.rank_spin_us));
     state->system = kept_actor_system(config.topology);
     // The serving thread says once whether the join succeeded.
     auto joined = std::make_shared<std::promise<status>>();

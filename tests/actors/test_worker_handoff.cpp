@@ -26,6 +26,31 @@ dist_step a_step(uint64_t id, int32_t bs, int32_t n) {
     return step;
 }
 
+// A rank that polls for the shard (tuning.rank_spin_us) takes it as a sleeping one does, whether it
+// comes while the rank polls or after it stopped; a shard that never comes still times out.
+TEST(WorkerHandoff, APollingRankTakesTheShardInsideAndAfterItsPollAndTimesOutWithout) {
+    std::vector<float> rows(2 * 8, 1.0f);
+    for (const auto spin : {std::chrono::microseconds(2'000'000), std::chrono::microseconds(1'000)}) {
+        worker_handoff handoff(kRank, milliseconds(5000), spin);
+        const dist_step step = a_step(3, 2, 1);
+        auto rank_side = std::async(std::launch::async, [&] {
+            logits_view shard;
+            const status s = handoff.supply(step, shard);
+            return std::make_pair(s, shard.data);
+        });
+        worker_step seen;
+        ASSERT_TRUE(handoff.next_step(milliseconds(5000), seen).is_ok());
+        std::this_thread::sleep_for(milliseconds(20));
+        ASSERT_TRUE(handoff.provide(3, logits_view{rows.data(), logits_dtype::f32, 2, 8, 8, false}).is_ok());
+        const auto [s, data] = rank_side.get();
+        ASSERT_TRUE(s.is_ok()) << s.message;
+        EXPECT_EQ(data, rows.data()) << "spin " << spin.count() << " us";
+    }
+    worker_handoff withheld(kRank, milliseconds(50), std::chrono::microseconds(20'000));
+    logits_view shard;
+    EXPECT_EQ(withheld.supply(a_step(4, 2, 1), shard).code, status_code::timeout);
+}
+
 TEST(WorkerHandoff, TheWorkerSeesTheStepAndItsShardReachesTheRank) {
     worker_handoff handoff(kRank, milliseconds(5000));
     const dist_step step = a_step(4, 2, 3);
