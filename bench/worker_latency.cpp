@@ -13,6 +13,7 @@
 //                      step also waits in collectives for the later shards) and its collectives;
 //   overhead           critical path - that rank's sampling (target: <= 50 us at p50): the
 //                      handoff, the answer's way to the coordinator and the reply;
+// first with the ranks' answers on the answer lane (actors/answer_lane.h), then over CAF only;
 // and, in the same run, the same step on rank threads of one process (local transport, the rows
 // handed in by the caller), submit -> reply, with its ranks' sampling time. All processes run on
 // this host, so their steady clocks agree. With --backend cuda the ranks sample on the GPU and each
@@ -20,7 +21,7 @@
 // it), which it hands in as a device pointer; the rank threads get device shards too.
 //
 //   bench_worker_latency [--steps 300] [--mode sharded] [--batch 4] [--n 4] [--vocab 4096]
-//                        [--forward-us 2000] [--backend cpu|cuda]
+//                        [--forward-us 2000] [--backend cpu|cuda] [--spin-us 0]
 #include <distsample/group.h>
 #include <distsample/rank.h>
 #include <fmt/format.h>
@@ -56,6 +57,7 @@ struct options {
     int32_t vocab = 4096;
     int64_t forward_us = 2000;
     ds::backend_kind backend = ds::backend_kind::cpu;
+    int32_t spin_us = 0;  // tuning.rank_spin_us, reply_spin_us and scheduler_spin_us
 };
 
 // What a worker reports per step, on steady_clock (one clock for every process of the host).
@@ -74,6 +76,9 @@ ds::group_config make_config(const options& o, bool workers) {
     config.limits.max_slots = o.batch + 1;
     config.transport.kind = workers ? ds::transport_kind::ucx : ds::transport_kind::local;
     config.backend = o.backend;
+    config.tuning.rank_spin_us = o.spin_us;
+    config.tuning.reply_spin_us = o.spin_us;
+    config.tuning.scheduler_spin_us = o.spin_us;
     const ds::result<ds::dist_mode> mode = ds::parse_mode(o.mode);
     if (!mode.is_ok()) {
         fmt::print(stderr, "{}\n", mode.error().message);
@@ -202,9 +207,10 @@ void print_row(const std::string& what, const std::vector<double>& us, const std
 
 double us_of(int64_t ns) { return static_cast<double>(ns) * 1e-3; }
 
-// The coordinator's side with TP forked workers; prints the breakdown and sets `bytes` to what the
-// ranks received over the transport in a step (all ranks). False when no step completed.
-bool bench_workers(const options& o, int64_t& bytes) {
+// The coordinator's side with TP forked workers, the ranks' answers on the answer lane or over CAF
+// only (`lane`); prints the breakdown and sets `bytes` to what the ranks received over the
+// transport in a step (all ranks). False when no step completed.
+bool bench_workers(const options& o, bool lane, int64_t& bytes) {
     const uint16_t port = free_port();
     int pipes[kTp][2];
     std::vector<pid_t> children;
@@ -227,6 +233,7 @@ bool bench_workers(const options& o, int64_t& bytes) {
     {
         ds::topology_config topology;
         topology.logits_source = "worker";
+        topology.answer_port = lane ? 0 : -1;
         std::unique_ptr<ds::group> group;
         ds::status s = ds::group::create_with_rank_processes(make_config(o, true), topology, "127.0.0.1", port, group);
         if (s.is_ok()) s = group->wait_for_ranks(std::chrono::seconds(30));
@@ -283,6 +290,7 @@ bool bench_workers(const options& o, int64_t& bytes) {
         fmt::print(stderr, "workers: no step completed\n");
         return false;
     }
+    fmt::print("| **the ranks' answers {}** | | |\n", lane ? "on the answer lane" : "over CAF only (no answer lane)");
     print_row("workers: submit -> the last worker holds the plan", delivery,
               fmt::format("(the forward takes {} us)", o.forward_us));
     print_row("workers: last provide_logits -> reply (critical path)", critical);
@@ -346,6 +354,7 @@ int main(int argc, char** argv) {
         else if (flag == "--n") o.n = std::max(1, std::atoi(value));
         else if (flag == "--vocab") o.vocab = std::max(kTp, std::atoi(value) / kTp * kTp);
         else if (flag == "--forward-us") o.forward_us = std::max<int64_t>(0, std::atoll(value));
+        else if (flag == "--spin-us") o.spin_us = std::clamp(std::atoi(value), 0, 1000000);
         else if (flag == "--backend") {
             const ds::result<ds::backend_kind> backend = ds::parse_backend_kind(value);
             if (!backend.is_ok()) {
@@ -356,13 +365,14 @@ int main(int argc, char** argv) {
         }
     }
     fmt::print("TP = {} worker processes (rank API, UCX, {} backend{}), {} mode, bs = {}, N = {}, V = {}, {} steps "
-               "after {} warm-up, {} cores\n\n",
+               "after {} warm-up, spin {} us, {} cores\n\n",
                kTp, ds::backend_name(o.backend),
                o.backend == ds::backend_kind::cuda ? ", shards handed in from device memory" : "", o.mode, o.batch,
-               o.n, o.vocab, o.steps, kWarmup, std::thread::hardware_concurrency());
+               o.n, o.vocab, o.steps, kWarmup, o.spin_us, std::thread::hardware_concurrency());
     fmt::print("| {:<54} | {:>9} | {:>9} |\n|---|---:|---:|\n", "per step (µs)", "p50", "p99");
     int64_t bytes = 0;
-    const bool workers = bench_workers(o, bytes);  // forks first, while this process has no threads
+    // Forks first, while this process has no threads (each group's threads end with the group).
+    const bool workers = bench_workers(o, true, bytes) && bench_workers(o, false, bytes);
     const bool threads = bench_threads(o);
     fmt::print("\nbytes the worker ranks received per step over the transport (all ranks): {}\n", bytes);
     return workers && threads ? 0 : 1;
