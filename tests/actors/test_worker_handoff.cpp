@@ -26,6 +26,15 @@ dist_step a_step(uint64_t id, int32_t bs, int32_t n) {
     return step;
 }
 
+// The rank's side of `step` on a thread of its own: the status and the shard's data pointer.
+std::future<std::pair<status, const void*>> supply_async(worker_handoff& handoff, const dist_step& step) {
+    return std::async(std::launch::async, [&handoff, &step] {
+        logits_view shard;
+        const status s = handoff.supply(step, shard);
+        return std::make_pair(s, shard.data);
+    });
+}
+
 // A rank that polls for the shard (tuning.rank_spin_us) takes it as a sleeping one does, whether it
 // comes while the rank polls or after it stopped; a shard that never comes still times out.
 TEST(WorkerHandoff, APollingRankTakesTheShardInsideAndAfterItsPollAndTimesOutWithout) {
@@ -33,11 +42,7 @@ TEST(WorkerHandoff, APollingRankTakesTheShardInsideAndAfterItsPollAndTimesOutWit
     for (const auto spin : {std::chrono::microseconds(2'000'000), std::chrono::microseconds(1'000)}) {
         worker_handoff handoff(kRank, milliseconds(5000), spin);
         const dist_step step = a_step(3, 2, 1);
-        auto rank_side = std::async(std::launch::async, [&] {
-            logits_view shard;
-            const status s = handoff.supply(step, shard);
-            return std::make_pair(s, shard.data);
-        });
+        auto rank_side = supply_async(handoff, step);
         worker_step seen;
         ASSERT_TRUE(handoff.next_step(milliseconds(5000), seen).is_ok());
         std::this_thread::sleep_for(milliseconds(20));
@@ -55,11 +60,7 @@ TEST(WorkerHandoff, TheWorkerSeesTheStepAndItsShardReachesTheRank) {
     worker_handoff handoff(kRank, milliseconds(5000));
     const dist_step step = a_step(4, 2, 3);
     std::vector<float> rows(6 * 8, 1.0f);
-    auto rank_side = std::async(std::launch::async, [&] {
-        logits_view shard;
-        const status s = handoff.supply(step, shard);
-        return std::make_pair(s, shard.data);
-    });
+    auto rank_side = supply_async(handoff, step);
     worker_step seen;
     ASSERT_TRUE(handoff.next_step(milliseconds(5000), seen).is_ok());
     EXPECT_EQ(seen.id, 4u);
