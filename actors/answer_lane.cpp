@@ -282,8 +282,8 @@ bool answer_lane::read_answer(connection& c) {
         coordinator_log().warn("answer lane: rank {}: {}; its answers come over CAF", c.rank, s.message);
         return false;
     }
+    filed_.fetch_add(1, std::memory_order_relaxed);  // before the filing, which may answer the caller
     board->file(result);
-    filed_.fetch_add(1, std::memory_order_relaxed);
     return true;
 }
 
