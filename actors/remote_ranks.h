@@ -1,17 +1,11 @@
 // The coordinator's side of ranks in other processes (docs/architecture.md, Ranks in other
-// processes). A membership actor, published over CAF's middleman, takes the rank processes'
-// join_msg, monitors each of them, and forms the group: once all TP ranks are present it opens a
-// fresh TCP rendezvous (a new epoch) and sends every rank a form_msg, after which each rank builds
-// a new transport endpoint (ucx) and re-registers the requests. TP local proxy actors
-// (rank_actor_type) stand in for the ranks, so the coordinator actor is the one of the embedded
-// group: it plans, fans out, checks digests and applies the rank-0 policy unchanged.
-//
-// A rank process that dies (down_msg) fails the steps in flight on it with an error naming the
-// rank; steps fail fast while the group is incomplete; when the rank joins again the group is
-// re-formed. A failed step (the coordinator aborts the group) also re-forms it, so no endpoint left
-// inside a failed collective is used again; a re-form waits until every call in flight to a rank
-// process has been answered or has timed out, and an epoch ends once every rank has answered it. Penalty counts
-// committed since a request's registration are not carried over a re-form (the registration, with its history, is).
+// processes): the membership actor (actors/membership_actor.h), published over CAF's middleman,
+// forms the group from the rank processes that join; TP local proxy actors (rank_actor_type)
+// stand in for the ranks, so the coordinator actor is the one of the embedded group: it plans,
+// fans out, checks digests and applies the rank-0 policy unchanged. A failed step (the coordinator
+// aborts the group) re-forms it, so no endpoint left inside a failed collective is used again.
+// Penalty counts committed since a request's registration are not carried over a re-form (the
+// registration, with its history, is).
 #pragma once
 
 #include <caf/all.hpp>
