@@ -34,10 +34,7 @@ group_config lane_config() {
 std::shared_ptr<const dist_step> make_step(uint64_t id) {
     auto step = std::make_shared<dist_step>();
     step->id = id;
-    step->plan.bs = kBatch;
-    step->plan.tp = kRanks;
-    step->plan.pad_bs = 4;
-    step->plan.tokens_per_req = kN;
+    step->plan = step_plan{kBatch, kRanks, 4, 1, kN, 16};  // bs, tp, pad_bs, reqs_per_rank, N, shard_vocab
     return step;
 }
 
