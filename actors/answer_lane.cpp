@@ -7,7 +7,6 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
 #include <cstring>
 #include <random>
 
@@ -72,26 +71,28 @@ uint64_t random_secret() {
 
 }  // namespace
 
-std::string encode_answer(const rank_result& result) {
+void append_answer(const rank_result& result, std::string& out) {
     const step_outputs& o = *result.outputs;
     const int32_t bs = o.batch_size();
     const int32_t n = bs == 0 ? 0 : static_cast<int32_t>(o.accept_index.size() / static_cast<size_t>(bs));
-    std::string body;
-    body.reserve(body_bytes(bs, n));
-    put(body, result.step_id);
-    put(body, bs);
-    put(body, n);
-    put(body, result.digest);
+    out.reserve(out.size() + body_bytes(bs, n));
+    put(out, result.step_id);
+    put(out, bs);
+    put(out, n);
+    put(out, result.digest);
     const step_timing& t = result.timing;
     for (int64_t v :
          {t.rank_step_ns, t.rank_transport_ns, t.rank_received_bytes, t.rank_began_at_ns, t.rank_answered_at_ns})
-        put(body, v);
-    put_all(body, o.packed);
-    put_all(body, o.accept_index);
-    std::vector<uint32_t> bits(o.logprobs.size());
-    if (!bits.empty()) std::memcpy(bits.data(), o.logprobs.data(), bits.size() * sizeof(float));
-    put_all(body, bits);
-    put_all(body, o.row_error);
+        put(out, v);
+    put_all(out, o.packed);
+    put_all(out, o.accept_index);
+    put_all(out, o.logprobs);  // their bytes: the bits, NaN payloads included
+    put_all(out, o.row_error);
+}
+
+std::string encode_answer(const rank_result& result) {
+    std::string body;
+    append_answer(result, body);
     return body;
 }
 
@@ -125,9 +126,7 @@ status decode_answer(const std::string& body, int32_t rank, const dist_step& ste
     outputs->resize(bs, n);
     in.take_all(outputs->packed);
     in.take_all(outputs->accept_index);
-    std::vector<uint32_t> bits(outputs->logprobs.size());
-    in.take_all(bits);
-    if (!bits.empty()) std::memcpy(outputs->logprobs.data(), bits.data(), bits.size() * sizeof(float));
+    in.take_all(outputs->logprobs);
     in.take_all(outputs->row_error);
     if (outputs->digest() != out.digest)
         return status::invalid(
@@ -169,7 +168,9 @@ answer_lane::~answer_lane() {
 
 void answer_lane::expect(const std::shared_ptr<step_board>& board) {
     {
+        // Every rank's forwarding of a step names its board: the first one registers it.
         std::lock_guard<std::mutex> lock(mutex_);
+        if (boards_.count(board->step().id) > 0) return;
         for (auto it = boards_.begin(); it != boards_.end();) it = it->second.expired() ? boards_.erase(it) : ++it;
         boards_.emplace(board->step().id, board);
     }
@@ -301,10 +302,10 @@ status answer_sender::connect(const std::string& host, uint16_t port, uint64_t s
 }
 
 status answer_sender::send(const rank_result& result) {
-    frame_.clear();
-    const std::string body = encode_answer(result);
-    put(frame_, static_cast<uint32_t>(body.size()));
-    frame_ += body;
+    frame_.assign(sizeof(uint32_t), '\0');  // the body's length, set below
+    append_answer(result, frame_);
+    const auto length = static_cast<uint32_t>(frame_.size() - sizeof(uint32_t));
+    std::memcpy(frame_.data(), &length, sizeof length);
     return net::write_all(fd_.get(), frame_.data(), frame_.size(), net::clock::now() + timeout_);
 }
 

@@ -37,7 +37,8 @@ namespace ds {
 class step_board;
 struct dist_step;
 
-// The body of an answer frame for `result` (outputs present).
+// The body of an answer frame for `result` (outputs present), appended to `out`.
+void append_answer(const rank_result& result, std::string& out);
 std::string encode_answer(const rank_result& result);
 // Rank `rank`'s result of `step` from a frame body: invalid, naming the field, when its step id,
 // shape or digest is not `step`'s.
@@ -112,7 +113,7 @@ class answer_sender {
 
     net::unique_fd fd_;
     std::chrono::milliseconds timeout_;
-    std::string frame_;  // reused
+    std::string frame_;  // reused: the length, then the body
 };
 
 }  // namespace ds

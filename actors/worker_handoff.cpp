@@ -26,13 +26,12 @@ worker_step describe(const dist_step& step, int32_t rank) {
 
 }  // namespace
 
-worker_handoff::worker_handoff(int32_t rank, std::chrono::milliseconds logits_timeout,
-                               std::chrono::microseconds spin)
+worker_handoff::worker_handoff(int32_t rank, std::chrono::milliseconds logits_timeout, std::chrono::microseconds spin)
     : rank_(rank), logits_timeout_(logits_timeout), spin_(spin) {}
 
 void worker_handoff::spin_for_shard(uint64_t step_id) const {
     const auto until = std::chrono::steady_clock::now() + spin_;
-    while (provided_step_.load(std::memory_order_acquire) != step_id && std::chrono::steady_clock::now() < until) {
+    while (provided_for_.load(std::memory_order_acquire) != step_id && std::chrono::steady_clock::now() < until) {
     }
 }
 
@@ -107,8 +106,7 @@ status worker_handoff::provide(uint64_t step_id, const logits_view& shard) {
     }
     DS_TRY(check_shard(step_id, shard));
     provided_ = shard;
-    provided_for_ = step_id;
-    provided_step_.store(step_id, std::memory_order_release);
+    provided_for_.store(step_id, std::memory_order_release);
     changed_.notify_all();
     return status::success();
 }

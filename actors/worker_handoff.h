@@ -47,14 +47,13 @@ class worker_handoff {
     const int32_t rank_;
     const std::chrono::milliseconds logits_timeout_;
     const std::chrono::microseconds spin_;
-    std::atomic<uint64_t> provided_step_{0};  // provided_for_, readable without the mutex
     std::mutex mutex_;
     std::condition_variable changed_;
     std::deque<worker_step> announced_;  // not yet taken by next_step
     uint64_t waiting_for_ = 0;           // the step whose logits supply() waits for; 0: none
     int64_t expected_rows_ = 0;          // of the step waited for
     int32_t expected_vocab_ = 0;
-    uint64_t provided_for_ = 0;
+    std::atomic<uint64_t> provided_for_{0};  // written under mutex_, polled without it by spin_for_shard
     logits_view provided_;
     uint64_t latest_step_ = 0;  // the latest step announced
     std::map<uint64_t, step_outputs> committed_;
