@@ -102,6 +102,22 @@ __device__ __forceinline__ uint64_t global_nanoseconds() {
     return t;
 }
 
+// The step's kernels overlap their launches (programmatic dependent launch, sm_90): the prepare
+// kernel lets the sampling kernel start at once, and the sampling kernel reads its logits while
+// the prepare kernel still runs; it waits for it (its writes visible) before it touches the
+// workspace. Both are no-ops where the launch did not ask for the overlap.
+__device__ __forceinline__ void let_the_sampling_kernel_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wait_for_the_prepare_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Publishes thread 0's writes (threads that wrote global memory fence themselves first) and
 // counts the block in; with `expected`, waits until that many blocks have. A wait past
 // kBarrierTimeoutNs raises the launch's fault flag instead of hanging.

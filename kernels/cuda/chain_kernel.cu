@@ -147,6 +147,7 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
     extern __shared__ __align__(16) unsigned char shared_bytes[];
     kernel_shared& sh = *reinterpret_cast<kernel_shared*>(shared_bytes);
     const chain_workspace& ws = p.workspace;
+    wait_for_the_prepare_kernel();  // it clears the ticket counter
     if (threadIdx.x == 0) sh.ticket = atomicAdd(&ws.control->next_ticket, 1u);
     __syncthreads();
     const int32_t chunks = chunks_per_row(p.vocab);
@@ -224,6 +225,7 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
 // Clears the workspace's counters and resolves every request of the call, its values checked,
 // for the chain kernels to read: one launch before the step's kernel.
 __global__ void prepare_step_kernel(sampling_call call, chain_workspace workspace) {
+    let_the_sampling_kernel_start();
     const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
     auto* counters = reinterpret_cast<uint4*>(workspace.control);  // 256-byte aligned, whole uint4s
@@ -268,19 +270,29 @@ cudaError_t launch_step(const sampling_call& call, const chain_kernel_params& pa
     const int64_t threads = std::max<int64_t>(params.batch_size, (words + kWordsPerThread - 1) / kWordsPerThread);
     prepare_step_kernel<<<static_cast<unsigned>((threads + kPrepareThreads - 1) / kPrepareThreads), kPrepareThreads, 0,
                           stream>>>(call, params.workspace);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     const unsigned blocks = chain_kernel_blocks(params);
+    // Launched to overlap the prepare kernel (chain_block.cuh, let_the_sampling_kernel_start).
+    cudaLaunchAttribute overlap{};
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t launch{};
+    launch.gridDim = dim3(blocks);
+    launch.blockDim = dim3(kBlockThreads);
+    launch.stream = stream;
+    launch.attrs = &overlap;
+    launch.numAttrs = 1;
     if (params.stream_segments > 0) {
-        if (params.dtype == logits_dtype::f32) {
-            streaming_greedy_kernel<logits_dtype::f32><<<blocks, kBlockThreads, 0, stream>>>(params);
-        } else if (params.dtype == logits_dtype::bf16) {
-            streaming_greedy_kernel<logits_dtype::bf16><<<blocks, kBlockThreads, 0, stream>>>(params);
-        } else {
-            streaming_greedy_kernel<logits_dtype::f16><<<blocks, kBlockThreads, 0, stream>>>(params);
+        switch (params.dtype) {
+            case logits_dtype::f32:
+                return cudaLaunchKernelEx(&launch, streaming_greedy_kernel<logits_dtype::f32>, params);
+            case logits_dtype::bf16:
+                return cudaLaunchKernelEx(&launch, streaming_greedy_kernel<logits_dtype::bf16>, params);
+            default: return cudaLaunchKernelEx(&launch, streaming_greedy_kernel<logits_dtype::f16>, params);
         }
-    } else {
-        chain_kernel<<<blocks, kBlockThreads, sizeof(kernel_shared), stream>>>(params);
     }
-    return cudaGetLastError();
+    launch.dynamicSmemBytes = sizeof(kernel_shared);
+    return cudaLaunchKernelEx(&launch, chain_kernel, params);
 }
 
 }  // namespace ds::cuda

@@ -91,11 +91,13 @@ struct stream_state {
     int32_t best_index = -1;
     float softmax_max = -HUGE_VALF;  // the running softmax sum is relative to this
     double softmax = 0.0;
+    bool holds_draft = false;  // the thread read the draft's logit (written after the prepare kernel)
+    float draft_logit = 0.0f;
 };
 
 template <int Tokens>
 __device__ __forceinline__ void visit_vector(const float (&v)[Tokens], int32_t at, int32_t end, int32_t draft,
-                                             bool with_softmax, row_sync& sync, stream_state& s) {
+                                             bool with_softmax, stream_state& s) {
     float top = v[0];
 #pragma unroll
     for (int k = 1; k < Tokens; ++k) top = fmaxf(top, v[k]);  // NaN ignored unless all are
@@ -109,7 +111,7 @@ __device__ __forceinline__ void visit_vector(const float (&v)[Tokens], int32_t a
     if (static_cast<uint32_t>(draft - at) < static_cast<uint32_t>(Tokens) && draft < end) {
 #pragma unroll
         for (int k = 0; k < Tokens; ++k) {
-            if (at + k == draft) sync.draft_logit = v[k];  // past `end`: the next segment's
+            if (at + k == draft) s.holds_draft = true, s.draft_logit = v[k];  // past `end`: the next segment's
         }
     }
     if (!with_softmax) return;
@@ -129,7 +131,7 @@ __device__ __forceinline__ void visit_vector(const float (&v)[Tokens], int32_t a
 // flight.
 template <logits_dtype Dtype>
 __device__ void stream_segment(const chain_kernel_params& p, int64_t row, int32_t first, int32_t end, int32_t draft,
-                               bool with_softmax, row_sync& sync, stream_state& s) {
+                               bool with_softmax, stream_state& s) {
     constexpr int Tokens = kVectorTokens<Dtype>;
     constexpr int32_t stride = kBlockThreads * Tokens;
     const auto* bytes = static_cast<const char*>(p.logits) + row * p.row_stride * (Tokens == 4 ? 4 : 2);
@@ -137,7 +139,7 @@ __device__ void stream_segment(const chain_kernel_params& p, int64_t row, int32_
     constexpr int32_t group = stride * kStreamUnroll;
     auto consume = [&](int32_t at, float(&v)[Tokens]) {
         apply_bitmask<Tokens>(p, row, at, end, v);
-        visit_vector<Tokens>(v, at, end, draft, with_softmax, sync, s);
+        visit_vector<Tokens>(v, at, end, draft, with_softmax, s);
     };
     auto whole_group = [&](int32_t at) { return aligned && at + (kStreamUnroll - 1) * stride + Tokens <= end; };
     auto load_group = [&](int32_t at, uint4(&raw)[kStreamUnroll]) {
@@ -210,7 +212,9 @@ __global__ void __launch_bounds__(kBlockThreads, kStreamBlocksPerSm) streaming_g
                               p.logprobs == logprob_mode::raw};
 
     stream_state s;
-    stream_segment<Dtype>(p, row, first, end, draft, needs.softmax, sync, s);
+    stream_segment<Dtype>(p, row, first, end, draft, needs.softmax, s);
+    wait_for_the_prepare_kernel();  // it clears the row's counters (and resolves the requests)
+    if (s.holds_draft) sync.draft_logit = s.draft_logit;
     float segment_max = 0.0f;
     const int32_t index = block_argmax(s.best, s.best_index, segment_max, sh.scratch);
     double softmax = 0.0;
