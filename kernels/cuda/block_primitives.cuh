@@ -114,51 +114,61 @@ __device__ inline int32_t block_argmax(float best, int32_t best_index, float& va
     return index;
 }
 
-// The contiguous range [begin, end) of [0, count) that this thread owns: segments in thread
-// order, so a thread's running sum is a prefix of the block's.
-struct thread_segment {
+// The contiguous range [begin, end) of [0, count) that this thread's warp owns: regions in warp
+// order, whole multiples of 32 but the last. A warp walks its region 32 items at a time, lane l
+// taking item begin + 32 * step + l, so the lanes read consecutive words (no shared-memory bank
+// conflicts, coalesced global loads) and the region's items are still visited in order. (A
+// contiguous range per thread instead puts every lane of a warp on the same bank.)
+struct warp_region {
     int32_t begin;
     int32_t end;
 };
 
-__device__ __forceinline__ thread_segment segment_of(int32_t count) {
-    const int32_t per_thread = (count + kBlockThreads - 1) / kBlockThreads;
-    const int32_t begin = min(count, static_cast<int32_t>(threadIdx.x) * per_thread);
-    return {begin, min(count, begin + per_thread)};
+__device__ __forceinline__ warp_region region_of_warp(int32_t count) {
+    const int32_t per_warp = ((count + kWarps - 1) / kWarps + 31) / 32 * 32;
+    const int32_t begin = min(count, static_cast<int32_t>(threadIdx.x >> 5) * per_warp);
+    return {begin, min(count, begin + per_warp)};
 }
+
+// The lanes below this one, as a ballot mask.
+__device__ __forceinline__ unsigned lanes_below() { return (1u << (threadIdx.x & 31)) - 1u; }
 
 // Sum of f(i) over [0, count), to every thread; exact.
 template <class F>
 __device__ uint64_t block_sum_over(const F& f, int32_t count, block_scratch& sh) {
-    const thread_segment seg = segment_of(count);
     uint64_t sum = 0;
-#pragma unroll 8  // loads of several tokens in flight: a long segment is latency-bound
-    for (int32_t i = seg.begin; i < seg.end; ++i) sum += f(i);
+#pragma unroll 8  // several loads in flight
+    for (int32_t i = static_cast<int32_t>(threadIdx.x); i < count; i += kBlockThreads) sum += f(i);
     return block_sum(sum, sh);
 }
 
 // The first i in [0, count) whose inclusive prefix sum of f exceeds `target`, or -1; to every
-// thread. Each thread sums its segment, a block scan finds the segment that crosses the target,
-// and its thread walks it.
+// thread. Each warp sums its region, the warps' totals find the region that crosses the target,
+// and its warp walks it 32 items at a time with a warp scan.
 template <class F>
 __device__ int32_t block_find_prefix(const F& f, int32_t count, uint64_t target, block_scratch& sh) {
-    const thread_segment seg = segment_of(count);
+    const warp_region region = region_of_warp(count);
+    const int warp = static_cast<int>(threadIdx.x >> 5);
+    const int lane = static_cast<int>(threadIdx.x & 31);
     uint64_t sum = 0;
-#pragma unroll 8  // loads of several tokens in flight: a long segment is latency-bound
-    for (int32_t i = seg.begin; i < seg.end; ++i) sum += f(i);
-    uint64_t total = 0;
-    const uint64_t before = block_exclusive_scan(sum, total, sh);
+#pragma unroll 8  // several loads in flight
+    for (int32_t i = region.begin + lane; i < region.end; i += 32) sum += f(i);
+    const uint64_t region_total = warp_sum(sum);
+    if (lane == 0) sh.warp_u64[warp] = region_total;
     if (threadIdx.x == 0) sh.broadcast_i32 = -1;
     __syncthreads();
-    if (before <= target && before + sum > target) {
-        uint64_t running = before;
-#pragma unroll 8
-        for (int32_t i = seg.begin; i < seg.end; ++i) {
-            running += f(i);
-            if (running > target) {
-                sh.broadcast_i32 = i;
+    uint64_t running = 0;  // before this warp's region
+    for (int w = 0; w < warp; ++w) running += sh.warp_u64[w];
+    if (running <= target && running + region_total > target) {  // the same for every lane of the warp
+        for (int32_t first = region.begin; first < region.end; first += 32) {
+            const int32_t i = first + lane;
+            const uint64_t inclusive = warp_inclusive_scan(i < region.end ? f(i) : 0);
+            const unsigned crossed = __ballot_sync(kFullMask, running + inclusive > target);
+            if (crossed != 0) {
+                if (lane == 0) sh.broadcast_i32 = first + __ffs(crossed) - 1;
                 break;
             }
+            running += __shfl_sync(kFullMask, inclusive, 31);
         }
     }
     __syncthreads();

@@ -158,11 +158,10 @@ __device__ void sample_listed_row(const row_context& ctx, int32_t first, int32_t
     const int32_t listed = join_chunk_lists(ctx);
     const cut_candidate* list = ctx.p.workspace.candidates + ctx.row * ctx.p.vocab;
     const float max_logit = sh.totals.max_logit;
-    const thread_segment seg = segment_of(listed);
     uint64_t mass = 0;
     uint64_t with_mass = 0;
 #pragma unroll 8
-    for (int32_t i = seg.begin; i < seg.end; ++i) {
+    for (int32_t i = static_cast<int32_t>(threadIdx.x); i < listed; i += kBlockThreads) {
         const uint64_t q = mass_of(__ldcg(&list[i].logit), max_logit, ctx.scale);
         mass += q;
         with_mass += q > 0 ? 1 : 0;

@@ -157,16 +157,23 @@ __global__ void __launch_bounds__(kBlockThreads) candidate_kernel(row_buffers ro
     __shared__ block_scratch sh;
     const candidate_task t = tasks[blockIdx.x];
     const uint64_t* mass = rows.masses_of(t.row);
-    const thread_segment seg = segment_of(rows.shard_vocab);
+    // In token order: each warp counts its region, then lists its tokens 32 at a time.
+    const warp_region region = region_of_warp(rows.shard_vocab);
+    const int lane = static_cast<int>(threadIdx.x & 31);
     uint64_t mine = 0;
-    for (int32_t i = seg.begin; i < seg.end; ++i) mine += mass[i] >= t.threshold ? 1 : 0;
+    for (int32_t i = region.begin + lane; i < region.end; i += 32) mine += mass[i] >= t.threshold ? 1 : 0;
     uint64_t total = 0;
-    uint64_t at = block_exclusive_scan(mine, total, sh);
-    for (int32_t i = seg.begin; i < seg.end && at < t.room; ++i) {
-        if (mass[i] < t.threshold) continue;
-        masses[t.offset + at] = mass[i];
-        tokens[t.offset + at] = i;
-        ++at;
+    uint64_t at = __shfl_sync(kFullMask, block_exclusive_scan(mine, total, sh), 0);  // the region's first place
+    for (int32_t first = region.begin; first < region.end && at < t.room; first += 32) {
+        const int32_t i = first + lane;
+        const bool listed = i < region.end && mass[i] >= t.threshold;
+        const unsigned ballot = __ballot_sync(kFullMask, listed);
+        const uint64_t place = at + static_cast<uint64_t>(__popc(ballot & lanes_below()));
+        if (listed && place < t.room) {
+            masses[t.offset + place] = mass[i];
+            tokens[t.offset + place] = i;
+        }
+        at += static_cast<uint64_t>(__popc(ballot));
     }
     if (threadIdx.x == 0) counts[blockIdx.x] = total;
 }
