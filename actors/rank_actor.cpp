@@ -93,20 +93,28 @@ caf::result<rank_result> on_step(rank_actor_pointer self, step_msg& m, std::chro
     // A dropped message never reached the rank: no promise is kept, nothing answers.
     if (a.drop) return caf::delegated<rank_result>{};
     if (a.deliver_again) deliver_again(self, m);
+    // Filed on the step's board and sent on the answer lane first, by the thread that made the
+    // result (for a rank inside a model worker, the worker's: rank_core::run): the last rank to
+    // file answers a library caller itself (step_board.h), in this process directly and from a
+    // rank process over the answer lane. CAF's answer follows for the coordinator.
+    bool answered_early = false;
+    auto answer_early = [&](rank_result& result) {
+        if (!a.answer) return;
+        result.timing.rank_began_at_ns = began_at_ns;
+        result.timing.rank_answered_at_ns = steady_now_ns();
+        if (m.board) m.board->file(result);
+        answer_on_lane(self->state, result);
+        answered_early = true;
+    };
     rank_result result;
-    if (a.run) result = core.run(m.step, m.payload, a);
+    if (a.run) result = core.run(m.step, m.payload, a, answer_early);
     if (!a.answer) {
         rank_log().warn("rank {}: fault plan: hang at step {} (not answered)", rank, m.step->id);
         self->state.unanswered.push_back(self->make_response_promise());
         return caf::delegated<rank_result>{};
     }
-    result.timing.rank_began_at_ns = began_at_ns;
-    result.timing.rank_answered_at_ns = steady_now_ns();
-    // Answered now, so that the rank can poll for the coordinator's next message. Filed first:
-    // the last rank to file answers a library caller itself (step_board.h), in this process
-    // directly and from a rank process over the answer lane.
-    if (m.board) m.board->file(result);
-    answer_on_lane(self->state, result);
+    if (!answered_early) answer_early(result);
+    // Answered now, so that the rank can poll for the coordinator's next message.
     self->make_response_promise<rank_result>().deliver(std::move(result));
     poll_mailbox(self, spin);
     return caf::delegated<rank_result>{};

@@ -58,7 +58,7 @@ class model_supplier final : public shard_supplier {
     model_supplier(const logits_source& model, int32_t rank, int32_t max_slots)
         : model_(model), rank_(rank), contexts_(static_cast<size_t>(max_slots), 0) {}
 
-    status supply(const dist_step& step, logits_view& shard) override {
+    status with_shard(const dist_step& step, const shard_work& work) override {
         const int32_t n = step.plan.tokens_per_req;
         const auto shard_vocab = static_cast<size_t>(step.plan.shard_vocab);
         row_.resize(static_cast<size_t>(model_.vocab_size()));
@@ -74,8 +74,7 @@ class model_supplier final : public shard_supplier {
             }
         }
         const int64_t rows = int64_t{step.plan.bs} * n;
-        shard = logits_view{rows_.data(), logits_dtype::f32, rows, step.plan.shard_vocab, step.plan.shard_vocab};
-        return status::success();
+        return work(logits_view{rows_.data(), logits_dtype::f32, rows, step.plan.shard_vocab, step.plan.shard_vocab});
     }
     void on_register(int32_t slot, const std::vector<int32_t>& history) override {
         contexts_[static_cast<size_t>(slot)] = context_of(history);
@@ -184,11 +183,9 @@ step_admission rank_core::admit(uint64_t step_id) {
     return a;
 }
 
-status rank_core::shard_of(const dist_step& step, const shard_payload& payload, logits_view& shard) {
-    if (!step.shards.empty()) {
-        shard = step.shards[static_cast<size_t>(rank_)];
-        return status::success();
-    }
+status rank_core::with_shard_of(const dist_step& step, const shard_payload& payload,
+                                const shard_supplier::shard_work& work) {
+    if (!step.shards.empty()) return work(step.shards[static_cast<size_t>(rank_)]);
     if (supplier_) {
         if (!payload.bytes.empty()) {
             return status::invalid(fmt::format(
@@ -196,7 +193,7 @@ status rank_core::shard_of(const dist_step& step, const shard_payload& payload, 
                 "expected the same topology.logits_source at the coordinator",
                 payload.bytes.size()));
         }
-        return supplier_->supply(step, shard);
+        return supplier_->with_shard(step, work);
     }
     const size_t row_bytes = static_cast<size_t>(step.plan.shard_vocab) * dtype_size(payload.dtype);
     const size_t rows = static_cast<size_t>(step.plan.bs) * static_cast<size_t>(step.plan.tokens_per_req);
@@ -204,17 +201,12 @@ status rank_core::shard_of(const dist_step& step, const shard_payload& payload, 
         return status::invalid(
             fmt::format("logits: {} bytes: expected {} shard rows of {} bytes", payload.bytes.size(), rows, row_bytes));
     }
-    shard = logits_view{payload.bytes.data(), payload.dtype, static_cast<int64_t>(rows), step.plan.shard_vocab,
-                        step.plan.shard_vocab};
-    return status::success();
+    return work(logits_view{payload.bytes.data(), payload.dtype, static_cast<int64_t>(rows), step.plan.shard_vocab,
+                            step.plan.shard_vocab});
 }
 
-status rank_core::run_engine(const dist_step& step, const shard_payload& payload, const step_admission& a,
+status rank_core::run_engine(const dist_step& step, const logits_view& shard, const step_admission& a,
                              step_outputs& out) {
-    DS_TRY(health());
-    if (group_ != nullptr) group_->enter_epoch(rank_, step.id);
-    logits_view shard;
-    DS_TRY(shard_of(step, payload, shard));
     // Armed before the kernel delay, so that the endpoint counts it in how late the rank is.
     endpoint_->arm(a.transport_faults, a.plan_epoch);
     if (a.faults.kernel_delay_ms > 0)
@@ -222,20 +214,15 @@ status rank_core::run_engine(const dist_step& step, const shard_payload& payload
     return engine_->run(step, shard, out);
 }
 
-rank_result rank_core::run(std::shared_ptr<const dist_step> step, const shard_payload& payload,
-                           const step_admission& a) {
-    rank_result result;
-    result.rank = rank_;
-    result.step_id = step->id;
-    auto outputs = std::make_shared<step_outputs>();
-    status s = run_engine(*step, payload, a, *outputs);
+void rank_core::finish(const std::shared_ptr<const dist_step>& step, const step_admission& a, status s,
+                       std::shared_ptr<step_outputs> outputs, rank_result& result) {
     if (s.is_ok()) {
         alter_outputs(a.faults.alter_token, a.faults.alter_accept_length, config_.limits.vocab_size,
                       step->plan.tokens_per_req, *outputs);
         result.digest = outputs->digest();
         result.outputs = outputs;
-        last_step_ = std::move(step);
-        last_outputs_ = outputs;
+        last_step_ = step;
+        last_outputs_ = std::move(outputs);
     }
     if (engine_) {
         result.timing =
@@ -243,6 +230,33 @@ rank_result rank_core::run(std::shared_ptr<const dist_step> step, const shard_pa
     }
     result.code = static_cast<int32_t>(s.code);
     result.message = std::move(s.message);
+}
+
+rank_result rank_core::run(std::shared_ptr<const dist_step> step, const shard_payload& payload, const step_admission& a,
+                           const result_callback& on_result) {
+    rank_result result;
+    result.rank = rank_;
+    result.step_id = step->id;
+    bool finished = false;
+    // The rest of the step, on the thread that has the shard.
+    auto work = [&](const logits_view& shard) -> status {
+        auto outputs = std::make_shared<step_outputs>();
+        status s = run_engine(*step, shard, a, *outputs);
+        const status ran = s;
+        finish(step, a, std::move(s), std::move(outputs), result);
+        finished = true;
+        if (on_result) on_result(result);
+        return ran;
+    };
+    status s = health();
+    if (s.is_ok()) {
+        if (group_ != nullptr) group_->enter_epoch(rank_, step->id);
+        s = with_shard_of(*step, payload, work);
+    }
+    if (!finished) {
+        finish(step, a, std::move(s), nullptr, result);
+        if (on_result) on_result(result);
+    }
     return result;
 }
 

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,10 +56,14 @@ enum class rank_host { thread, process };
 // the rank's own model (topology.logits_source), or the worker process that embeds the rank.
 class shard_supplier {
    public:
+    // This rank's part of a step once its shard is there (bs * N rows of its vocab shard).
+    using shard_work = std::function<status(const logits_view& shard)>;
+
     virtual ~shard_supplier() = default;
-    // Fills `shard` with the step's bs * N rows of this rank's vocab shard, valid until the next
-    // call; bounded in time.
-    virtual status supply(const dist_step& step, logits_view& shard) = 0;
+    // Runs `work` on the step's shard once and returns its status, or why there is no shard (the
+    // wait for it is bounded). The supplier picks the thread: a model worker's own thread works
+    // on the shard it hands in (worker_handoff), so the step goes on without a thread wake-up.
+    virtual status with_shard(const dist_step& step, const shard_work& work) = 0;
     // The request in `slot` was registered with `history`, or released (empty).
     virtual void on_register(int32_t slot, const std::vector<int32_t>& history) = 0;
     // The group agreed on `outputs` for `step` (its last supplied one).
@@ -121,16 +126,22 @@ class rank_core {
 
     // Decides what happens to step `step_id`: step ids only grow, so a repeat is refused.
     step_admission admit(uint64_t step_id);
+    // Called once with the step's result, on the thread that made it, before run() returns: what
+    // it sends (the answer lane) leaves a worker's rank without waking the rank's thread.
+    using result_callback = std::function<void(rank_result& result)>;
     // Runs an admitted step on its logits: the step's shards (rank threads), `payload` (sent by
-    // the coordinator), or the supplier's.
-    rank_result run(std::shared_ptr<const dist_step> step, const shard_payload& payload, const step_admission& a);
+    // the coordinator), or the supplier's (on the supplier's thread: shard_supplier::with_shard).
+    rank_result run(std::shared_ptr<const dist_step> step, const shard_payload& payload, const step_admission& a,
+                    const result_callback& on_result = {});
     // Adds step `step_id`'s outputs to the slots' penalty counts (and the supplier's contexts):
     // `agreed`, or the rank's own when null. A commit for another step than the last is ignored.
     status commit(uint64_t step_id, const step_outputs* agreed);
 
    private:
-    status shard_of(const dist_step& step, const shard_payload& payload, logits_view& shard);
-    status run_engine(const dist_step& step, const shard_payload& payload, const step_admission& a, step_outputs& out);
+    status with_shard_of(const dist_step& step, const shard_payload& payload, const shard_supplier::shard_work& work);
+    status run_engine(const dist_step& step, const logits_view& shard, const step_admission& a, step_outputs& out);
+    void finish(const std::shared_ptr<const dist_step>& step, const step_admission& a, status s,
+                std::shared_ptr<step_outputs> outputs, rank_result& result);
 
     group_config config_;
     int32_t rank_;

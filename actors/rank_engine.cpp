@@ -71,6 +71,7 @@ rank_engine::rank_engine(const group_config& config, int32_t rank, transport& en
 
 status rank_engine::build() {
     const group_config& config = config_;
+    if (config.backend == backend_kind::cuda) device_ = current_cuda_device();
     const int32_t max_pad_bs = config.max_pad_bs();
     if (config.distribution.mode == dist_mode::sharded) {
         const kernel_config k = rank_kernel_config(config, config.limits.max_batch);
@@ -128,6 +129,7 @@ status rank_engine::release(int32_t slot) {
 
 status rank_engine::run(const dist_step& step, const logits_view& shard, step_outputs& out) {
     if (!init_status_.is_ok()) return init_status_;
+    const cuda_device_scope on_device(device_);
     return allocating(fmt::format("step {} (bs = {}, N = {}, vocab_size = {})", step.id, step.plan.bs,
                                   step.plan.tokens_per_req, config_.limits.vocab_size),
                       [&] { return run_allocating(step, shard, out); });

@@ -75,6 +75,9 @@ class rank_engine {
     std::vector<int32_t> extra_block_;  // logprob bits and error flags
     std::vector<int32_t> gathered_extras_;
     bool backend_reads_device_ = false;  // the cuda backend takes device logits as they are
+    // The CUDA device the engine was built on (-1: CPU backend): a step keeps to it on whichever
+    // thread runs it (a model worker's runs its rank's steps).
+    int device_ = -1;
     // Logits moved to where the transport or the backend reads them: a host copy of device rows
     // (the shard for a host transport, or the swapped rows of a device transport: never both in
     // one step), and a device copy of a host shard for a transport that swaps device memory.

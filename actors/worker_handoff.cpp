@@ -29,9 +29,9 @@ worker_step describe(const dist_step& step, int32_t rank) {
 worker_handoff::worker_handoff(int32_t rank, std::chrono::milliseconds logits_timeout, std::chrono::microseconds spin)
     : rank_(rank), logits_timeout_(logits_timeout), spin_(spin) {}
 
-void worker_handoff::spin_for_shard(uint64_t step_id) const {
+void worker_handoff::spin_until_worked(uint64_t step_id) const {
     const auto until = std::chrono::steady_clock::now() + spin_;
-    while (provided_for_.load(std::memory_order_acquire) != step_id && std::chrono::steady_clock::now() < until) {
+    while (worked_for_.load(std::memory_order_acquire) != step_id && std::chrono::steady_clock::now() < until) {
     }
 }
 
@@ -47,7 +47,7 @@ status worker_handoff::check_shard(uint64_t step_id, const logits_view& shard) c
     return status::success();
 }
 
-status worker_handoff::supply(const dist_step& step, logits_view& shard) {
+status worker_handoff::with_shard(const dist_step& step, const shard_work& work) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (is_closed_) return closed_;
     announced_.push_back(describe(step, rank_));
@@ -55,25 +55,28 @@ status worker_handoff::supply(const dist_step& step, logits_view& shard) {
     waiting_for_ = step.id;
     expected_rows_ = int64_t{step.plan.bs} * step.plan.tokens_per_req;
     expected_vocab_ = step.plan.shard_vocab;
+    work_ = &work;
     changed_.notify_all();
     if (spin_.count() > 0) {
         lock.unlock();
-        spin_for_shard(step.id);
+        spin_until_worked(step.id);
         lock.lock();
     }
-    const bool provided =
-        changed_.wait_for(lock, logits_timeout_, [&] { return is_closed_ || provided_for_ == step.id; });
-    waiting_for_ = 0;
-    if (is_closed_) return closed_;
-    if (!provided) {
-        // Not taken yet: a late worker must not compute a step that has failed.
+    changed_.wait_for(lock, logits_timeout_, [&] { return is_closed_ || taken_for_ == step.id; });
+    if (taken_for_ != step.id) {
+        // Not taken: a late worker must not compute a step that has failed.
+        waiting_for_ = 0;
+        work_ = nullptr;
+        if (is_closed_) return closed_;
         if (!announced_.empty() && announced_.back().id == step.id) announced_.pop_back();
         return {status_code::timeout,
                 fmt::format("its worker did not hand in the logits of step {} within logits_timeout = {} ms", step.id,
                             logits_timeout_.count())};
     }
-    shard = provided_;
-    return status::success();
+    // The worker's thread is working on the shard (provide). Not bounded here: the work's own
+    // waits are (the transport's and the kernels' timeouts), and it holds references into this frame.
+    changed_.wait(lock, [&] { return worked_for_.load(std::memory_order_relaxed) == step.id; });
+    return work_status_;
 }
 
 void worker_handoff::on_commit(const dist_step& step, const step_outputs& outputs) {
@@ -95,7 +98,7 @@ status worker_handoff::next_step(std::chrono::milliseconds wait, worker_step& ou
 }
 
 status worker_handoff::provide(uint64_t step_id, const logits_view& shard) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     if (is_closed_) return closed_;
     if (waiting_for_ != step_id) {
         return status::invalid(fmt::format(
@@ -105,8 +108,16 @@ status worker_handoff::provide(uint64_t step_id, const logits_view& shard) {
             waiting_for_ == 0 ? std::string("it waits for none") : fmt::format("it waits for step {}", waiting_for_)));
     }
     DS_TRY(check_shard(step_id, shard));
-    provided_ = shard;
-    provided_for_.store(step_id, std::memory_order_release);
+    waiting_for_ = 0;
+    taken_for_ = step_id;
+    const shard_work& work = *work_;
+    lock.unlock();
+    // This rank's part of the step, on the worker's thread: the rank's own thread waits meanwhile.
+    status worked = work(shard);
+    lock.lock();
+    work_status_ = std::move(worked);
+    work_ = nullptr;
+    worked_for_.store(step_id, std::memory_order_release);
     changed_.notify_all();
     return status::success();
 }

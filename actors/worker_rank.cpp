@@ -51,7 +51,9 @@ namespace {
 class handoff_supplier final : public shard_supplier {
    public:
     explicit handoff_supplier(std::shared_ptr<worker_handoff> handoff) : handoff_(std::move(handoff)) {}
-    status supply(const dist_step& step, logits_view& shard) override { return handoff_->supply(step, shard); }
+    status with_shard(const dist_step& step, const shard_work& work) override {
+        return handoff_->with_shard(step, work);
+    }
     void on_register(int32_t, const std::vector<int32_t>&) override {}  // the worker knows its requests
     void on_commit(const dist_step& step, const step_outputs& outputs) override { handoff_->on_commit(step, outputs); }
 

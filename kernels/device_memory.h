@@ -55,4 +55,21 @@ status copy_rows(void* to, std::size_t to_pitch, const void* from, std::size_t f
 // Sets `bytes` bytes of device memory to zero and waits.
 status zero_device_bytes(void* data, std::size_t bytes);
 
+// The calling thread's current CUDA device, or -1 (no CUDA, or none can be used).
+int current_cuda_device();
+
+// Makes `device` the calling thread's current CUDA device for the scope and restores the previous
+// one after: a rank's engine keeps the device it was built on when another thread (a model
+// worker's, which may have chosen another GPU) runs its step. Nothing happens for device < 0.
+class cuda_device_scope {
+   public:
+    explicit cuda_device_scope(int device);
+    ~cuda_device_scope();
+    cuda_device_scope(const cuda_device_scope&) = delete;
+    cuda_device_scope& operator=(const cuda_device_scope&) = delete;
+
+   private:
+    int previous_ = -1;  // to restore; -1: nothing was changed
+};
+
 }  // namespace ds

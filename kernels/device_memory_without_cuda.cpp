@@ -26,4 +26,10 @@ status copy_rows(void*, std::size_t, const void*, std::size_t, std::size_t, std:
 
 status zero_device_bytes(void*, std::size_t) { return no_cuda("zeroing device memory"); }
 
+int current_cuda_device() { return -1; }
+
+cuda_device_scope::cuda_device_scope(int) {}
+
+cuda_device_scope::~cuda_device_scope() = default;
+
 }  // namespace ds

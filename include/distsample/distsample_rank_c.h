@@ -94,7 +94,9 @@ DS_C_API int ds_rank_describe(const ds_rank* rank, ds_rank_info* out);
 DS_C_API int ds_rank_next_step(ds_rank* rank, int64_t timeout_ms, ds_rank_step* step);
 /* Step `step_id`'s shard: `rows` = batch_size * tokens_per_req rows of `shard_vocab` logits, row r
  * at logits + r * row_stride elements; host memory, or CUDA device memory (on_device = 1) with the
- * CUDA backend. Complete when called, and valid until ds_rank_outputs for the step returns. */
+ * CUDA backend. Complete when called, and valid until ds_rank_outputs for the step returns. The
+ * calling thread runs this rank's part of the step (kernels, collectives, its answer) before the
+ * call returns; DS_RANK_OK means the shard was taken, the step's outcome comes from ds_rank_outputs. */
 DS_C_API int ds_rank_provide_logits(ds_rank* rank, uint64_t step_id, const void* logits, int32_t dtype,
                                     int32_t on_device, int64_t rows, int32_t shard_vocab, int64_t row_stride);
 /* Step `step_id`'s outputs once the coordinator commits them, within `timeout_ms`; the step's

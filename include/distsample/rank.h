@@ -68,7 +68,10 @@ class worker_rank {
     // aborted when the rank has left the group (its coordinator is gone or evicted it).
     status next_step(std::chrono::milliseconds wait, worker_step& out);
     // Step `step_id`'s shard: batch_size * N rows of shard_vocab logits (host memory, or device
-    // memory with the CUDA backend), complete when called and valid until outputs() returns.
+    // memory with the CUDA backend), complete when called and valid until outputs() returns. The
+    // calling thread runs this rank's part of the step on it (kernels, collectives, its answer to
+    // the coordinator), so it returns when that is done; ok means the shard was taken, and the
+    // step's outcome comes from outputs().
     status provide_logits(uint64_t step_id, const logits_view& shard);
     // The outputs the group agreed on for step `step_id` (predict, accept lengths, ...), once the
     // coordinator commits them; the step's error when it failed.

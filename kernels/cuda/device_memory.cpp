@@ -48,4 +48,28 @@ status zero_device_bytes(void* data, std::size_t bytes) {
     return status::success();
 }
 
+int current_cuda_device() {
+    int device = -1;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+        cudaGetLastError();  // not sticky: nothing is left behind for the next call
+        return -1;
+    }
+    return device;
+}
+
+cuda_device_scope::cuda_device_scope(int device) {
+    if (device < 0) return;
+    const int current = current_cuda_device();
+    if (current < 0 || current == device) return;
+    if (cudaSetDevice(device) == cudaSuccess) {
+        previous_ = current;
+    } else {
+        cudaGetLastError();  // the step's own CUDA calls report the device's trouble
+    }
+}
+
+cuda_device_scope::~cuda_device_scope() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
 }  // namespace ds

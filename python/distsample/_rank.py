@@ -160,7 +160,9 @@ class WorkerRank:
         """Hands in step `step_id`'s shard: [batch_size * N, shard_vocab] logits, rows evenly spaced
         with contiguous elements: a numpy array (float32, float16) or a torch tensor (float32,
         bfloat16, float16; on the CPU, or on CUDA with the cuda backend, where the current stream is
-        synchronized first, as the rank reads it at once). It is kept until the step settles."""
+        synchronized first, as the rank reads it at once). It is kept until the step settles. This
+        thread runs the rank's part of the step (kernels, collectives, its answer; the GIL is
+        released meanwhile) before the call returns; the outcome comes from outputs()."""
         d = describe(shard)
         if d is None:
             raise TypeError(f"shard: expected a torch tensor or a numpy array, got {type(shard).__name__}")

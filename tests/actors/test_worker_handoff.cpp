@@ -1,10 +1,12 @@
 // The rank API's meeting point of a rank and its model worker (actors/worker_handoff.h), without
-// processes: steps announced in order, a shard checked when it is handed in, a withheld shard
-// timed out, outputs of committed and of failed steps, and every wait ended by a rank that left.
+// processes: steps announced in order, a shard checked when it is handed in and worked on by the
+// thread that hands it in, a withheld shard timed out, outputs of committed and of failed steps,
+// and every wait ended by a rank that left.
 #include "actors/worker_handoff.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <thread>
 
@@ -26,41 +28,78 @@ dist_step a_step(uint64_t id, int32_t bs, int32_t n) {
     return step;
 }
 
-// The rank's side of `step` on a thread of its own: the status and the shard's data pointer.
-std::future<std::pair<status, const void*>> supply_async(worker_handoff& handoff, const dist_step& step) {
-    return std::async(std::launch::async, [&handoff, &step] {
-        logits_view shard;
-        const status s = handoff.supply(step, shard);
-        return std::make_pair(s, shard.data);
+// What the rank's part of a step saw: the shard's data and the thread that worked on it.
+struct worked {
+    status result;
+    const void* data = nullptr;
+    std::thread::id thread;
+};
+
+std::atomic<int> works_done{0};  // works that ran to their end, in this test binary
+
+// The rank's side of `step` on a thread of its own, its work recording what it saw and answering
+// `work_result`.
+std::future<worked> work_async(worker_handoff& handoff, const dist_step& step, status work_result = status::success()) {
+    return std::async(std::launch::async, [&handoff, &step, work_result] {
+        worked w;
+        w.result = handoff.with_shard(step, [&](const logits_view& shard) {
+            w.data = shard.data;
+            w.thread = std::this_thread::get_id();
+            works_done.fetch_add(1);
+            return work_result;
+        });
+        return w;
     });
 }
 
-// A rank that polls for the shard (tuning.rank_spin_us) takes it as a sleeping one does, whether it
-// comes while the rank polls or after it stopped; a shard that never comes still times out.
-TEST(WorkerHandoff, APollingRankTakesTheShardInsideAndAfterItsPollAndTimesOutWithout) {
+// A rank that polls (tuning.rank_spin_us) gets its step worked on as a sleeping one does, whether
+// the shard comes while the rank polls or after it stopped; a shard that never comes still times out.
+TEST(WorkerHandoff, APollingRankGetsItsStepWorkedInsideAndAfterItsPollAndTimesOutWithout) {
     std::vector<float> rows(2 * 8, 1.0f);
     for (const auto spin : {std::chrono::microseconds(2'000'000), std::chrono::microseconds(1'000)}) {
         worker_handoff handoff(kRank, milliseconds(5000), spin);
         const dist_step step = a_step(3, 2, 1);
-        auto rank_side = supply_async(handoff, step);
+        auto rank_side = work_async(handoff, step);
         worker_step seen;
         ASSERT_TRUE(handoff.next_step(milliseconds(5000), seen).is_ok());
         std::this_thread::sleep_for(milliseconds(20));
         ASSERT_TRUE(handoff.provide(3, logits_view{rows.data(), logits_dtype::f32, 2, 8, 8, false}).is_ok());
-        const auto [s, data] = rank_side.get();
-        ASSERT_TRUE(s.is_ok()) << s.message;
-        EXPECT_EQ(data, rows.data()) << "spin " << spin.count() << " us";
+        const worked w = rank_side.get();
+        ASSERT_TRUE(w.result.is_ok()) << w.result.message;
+        EXPECT_EQ(w.data, rows.data()) << "spin " << spin.count() << " us";
     }
     worker_handoff withheld(kRank, milliseconds(50), std::chrono::microseconds(20'000));
-    logits_view shard;
-    EXPECT_EQ(withheld.supply(a_step(4, 2, 1), shard).code, status_code::timeout);
+    const status s = withheld.with_shard(a_step(4, 2, 1), [](const logits_view&) { return status::success(); });
+    EXPECT_EQ(s.code, status_code::timeout);
+}
+
+// The thread that hands the shard in works on it (no thread wakes between the shard and the
+// rank's answer): provide returns after the work, the rank gets the work's status, and provide
+// itself says only that the shard was taken.
+TEST(WorkerHandoff, TheWorkersOwnThreadWorksOnTheShardAndTheRankGetsTheWorksStatus) {
+    worker_handoff handoff(kRank, milliseconds(5000));
+    std::vector<float> rows(2 * 8, 1.0f);
+    const dist_step step = a_step(5, 2, 1);
+    auto rank_side = work_async(handoff, step, status{status_code::timeout, "rank 1: a peer did not answer"});
+    worker_step seen;
+    ASSERT_TRUE(handoff.next_step(milliseconds(5000), seen).is_ok());
+    const int done_before = works_done.load();
+    ASSERT_TRUE(handoff.provide(5, logits_view{rows.data(), logits_dtype::f32, 2, 8, 8, false}).is_ok());
+    EXPECT_EQ(works_done.load(), done_before + 1) << "provide returned before the rank's work was done";
+    const worked w = rank_side.get();
+    EXPECT_EQ(w.thread, std::this_thread::get_id());
+    EXPECT_EQ(w.data, rows.data());
+    EXPECT_EQ(w.result.code, status_code::timeout);
+    EXPECT_EQ(w.result.message, "rank 1: a peer did not answer");
+    EXPECT_EQ(handoff.provide(5, logits_view{rows.data(), logits_dtype::f32, 2, 8, 8, false}).code,
+              status_code::invalid_argument);  // taken once
 }
 
 TEST(WorkerHandoff, TheWorkerSeesTheStepAndItsShardReachesTheRank) {
     worker_handoff handoff(kRank, milliseconds(5000));
     const dist_step step = a_step(4, 2, 3);
     std::vector<float> rows(6 * 8, 1.0f);
-    auto rank_side = supply_async(handoff, step);
+    auto rank_side = work_async(handoff, step);
     worker_step seen;
     ASSERT_TRUE(handoff.next_step(milliseconds(5000), seen).is_ok());
     EXPECT_EQ(seen.id, 4u);
@@ -78,9 +117,9 @@ TEST(WorkerHandoff, TheWorkerSeesTheStepAndItsShardReachesTheRank) {
     EXPECT_EQ(handoff.provide(9, logits_view{rows.data(), logits_dtype::f32, 6, 8, 8, false}).code,
               status_code::invalid_argument);  // not the step waited for
     ASSERT_TRUE(handoff.provide(4, logits_view{rows.data(), logits_dtype::f32, 6, 8, 8, false}).is_ok());
-    const auto [s, data] = rank_side.get();
-    ASSERT_TRUE(s.is_ok()) << s.message;
-    EXPECT_EQ(data, rows.data());
+    const worked w = rank_side.get();
+    ASSERT_TRUE(w.result.is_ok()) << w.result.message;
+    EXPECT_EQ(w.data, rows.data());
 
     step_outputs out;
     out.resize(2, 3);
@@ -93,8 +132,7 @@ TEST(WorkerHandoff, TheWorkerSeesTheStepAndItsShardReachesTheRank) {
 
 TEST(WorkerHandoff, AWithheldShardTimesOutNamingTheStepAndALaterStepSettlesTheFailedOne) {
     worker_handoff handoff(kRank, milliseconds(50));
-    logits_view shard;
-    const status s = handoff.supply(a_step(7, 2, 1), shard);
+    const status s = handoff.with_shard(a_step(7, 2, 1), [](const logits_view&) { return status::success(); });
     EXPECT_EQ(s.code, status_code::timeout);
     EXPECT_NE(s.message.find("did not hand in the logits of step 7 within logits_timeout = 50 ms"), std::string::npos)
         << s.message;
@@ -102,15 +140,13 @@ TEST(WorkerHandoff, AWithheldShardTimesOutNamingTheStepAndALaterStepSettlesTheFa
     EXPECT_EQ(handoff.next_step(milliseconds(10), seen).code, status_code::timeout);  // the failed step was withdrawn
 
     std::vector<float> rows(2 * 8);
-    auto rank_side = std::async(std::launch::async, [&] {
-        logits_view next;
-        return handoff.supply(a_step(8, 2, 1), next);
-    });
+    const dist_step next = a_step(8, 2, 1);
+    auto rank_side = work_async(handoff, next);
     ASSERT_TRUE(handoff.next_step(milliseconds(5000), seen).is_ok());
     step_outputs out;
     EXPECT_EQ(handoff.outputs(7, milliseconds(10), out).code, status_code::aborted);  // step 7 never committed
     ASSERT_TRUE(handoff.provide(8, logits_view{rows.data(), logits_dtype::f32, 2, 8, 8, false}).is_ok());
-    EXPECT_TRUE(rank_side.get().is_ok());
+    EXPECT_TRUE(rank_side.get().result.is_ok());
     EXPECT_EQ(handoff.outputs(8, milliseconds(10), out).code, status_code::timeout);  // not committed yet
 }
 
@@ -125,8 +161,8 @@ TEST(WorkerHandoff, ARankThatLeftEndsEveryWait) {
     const status s = waiting.get();
     EXPECT_EQ(s.code, status_code::aborted);
     EXPECT_EQ(s.message, "rank 1: evicted");
-    logits_view shard;
-    EXPECT_EQ(handoff.supply(a_step(2, 2, 1), shard).code, status_code::aborted);
+    EXPECT_EQ(handoff.with_shard(a_step(2, 2, 1), [](const logits_view&) { return status::success(); }).code,
+              status_code::aborted);
     step_outputs out;
     EXPECT_EQ(handoff.outputs(2, milliseconds(5000), out).code, status_code::aborted);
 }
