@@ -51,7 +51,7 @@ struct group::impl {
         : config(c), transport(std::move(t)), system(configure_actor_system(system_config, c.tuning.scheduler())) {}
     // Rank processes: the middleman, with the topology's heartbeat and connection timeout.
     impl(const group_config& c, const topology_config& topology)
-        : config(c), system(configure_remote_actor_system(system_config, topology)) {}
+        : config(c), system(configure_remote_actor_system(system_config, topology, c.tuning.scheduler())) {}
 
     // Sends `msg` to the coordinator and waits for its answer (bounded).
     template <class Answer, class Msg>

@@ -60,9 +60,9 @@ class remote_transport_group final : public transport_group {
 
 }  // namespace
 
-caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config& cfg,
-                                                        const topology_config& topology) {
-    configure_actor_system(cfg);
+caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config& cfg, const topology_config& topology,
+                                                        const scheduler_config& scheduler) {
+    configure_actor_system(cfg, scheduler);
     cfg.load<caf::io::middleman>();
     // A rank process whose host vanishes without closing its connection is noticed after
     // connection-timeout without heartbeats; a killed process is noticed at once (connection reset).

@@ -23,9 +23,11 @@
 namespace ds {
 
 // Loads the middleman and sets its heartbeat and connection timeout from the topology (Debian's
-// CAF has heartbeats off, and a dead peer would then only be noticed when its connection resets).
+// CAF has heartbeats off, and a dead peer would then only be noticed when its connection resets);
+// the shared scheduler as configure_actor_system sets it (a coordinator process: the group's tuning).
 caf::actor_system_config& configure_remote_actor_system(caf::actor_system_config& cfg,
-                                                        const topology_config& topology = {});
+                                                        const topology_config& topology = {},
+                                                        const scheduler_config& scheduler = {});
 
 struct remote_ranks {
     std::vector<rank_actor_type> proxies;  // rank r's stand-in, for spawn_coordinator_actor
