@@ -196,6 +196,7 @@ void answer_lane::serve() {
             drop_closed_and_silent();
             continue;
         }
+        const int64_t woke_at_ns = steady_now_ns();
         if (polled[0].revents != 0) {
             char drained[64];
             while (::read(wake_read_.get(), drained, sizeof drained) > 0) {
@@ -206,7 +207,7 @@ void answer_lane::serve() {
         for (size_t i = 0; i + 2 < polled.size(); ++i) {
             connection& c = connections_[i];
             if (polled[i + 2].revents == 0 || c.fd.get() < 0) continue;
-            if (!(c.rank < 0 ? read_greeting(c) : read_answer(c))) c.fd = net::unique_fd();
+            if (!(c.rank < 0 ? read_greeting(c) : read_answer(c, woke_at_ns))) c.fd = net::unique_fd();
         }
         drop_closed_and_silent();
     }
@@ -260,7 +261,7 @@ bool answer_lane::read_greeting(connection& c) {
     return true;
 }
 
-bool answer_lane::read_answer(connection& c) {
+bool answer_lane::read_answer(connection& c, int64_t woke_at_ns) {
     const auto deadline = net::clock::now() + kFrameWait;
     uint32_t length = 0;
     status s = net::read_value(c.fd.get(), length, deadline);
@@ -284,7 +285,7 @@ bool answer_lane::read_answer(connection& c) {
         return false;
     }
     filed_.fetch_add(1, std::memory_order_relaxed);  // before the filing, which may answer the caller
-    board->file(result);
+    board->file(result, woke_at_ns);
     return true;
 }
 

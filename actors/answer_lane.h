@@ -78,7 +78,7 @@ class answer_lane {
     void accept_connection();
     // False: the connection is to be closed.
     bool read_greeting(connection& c);
-    bool read_answer(connection& c);
+    bool read_answer(connection& c, int64_t woke_at_ns);
     // Forgets closed connections and closes those that did not greet in time.
     void drop_closed_and_silent();
     std::shared_ptr<step_board> board_of(uint64_t step_id);

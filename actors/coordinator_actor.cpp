@@ -179,7 +179,7 @@ void complete_step(coordinator* self) {
             st.current_reply.promise.deliver(make_caf_error(o.failure));
         } else {
             step_timeline timeline = st.timeline;
-            timeline.results_in_at_ns = timeline.answered_at_ns = steady_now_ns();
+            timeline.result_arrived_at_ns = timeline.results_in_at_ns = timeline.answered_at_ns = steady_now_ns();
             st.current_reply.promise.deliver(
                 step_answer{step.id, o.agreed, std::move(o.desyncs), o.slowest, std::move(o.rank_timing), timeline});
         }

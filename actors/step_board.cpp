@@ -61,10 +61,14 @@ step_board::step_board(std::shared_ptr<const dist_step> step, int32_t ranks, ran
     for (int32_t r = 0; r < ranks; ++r) taken_[static_cast<size_t>(r)].store(false, std::memory_order_relaxed);
 }
 
-void step_board::file(const rank_result& result) {
+void step_board::file(const rank_result& result, int64_t arrived_at_ns) {
     if (result.code != 0 || result.rank < 0 || result.rank >= ranks_) return;
     if (taken_[static_cast<size_t>(result.rank)].exchange(true, std::memory_order_acq_rel)) return;
     results_[static_cast<size_t>(result.rank)] = result;
+    const int64_t arrived = arrived_at_ns > 0 ? arrived_at_ns : steady_now_ns();
+    int64_t latest = last_arrival_ns_.load(std::memory_order_relaxed);
+    while (arrived > latest && !last_arrival_ns_.compare_exchange_weak(latest, arrived, std::memory_order_relaxed)) {
+    }
     if (filed_.fetch_add(1, std::memory_order_acq_rel) + 1 == ranks_) settle();
 }
 
@@ -97,6 +101,7 @@ void step_board::settle() {
     r.timing = o.slowest;
     r.rank_timing = std::move(o.rank_timing);
     r.timeline = timeline_;
+    r.timeline.result_arrived_at_ns = last_arrival_ns_.load(std::memory_order_relaxed);
     r.timeline.results_in_at_ns = complete_at_ns;
     r.timeline.answered_at_ns = answered_at_ns;
     r.timeline.delivered_at_ns = steady_now_ns();

@@ -56,8 +56,9 @@ class step_board {
     step_board& operator=(const step_board&) = delete;
 
     const dist_step& step() const { return *step_; }
-    // Files rank result.rank's successful result; the filing that completes the set settles the step.
-    void file(const rank_result& result);
+    // Files rank result.rank's successful result, which reached this process at `arrived_at_ns`
+    // (0: now); the filing that completes the set settles the step.
+    void file(const rank_result& result, int64_t arrived_at_ns = 0);
     // Every rank's result is filed: results() may be read.
     bool complete() const { return filed_.load(std::memory_order_acquire) == ranks_; }
     const std::vector<rank_result>& results() const { return results_; }
@@ -78,6 +79,7 @@ class step_board {
     std::vector<rank_result> results_;
     std::unique_ptr<std::atomic<bool>[]> taken_;  // by rank: a filing owns the slot
     std::atomic<int32_t> filed_{0};
+    std::atomic<int64_t> last_arrival_ns_{0};  // the latest arrival of a filed result
     std::atomic<int> claim_{open};
 };
 

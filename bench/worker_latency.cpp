@@ -10,7 +10,8 @@
 //                      (its engine step: kernels and collectives, all after the last shard is in),
 //                      the other ranks' tail (-> the last rank's answer: ranks that finish their
 //                      kernels later on a shared GPU) and -> the reply (the answer's way to the
-//                      step board, settling the step, the caller's wake-up);
+//                      coordinator's process, reading and filing it, settling the step, the
+//                      caller's wake-up);
 //   overhead           the hand-off + the last answer -> the reply (target: <= 50 us at p50), and
 //                      critical path - that rank's sampling, which also counts the other ranks' tail;
 // first with the ranks' answers on the answer lane (actors/answer_lane.h), then over CAF only;
@@ -97,13 +98,12 @@ ds::synthetic_lm make_model(const options& o) {
 // Where a worker's forward leaves its shard: the host rows themselves (CPU backend) or a copy in
 // device memory (CUDA backend), `rows` x `shard_vocab` floats.
 class shard_memory {
-public:
+   public:
     ds::status prepare(const options& o, int64_t max_rows, int32_t shard_vocab) {
         if (o.backend != ds::backend_kind::cuda) return ds::status::success();
-        return ds::cuda_allocation::allocate(ds::cuda_memory_kind::device,
-                                             static_cast<size_t>(max_rows) * static_cast<size_t>(shard_vocab) *
-                                                 sizeof(float),
-                                             device_);
+        return ds::cuda_allocation::allocate(
+            ds::cuda_memory_kind::device,
+            static_cast<size_t>(max_rows) * static_cast<size_t>(shard_vocab) * sizeof(float), device_);
     }
 
     // The shard of `rows` (full rows of `vocab` floats) that begins at token `first`.
@@ -118,7 +118,7 @@ public:
         return ds::status::success();
     }
 
-private:
+   private:
     ds::cuda_allocation device_;
 };
 
@@ -149,8 +149,9 @@ private:
         const std::vector<float> rows =
             ds::example::model_rows(model, step.slots, step.positions, step.candidates, step.tokens_per_req);
         ds::logits_view shard;
-        if (!memory.place(rows.data(), int64_t{step.batch_size} * step.tokens_per_req, o.vocab, step.vocab_begin,
-                          step.shard_vocab, shard)
+        if (!memory
+                 .place(rows.data(), int64_t{step.batch_size} * step.tokens_per_req, o.vocab, step.vocab_begin,
+                        step.shard_vocab, shard)
                  .is_ok())
             continue;
         record.provided_ns = ds::steady_now_ns();
@@ -196,7 +197,9 @@ struct percentiles {
 percentiles of(std::vector<double> us) {
     std::sort(us.begin(), us.end());
     if (us.empty()) return {};
-    auto at = [&](double q) { return us[std::min(us.size() - 1, static_cast<size_t>(q * static_cast<double>(us.size())))]; };
+    auto at = [&](double q) {
+        return us[std::min(us.size() - 1, static_cast<size_t>(q * static_cast<double>(us.size())))];
+    };
     return {at(0.5), at(0.99)};
 }
 
@@ -230,7 +233,7 @@ bool bench_workers(const options& o, bool lane, int64_t& bytes) {
         std::vector<ds::step_timing> ranks;
     };
     std::map<uint64_t, caller_record> submitted;  // by step id
-    int64_t received_bytes = 0;  // by all ranks in the last step (the same every step)
+    int64_t received_bytes = 0;                   // by all ranks in the last step (the same every step)
     {
         ds::topology_config topology;
         topology.logits_source = "worker";
@@ -275,8 +278,8 @@ bool bench_workers(const options& o, bool lane, int64_t& bytes) {
     }
     // Per step, in µs. The last shard's rank began sampling at its answer less its engine step (what
     // follows the engine, a digest of the outputs, takes about a microsecond).
-    std::vector<double> delivery, critical, handoff, sampling, collectives, others, to_reply, to_filed, to_settled,
-        to_caller, overhead, overhead_all;
+    std::vector<double> delivery, critical, handoff, sampling, collectives, others, to_reply, to_arrival, to_filed,
+        to_settled, to_caller, overhead, overhead_all;
     for (const auto& [step, caller] : submitted) {
         const auto found = last.find(step);
         if (found == last.end() || static_cast<size_t>(found->second.provider) >= caller.ranks.size()) continue;
@@ -289,7 +292,8 @@ bool bench_workers(const options& o, bool lane, int64_t& bytes) {
         collectives.push_back(us_of(provider.rank_transport_ns));
         others.push_back(us_of(caller.ranks_answered_ns - provider.rank_answered_at_ns));
         to_reply.push_back(us_of(caller.replied_ns - caller.ranks_answered_ns));
-        to_filed.push_back(us_of(caller.timeline.results_in_at_ns - caller.ranks_answered_ns));
+        to_arrival.push_back(us_of(caller.timeline.result_arrived_at_ns - caller.ranks_answered_ns));
+        to_filed.push_back(us_of(caller.timeline.results_in_at_ns - caller.timeline.result_arrived_at_ns));
         to_settled.push_back(us_of(caller.timeline.delivered_at_ns - caller.timeline.results_in_at_ns));
         to_caller.push_back(us_of(caller.replied_ns - caller.timeline.delivered_at_ns));
         overhead.push_back(handoff.back() + to_reply.back());
@@ -308,7 +312,8 @@ bool bench_workers(const options& o, bool lane, int64_t& bytes) {
     print_row("     of them: collectives", collectives);
     print_row("  -> the last rank answers (others still sampling)", others);
     print_row("  -> the reply at the caller", to_reply);
-    print_row("     of it: the answer's way to the step board", to_filed);
+    print_row("     of it: the answer's way to this process", to_arrival);
+    print_row("     reading, checking and filing it", to_filed);
     print_row("     the board settling the step", to_settled);
     print_row("     the caller taking the reply", to_caller);
     const percentiles over = of(overhead);
@@ -331,7 +336,8 @@ bool bench_threads(const options& o) {
     for (int32_t r = 0; s.is_ok() && r < kTp; ++r) {
         ds::logits_view shard;
         s = memory[r].prepare(o, int64_t{o.batch} * o.n, shard_vocab);
-        if (s.is_ok()) s = memory[r].place(rows.data(), int64_t{o.batch} * o.n, o.vocab, r * shard_vocab, shard_vocab, shard);
+        if (s.is_ok())
+            s = memory[r].place(rows.data(), int64_t{o.batch} * o.n, o.vocab, r * shard_vocab, shard_vocab, shard);
         step.shards.push_back(shard);
     }
     std::unique_ptr<ds::group> group;
@@ -362,13 +368,20 @@ int main(int argc, char** argv) {
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string flag = argv[i];
         const char* value = argv[i + 1];
-        if (flag == "--steps") o.steps = std::max(1, std::atoi(value));
-        else if (flag == "--mode") o.mode = value;
-        else if (flag == "--batch") o.batch = std::max(1, std::atoi(value));
-        else if (flag == "--n") o.n = std::max(1, std::atoi(value));
-        else if (flag == "--vocab") o.vocab = std::max(kTp, std::atoi(value) / kTp * kTp);
-        else if (flag == "--forward-us") o.forward_us = std::max<int64_t>(0, std::atoll(value));
-        else if (flag == "--spin-us") o.spin_us = std::clamp(std::atoi(value), 0, 1000000);
+        if (flag == "--steps")
+            o.steps = std::max(1, std::atoi(value));
+        else if (flag == "--mode")
+            o.mode = value;
+        else if (flag == "--batch")
+            o.batch = std::max(1, std::atoi(value));
+        else if (flag == "--n")
+            o.n = std::max(1, std::atoi(value));
+        else if (flag == "--vocab")
+            o.vocab = std::max(kTp, std::atoi(value) / kTp * kTp);
+        else if (flag == "--forward-us")
+            o.forward_us = std::max<int64_t>(0, std::atoll(value));
+        else if (flag == "--spin-us")
+            o.spin_us = std::clamp(std::atoi(value), 0, 1000000);
         else if (flag == "--backend") {
             const ds::result<ds::backend_kind> backend = ds::parse_backend_kind(value);
             if (!backend.is_ok()) {
@@ -378,11 +391,12 @@ int main(int argc, char** argv) {
             o.backend = *backend;
         }
     }
-    fmt::print("TP = {} worker processes (rank API, UCX, {} backend{}), {} mode, bs = {}, N = {}, V = {}, {} steps "
-               "after {} warm-up, spin {} us, {} cores\n\n",
-               kTp, ds::backend_name(o.backend),
-               o.backend == ds::backend_kind::cuda ? ", shards handed in from device memory" : "", o.mode, o.batch,
-               o.n, o.vocab, o.steps, kWarmup, o.spin_us, std::thread::hardware_concurrency());
+    fmt::print(
+        "TP = {} worker processes (rank API, UCX, {} backend{}), {} mode, bs = {}, N = {}, V = {}, {} steps "
+        "after {} warm-up, spin {} us, {} cores\n\n",
+        kTp, ds::backend_name(o.backend),
+        o.backend == ds::backend_kind::cuda ? ", shards handed in from device memory" : "", o.mode, o.batch, o.n,
+        o.vocab, o.steps, kWarmup, o.spin_us, std::thread::hardware_concurrency());
     fmt::print("| {:<54} | {:>9} | {:>9} |\n|---|---:|---:|\n", "per step (µs)", "p50", "p99");
     int64_t bytes = 0;
     // Forks first, while this process has no threads (each group's threads end with the group).

@@ -52,11 +52,14 @@ struct step_timing {
 };
 
 // Where a step was when, on steady_clock in nanoseconds: with step_timing's, where a step's time
-// outside the ranks goes (bench_coordinator_overhead). The last three are stamped by the thread
+// outside the ranks goes (bench_coordinator_overhead). The last four are stamped by the thread
 // that settles the step: the last rank to file its result, usually (actors/step_board.h).
 struct step_timeline {
     int64_t received_at_ns = 0;    // the coordinator took the step
     int64_t dispatched_at_ns = 0;  // ... had planned it and began sending the ranks their messages
+    // The last rank's result reached the coordinator's process: the answer lane's thread woke for
+    // it (a rank process), or it was filed (a rank thread, CAF's answer).
+    int64_t result_arrived_at_ns = 0;
     int64_t results_in_at_ns = 0;  // the last rank's result was filed
     int64_t answered_at_ns = 0;    // digests compared, desyncs recorded
     int64_t delivered_at_ns = 0;   // the library caller's future was about to be fulfilled (0 for other clients)

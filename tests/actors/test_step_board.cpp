@@ -75,6 +75,18 @@ TEST(StepBoard, TheLastFilingAnswersTheCallerWithRankZerosOutputs) {
     EXPECT_FALSE(t.board.claim_for_failure()) << "a settled step cannot be failed";
 }
 
+// The reply's timeline says when the latest of the filed results reached the process (the answer
+// lane's arrival stamp), whichever rank filed last, and when the set was complete.
+TEST(StepBoard, TheTimelineHoldsTheLatestArrivalOfAResult) {
+    board_under_test t(9, rank0_policy::on_mismatch);
+    const int64_t arrivals[kRanks] = {1'000, 4'000, 2'000, 3'000};
+    for (int32_t r = 0; r < kRanks; ++r) t.board.file(result_of(r, 9), arrivals[r]);
+    ASSERT_TRUE(t.answered());
+    const step_reply reply = t.reply.get();
+    EXPECT_EQ(reply.timeline.result_arrived_at_ns, 4'000);
+    EXPECT_GT(reply.timeline.results_in_at_ns, 4'000);  // filed now, on the steady clock
+}
+
 TEST(StepBoard, AFailedResultIsNotFiled) {
     board_under_test t(6, rank0_policy::on_mismatch);
     rank_result failed = result_of(2, 6);
