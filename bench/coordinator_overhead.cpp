@@ -29,11 +29,15 @@
 #include <utility>
 #include <vector>
 
+#include "bench/percentiles.h"
+#include "bench/verify_workload.h"
 #include "core/clock.h"
 #include "kernels/sampling_backend.h"
-#include "bench/verify_workload.h"
 
 namespace {
+
+using ds::bench::of;
+using ds::bench::percentiles;
 
 constexpr int32_t kTp = 4;
 constexpr int32_t kBatch = 64;

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "bench/percentiles.h"
 #include "clients/cpp/distsample_client.h"
 #include "core/status.h"
 #include "gateway/server.h"
@@ -28,15 +29,8 @@ namespace wire = distsample::wire;
 
 constexpr int kClients = 16;
 
-struct percentiles {
-    double p50_us = 0;
-    double p99_us = 0;
-};
-
-percentiles summarize(std::vector<double> us) {
-    std::sort(us.begin(), us.end());
-    return {us[us.size() / 2], us[us.size() * 99 / 100]};
-}
+using ds::bench::of;
+using ds::bench::percentiles;
 
 // Answers every frame it reads with `reply` (a gateway reply frame, so the sizes are the same
 // and the client parses it as it does the gateway's), doing nothing else.
@@ -117,7 +111,7 @@ percentiles latency(client::gateway_client& c, int32_t slot, int calls) {
         if (!call(c, slot, i)) std::abort();
         if (i >= 200) us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - start).count());
     }
-    return summarize(us);
+    return of(us);
 }
 
 // Steps per second of kClients clients, each one call at a time, for `seconds`.
@@ -174,7 +168,7 @@ result<percentiles> direct_latency(group& ranks, const synthetic_lm& model, int3
         DS_TRY(ranks.step(std::move(step)).result);
         if (i >= 200) us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - start).count());
     }
-    return summarize(us);
+    return of(us);
 }
 
 struct figures {
@@ -190,16 +184,15 @@ void print_figures(const group_config& config, int calls, double seconds, const 
         config.limits.vocab_size, config.distribution.tp, mode_name(config.distribution.mode), f.request_bytes,
         f.reply_bytes, calls, kClients, seconds);
     fmt::print("{:<34} {:>10} {:>10} {:>14}\n", "", "p50 (us)", "p99 (us)", "steps/s x16");
-    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14}\n", "ds::group::step (no sockets)", f.direct.p50_us, f.direct.p99_us,
-               "-");
-    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14.0f}\n", "gateway round trip (TCP loopback)", f.gateway_rt.p50_us,
-               f.gateway_rt.p99_us, f.gateway_rate);
-    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14.0f}\n", "raw Asio echo, same frame sizes", f.echo_rt.p50_us,
-               f.echo_rt.p99_us, f.echo_rate);
+    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14}\n", "ds::group::step (no sockets)", f.direct.p50, f.direct.p99, "-");
+    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14.0f}\n", "gateway round trip (TCP loopback)", f.gateway_rt.p50,
+               f.gateway_rt.p99, f.gateway_rate);
+    fmt::print("{:<34} {:>10.1f} {:>10.1f} {:>14.0f}\n", "raw Asio echo, same frame sizes", f.echo_rt.p50,
+               f.echo_rt.p99, f.echo_rate);
     fmt::print(
         "gateway / echo: p50 {:.1f}x, p99 {:.1f}x, throughput {:.2f}x; gateway p50 minus direct step: {:.1f} us\n",
-        f.gateway_rt.p50_us / f.echo_rt.p50_us, f.gateway_rt.p99_us / f.echo_rt.p99_us, f.gateway_rate / f.echo_rate,
-        f.gateway_rt.p50_us - f.direct.p50_us);
+        f.gateway_rt.p50 / f.echo_rt.p50, f.gateway_rt.p99 / f.echo_rt.p99, f.gateway_rate / f.echo_rate,
+        f.gateway_rt.p50 - f.direct.p50);
 }
 
 // The direct step, the gateway and the echo server, measured in one run.

@@ -16,11 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "bench/percentiles.h"
 #include "bench/verify_workload.h"
 #include "core/clock.h"
 #include "kernels/device_memory.h"
 
 namespace {
+
+using ds::bench::of;
+using ds::bench::percentiles;
 
 constexpr int32_t kTp = 4;
 constexpr int32_t kBatch = 64;
@@ -57,7 +61,8 @@ struct device_shards {
         memory.resize(kTp);
         for (int32_t r = 0; r < kTp; ++r) {
             ds::cuda_allocation& m = memory[static_cast<size_t>(r)];
-            DS_TRY(ds::cuda_allocation::allocate(ds::cuda_memory_kind::device, row_bytes * static_cast<size_t>(rows), m));
+            DS_TRY(
+                ds::cuda_allocation::allocate(ds::cuda_memory_kind::device, row_bytes * static_cast<size_t>(rows), m));
             DS_TRY(ds::copy_rows(m.data(), row_bytes, w.logits.data() + static_cast<size_t>(r) * shard,
                                  static_cast<size_t>(w.vocab) * sizeof(float), row_bytes, static_cast<size_t>(rows)));
             views.push_back(ds::logits_view{m.data(), ds::logits_dtype::f32, rows, shard, shard, true});
@@ -118,9 +123,10 @@ int main(int argc, char** argv) {
         fmt::print("bench_gpu_modes: no GPU to run on ({})\n", s.message);
         return 0;
     }
-    fmt::print("TP={} rank threads on one GPU, CUDA backend, local transport, shards in device memory; "
-               "pad_bs={} N={} V={}, {} steps per case (µs, bytes received by all ranks per step)\n\n",
-               kTp, kBatch, kN, kVocab, steps);
+    fmt::print(
+        "TP={} rank threads on one GPU, CUDA backend, local transport, shards in device memory; "
+        "pad_bs={} N={} V={}, {} steps per case (µs, bytes received by all ranks per step)\n\n",
+        kTp, kBatch, kN, kVocab, steps);
     fmt::print("{:<26} {:>12} {:>12} {:>14} {:>12} {:>12} {:>14} {:>12} {:>10}\n", "mix", "swap p50", "swap p99",
                "swap bytes", "sharded p50", "sharded p99", "sharded bytes", "time ratio", "bytes %");
     for (const mix& m : kMixes) {

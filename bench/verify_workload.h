@@ -1,5 +1,5 @@
 // The benchmarks' verify step (bench/coordinator_overhead.cpp, bench/gpu_modes.cpp): a batch of
-// requests over a synthetic target and draft model, and percentiles of what they time.
+// requests over a synthetic target and draft model.
 #pragma once
 
 #include <distsample/group.h>
@@ -71,14 +71,3 @@ struct workload {
         return r;
     }
 };
-
-struct percentiles {
-    double p50 = 0;
-    double p99 = 0;
-};
-
-inline percentiles of(std::vector<double> samples) {
-    std::sort(samples.begin(), samples.end());
-    auto at = [&](double q) { return samples[static_cast<size_t>(q * static_cast<double>(samples.size() - 1))]; };
-    return {at(0.50), at(0.99)};
-}

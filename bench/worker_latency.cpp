@@ -40,12 +40,16 @@
 #include <vector>
 
 #include "bench/loopback_port.h"
+#include "bench/percentiles.h"
 #include "config/choices.h"
 #include "core/clock.h"
 #include "examples/tp_workers/worker_rows.h"
 #include "kernels/device_memory.h"
 
 namespace {
+
+using ds::bench::of;
+using ds::bench::percentiles;
 
 constexpr int32_t kTp = 4;
 constexpr int kWarmup = 20;
@@ -187,20 +191,6 @@ ds::step_request make_step(const options& o) {
         for (int32_t j = 0; j < o.n && o.n > 1; ++j) r.candidates.push_back((b * 7 + j * 13) % o.vocab);
     }
     return r;
-}
-
-struct percentiles {
-    double p50 = 0;
-    double p99 = 0;
-};
-
-percentiles of(std::vector<double> us) {
-    std::sort(us.begin(), us.end());
-    if (us.empty()) return {};
-    auto at = [&](double q) {
-        return us[std::min(us.size() - 1, static_cast<size_t>(q * static_cast<double>(us.size())))];
-    };
-    return {at(0.5), at(0.99)};
 }
 
 void print_row(const std::string& what, const std::vector<double>& us, const std::string& note = "") {
