@@ -46,7 +46,7 @@ void put_all(std::string& out, const std::vector<T>& values) {
 // Reads the body in order; the caller has checked its length.
 class body_reader {
    public:
-    explicit body_reader(const std::string& body) : at_(body.data()) {}
+    explicit body_reader(std::string_view body) : at_(body.data()) {}
     template <class T>
     T take() {
         T value;
@@ -96,12 +96,12 @@ std::string encode_answer(const rank_result& result) {
     return body;
 }
 
-uint64_t answer_step_id(const std::string& body) {
+uint64_t answer_step_id(std::string_view body) {
     if (body.size() < sizeof(uint64_t)) return 0;
     return body_reader(body).take<uint64_t>();
 }
 
-status decode_answer(const std::string& body, int32_t rank, const dist_step& step, rank_result& out) {
+status decode_answer(std::string_view body, int32_t rank, const dist_step& step, rank_result& out) {
     if (body.size() < kHeaderBytes)
         return status::invalid(fmt::format("answer of {} bytes: expected at least {}", body.size(), kHeaderBytes));
     body_reader in(body);

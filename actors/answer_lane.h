@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -42,9 +43,9 @@ void append_answer(const rank_result& result, std::string& out);
 std::string encode_answer(const rank_result& result);
 // Rank `rank`'s result of `step` from a frame body: invalid, naming the field, when its step id,
 // shape or digest is not `step`'s.
-status decode_answer(const std::string& body, int32_t rank, const dist_step& step, rank_result& out);
+status decode_answer(std::string_view body, int32_t rank, const dist_step& step, rank_result& out);
 // The step id a frame body names (0 when the body is too short to name one).
-uint64_t answer_step_id(const std::string& body);
+uint64_t answer_step_id(std::string_view body);
 
 // The coordinator's end: a listening socket and the thread that reads every rank's connection.
 class answer_lane {
