@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <random>
 
@@ -23,6 +25,7 @@ constexpr uint32_t kGreetingMagic = 0x6473616c;  // "dsal"
 constexpr size_t kHeaderBytes = sizeof(uint64_t) + 2 * sizeof(int32_t) + sizeof(uint64_t) + 5 * sizeof(int64_t);
 // A peer that began a greeting or a frame has this long to finish it.
 constexpr std::chrono::milliseconds kFrameWait{100};
+constexpr int64_t kFrameWaitNs = std::chrono::nanoseconds(kFrameWait).count();
 // A connection must greet this soon after it is accepted.
 constexpr std::chrono::milliseconds kGreetingWait{1000};
 // The longest the thread sleeps in poll before it looks at stopping_.
@@ -63,6 +66,12 @@ class body_reader {
    private:
     const char* at_;
 };
+
+// Logs why a rank's connection is closed; false, for a reader to return.
+bool lane_lost(int32_t rank, const std::string& why) {
+    coordinator_log().warn("answer lane: rank {}: {}; its answers come over CAF", rank, why);
+    return false;
+}
 
 uint64_t random_secret() {
     std::random_device device;
@@ -192,7 +201,7 @@ void answer_lane::serve() {
         polled.assign({pollfd{wake_read_.get(), POLLIN, 0}, pollfd{listener_.get(), POLLIN, 0}});
         for (const connection& c : connections_) polled.push_back(pollfd{c.fd.get(), POLLIN, 0});
         const bool spinning = steady_now_ns() < spin_until_ns_.load(std::memory_order_acquire);
-        if (::poll(polled.data(), polled.size(), spinning ? 0 : kIdlePollMs) <= 0) {
+        if (::poll(polled.data(), polled.size(), spinning ? 0 : idle_poll_ms()) <= 0) {
             drop_closed_and_silent();
             continue;
         }
@@ -207,20 +216,35 @@ void answer_lane::serve() {
         for (size_t i = 0; i + 2 < polled.size(); ++i) {
             connection& c = connections_[i];
             if (polled[i + 2].revents == 0 || c.fd.get() < 0) continue;
-            if (!(c.rank < 0 ? read_greeting(c) : read_answer(c, woke_at_ns))) c.fd = net::unique_fd();
+            if (!(c.rank < 0 ? read_greeting(c) : read_answers(c, woke_at_ns))) c.fd = net::unique_fd();
         }
         drop_closed_and_silent();
     }
 }
 
+int answer_lane::idle_poll_ms() const {
+    const int64_t now_ns = steady_now_ns();
+    int64_t wait_ns = std::chrono::nanoseconds(std::chrono::milliseconds(kIdlePollMs)).count();
+    for (const connection& c : connections_) {
+        if (c.filled > 0) wait_ns = std::min(wait_ns, c.partial_since_ns + kFrameWaitNs - now_ns);
+    }
+    // Rounded up: the round it wakes finds the frame's time up instead of polling again for 0 ms.
+    return static_cast<int>(std::max<int64_t>(0, (wait_ns + 999'999) / 1'000'000));
+}
+
 void answer_lane::drop_closed_and_silent() {
     const auto now = net::clock::now();
+    const int64_t now_ns = std::chrono::nanoseconds(now.time_since_epoch()).count();  // steady_now_ns()'s clock
     std::vector<connection> kept;
     for (connection& c : connections_) {
         if (c.fd.get() < 0) continue;
         if (c.rank < 0 && now - c.accepted > kGreetingWait) {
             coordinator_log().warn("answer lane: a connection that did not greet within {} ms was closed",
                                    kGreetingWait.count());
+            continue;
+        }
+        if (c.filled > 0 && now_ns - c.partial_since_ns >= kFrameWaitNs) {
+            lane_lost(c.rank, fmt::format("a frame not finished within {} ms", kFrameWait.count()));
             continue;
         }
         kept.push_back(std::move(c));
@@ -236,7 +260,10 @@ void answer_lane::accept_connection() {
         coordinator_log().warn("answer lane: a connection beyond {} refused", 2 * ranks_);
         return;
     }
-    connections_.push_back(connection{std::move(fd), -1, net::clock::now()});
+    connection c;
+    c.fd = std::move(fd);
+    c.accepted = net::clock::now();
+    connections_.push_back(std::move(c));
 }
 
 bool answer_lane::read_greeting(connection& c) {
@@ -257,33 +284,53 @@ bool answer_lane::read_greeting(connection& c) {
         if (&other != &c && other.rank == rank) other.fd = net::unique_fd();
     }
     c.rank = rank;
+    c.in.resize(sizeof(uint32_t) + max_body_);
     coordinator_log().debug("answer lane: rank {} connected", rank);
     return true;
 }
 
-bool answer_lane::read_answer(connection& c, int64_t woke_at_ns) {
-    const auto deadline = net::clock::now() + kFrameWait;
-    uint32_t length = 0;
-    status s = net::read_value(c.fd.get(), length, deadline);
-    if (s.is_ok() && length > max_body_)
-        s = status::invalid(fmt::format("answer of {} bytes: expected at most {}", length, max_body_));
-    std::string body;
-    if (s.is_ok()) {
-        body.resize(length);
-        s = net::read_all(c.fd.get(), body.data(), length, deadline);
+bool answer_lane::read_answers(connection& c, int64_t woke_at_ns) {
+    for (;;) {
+        const size_t room = c.in.size() - c.filled;  // never 0: file_frames leaves less than a whole frame
+        const ssize_t n = ::recv(c.fd.get(), c.in.data() + c.filled, room, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+        if (n == 0) return false;  // a rank process that closes its end leaves quietly
+        if (n < 0) return lane_lost(c.rank, net::io_error("recv").message);
+        if (c.filled == 0) c.partial_since_ns = woke_at_ns;
+        c.filled += static_cast<size_t>(n);
+        if (!file_frames(c, woke_at_ns)) return false;
+        // Less than the room: the socket held no more. A full buffer may have left some behind.
+        if (static_cast<size_t>(n) < room) return true;
     }
-    if (!s.is_ok()) {
-        if (s.code != status_code::aborted)  // a rank process that closes its end leaves quietly
-            coordinator_log().warn("answer lane: rank {}: {}; its answers come over CAF", c.rank, s.message);
-        return false;
+}
+
+bool answer_lane::file_frames(connection& c, int64_t woke_at_ns) {
+    size_t at = 0;
+    while (c.filled - at >= sizeof(uint32_t)) {
+        uint32_t length = 0;
+        std::memcpy(&length, c.in.data() + at, sizeof length);
+        if (length > max_body_)
+            return lane_lost(c.rank, fmt::format("answer of {} bytes: expected at most {}", length, max_body_));
+        if (c.filled - at - sizeof length < length) break;
+        if (!file_answer(c, std::string_view(c.in.data() + at + sizeof length, length), woke_at_ns)) return false;
+        at += sizeof length + length;
     }
+    if (at > 0) {
+        // What is left is a frame whose first bytes came with this recv (what came before is filed).
+        std::memmove(c.in.data(), c.in.data() + at, c.filled - at);
+        c.filled -= at;
+        c.partial_since_ns = woke_at_ns;
+    }
+    return true;
+}
+
+bool answer_lane::file_answer(const connection& c, std::string_view body, int64_t woke_at_ns) {
     const std::shared_ptr<step_board> board = board_of(answer_step_id(body));
     if (!board) return true;  // the step is done: CAF's answer came first
     rank_result result;
-    if (s = decode_answer(body, c.rank, board->step(), result); !s.is_ok()) {
-        coordinator_log().warn("answer lane: rank {}: {}; its answers come over CAF", c.rank, s.message);
-        return false;
-    }
+    if (const status s = decode_answer(body, c.rank, board->step(), result); !s.is_ok())
+        return lane_lost(c.rank, s.message);
     filed_.fetch_add(1, std::memory_order_relaxed);  // before the filing, which may answer the caller
     board->file(result, woke_at_ns);
     return true;

@@ -14,8 +14,9 @@
 //                               [bs*N + bs], i32 accept_index [bs*N], u32 logprob bits [bs*N],
 //                               u8 row_error [bs]
 // A connection with a wrong magic, secret or rank, a frame larger than the group's largest
-// answer, a frame for a step not in flight or of another shape, or a digest that does not match
-// its outputs is closed (logged); its rank's answers then come over CAF only.
+// answer or not finished within 100 ms of its first bytes, a frame for a step not in flight or of
+// another shape, or a digest that does not match its outputs is closed (logged); its rank's
+// answers then come over CAF only.
 #pragma once
 
 #include <atomic>
@@ -72,6 +73,11 @@ class answer_lane {
         net::unique_fd fd;
         int32_t rank = -1;  // -1 until its greeting is read
         net::clock::time_point accepted;
+        // A rank's received bytes (room for one largest frame, sized at its greeting): one recv
+        // takes every frame the socket holds, and a frame cut short waits at the front.
+        std::vector<char> in;
+        size_t filled = 0;
+        int64_t partial_since_ns = 0;  // when the frame cut short began to arrive (steady_now_ns)
     };
 
     answer_lane(const group_config& config, net::unique_fd listener, uint16_t port);
@@ -79,8 +85,13 @@ class answer_lane {
     void accept_connection();
     // False: the connection is to be closed.
     bool read_greeting(connection& c);
-    bool read_answer(connection& c, int64_t woke_at_ns);
-    // Forgets closed connections and closes those that did not greet in time.
+    // Reads what the socket holds and files every complete frame; `woke_at_ns`: when poll returned.
+    bool read_answers(connection& c, int64_t woke_at_ns);
+    bool file_frames(connection& c, int64_t woke_at_ns);
+    bool file_answer(const connection& c, std::string_view body, int64_t woke_at_ns);
+    // How long poll may sleep: kIdlePollMs, or less when a frame cut short runs out of time sooner.
+    int idle_poll_ms() const;
+    // Forgets closed connections and closes those that did not greet, or finish a frame, in time.
     void drop_closed_and_silent();
     std::shared_ptr<step_board> board_of(uint64_t step_id);
 
