@@ -1,6 +1,7 @@
 // The answer lane (actors/answer_lane.h): a rank's result survives the frame bit for bit, ranks'
-// answers over the lane settle a step's board and answer its caller, and connections that are
-// not the group's ranks, or send what no rank sends, are closed without harm to the others.
+// answers over the lane settle a step's board and answer its caller however their frames arrive
+// (several at once, in pieces), and connections that are not the group's ranks, send what no rank
+// sends or leave a frame unfinished are closed without harm to the others.
 #include <gtest/gtest.h>
 
 #include <sys/socket.h>
@@ -9,8 +10,13 @@
 #include <cmath>
 #include <cstring>
 #include <future>
+#include <iterator>
 #include <limits>
+#include <memory>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "actors/answer_lane.h"
 #include "actors/step_board.h"
@@ -22,11 +28,13 @@ constexpr int32_t kRanks = 4;
 constexpr int32_t kBatch = 3;
 constexpr int32_t kN = 2;
 constexpr std::chrono::milliseconds kTimeout{5000};
+constexpr std::chrono::milliseconds kFrameWait{100};  // the lane's: a frame begun must be finished within it
 
-group_config lane_config() {
+// max_batch = kBatch: the lane's receive buffer holds exactly one answer frame of the tests' steps.
+group_config lane_config(int32_t max_batch = kBatch) {
     group_config c;
     c.distribution.tp = kRanks;
-    c.limits.max_batch = kBatch;
+    c.limits.max_batch = max_batch;
     c.limits.max_tokens_per_req = kN;
     return c;
 }
@@ -84,6 +92,35 @@ net::unique_fd raw_connection(const answer_lane& lane) {
     net::unique_fd fd;
     EXPECT_TRUE(net::connect_tcp("127.0.0.1", lane.port(), net::clock::now() + kTimeout, fd).is_ok());
     return fd;
+}
+
+// A connection greeted as `rank` by hand, for frames written as no answer_sender writes them.
+net::unique_fd greeted_as(const answer_lane& lane, int32_t rank) {
+    net::unique_fd fd = raw_connection(lane);
+    const auto deadline = net::clock::now() + kTimeout;
+    EXPECT_TRUE(net::write_value(fd.get(), uint32_t{0x6473616c}, deadline).is_ok());
+    EXPECT_TRUE(net::write_value(fd.get(), rank, deadline).is_ok());
+    EXPECT_TRUE(net::write_value(fd.get(), lane.secret(), deadline).is_ok());
+    return fd;
+}
+
+// What answer_sender writes for `result`: the body's length, then the body.
+std::string frame_of(const rank_result& result) {
+    const std::string body = encode_answer(result);
+    const auto length = static_cast<uint32_t>(body.size());
+    return std::string(reinterpret_cast<const char*>(&length), sizeof length) + body;
+}
+
+status write_bytes(int fd, const std::string& bytes) {
+    return net::write_all(fd, bytes.data(), bytes.size(), net::clock::now() + kTimeout);
+}
+
+// A step whose ranks but rank 0 have filed: rank 0's answer on the lane settles it.
+std::unique_ptr<step_under_test> awaiting_rank0(answer_lane& lane, uint64_t id) {
+    auto step = std::make_unique<step_under_test>(id);
+    lane.expect(step->board);
+    for (int32_t r = 1; r < kRanks; ++r) step->board->file(result_of(r, id));
+    return step;
 }
 
 TEST(AnswerLane, AResultSurvivesTheFrameBitForBit) {
@@ -191,12 +228,8 @@ TEST(AnswerLane, ARankThatSendsWhatNoRankSendsLosesItsLaneAndTheOthersAreUnharme
     step_under_test step(7);
     lane->expect(step.board);
     // Rank 3, by hand: a greeting, then a frame longer than any answer of the group.
-    net::unique_fd rogue = raw_connection(*lane);
-    const auto deadline = net::clock::now() + kTimeout;
-    ASSERT_TRUE(net::write_value(rogue.get(), uint32_t{0x6473616c}, deadline).is_ok());
-    ASSERT_TRUE(net::write_value(rogue.get(), int32_t{3}, deadline).is_ok());
-    ASSERT_TRUE(net::write_value(rogue.get(), lane->secret(), deadline).is_ok());
-    ASSERT_TRUE(net::write_value(rogue.get(), uint32_t{1u << 30}, deadline).is_ok());
+    net::unique_fd rogue = greeted_as(*lane, 3);
+    ASSERT_TRUE(net::write_value(rogue.get(), uint32_t{1u << 30}, net::clock::now() + kTimeout).is_ok());
     EXPECT_TRUE(closed_by_lane(rogue.get()));
     // A frame whose outputs do not match its digest.
     rank_result forged = result_of(2, 7);
@@ -209,6 +242,88 @@ TEST(AnswerLane, ARankThatSendsWhatNoRankSendsLosesItsLaneAndTheOthersAreUnharme
     step.board->file(result_of(3, 7));
     EXPECT_TRUE(step.answered_within(kTimeout));
     EXPECT_EQ(lane->filed(), 2u);
+}
+
+TEST(AnswerLane, FramesThatArriveTogetherAreEveryOneFiled) {
+    // A buffer of exactly one frame is filled and read again; one of a frame and a part leaves the
+    // next frame's start at its end, to be finished by the next read; one of several frames takes
+    // two whole ones at once.
+    for (const int32_t max_batch : {kBatch, kBatch + 1, 4 * kBatch}) {
+        std::shared_ptr<answer_lane> lane;
+        ASSERT_TRUE(answer_lane::open("127.0.0.1", 0, lane_config(max_batch), lane).is_ok());
+        net::unique_fd rank0 = greeted_as(*lane, 0);
+        std::vector<std::unique_ptr<step_under_test>> steps;
+        std::string frames;
+        for (uint64_t id = 1; id <= 3; ++id) {
+            steps.push_back(awaiting_rank0(*lane, id));
+            frames += frame_of(result_of(0, id));
+        }
+        ASSERT_TRUE(write_bytes(rank0.get(), frames).is_ok());  // one send
+        for (auto& step : steps) {
+            EXPECT_TRUE(step->answered_within(kTimeout))
+                << "max_batch " << max_batch << ": step " << step->board->step().id << " was not answered";
+        }
+        EXPECT_EQ(lane->filed(), 3u) << "max_batch " << max_batch;
+    }
+}
+
+TEST(AnswerLane, FramesWrittenInPiecesWithinTheFrameWaitAreFiled) {
+    std::shared_ptr<answer_lane> lane;
+    ASSERT_TRUE(answer_lane::open("127.0.0.1", 0, lane_config(4 * kBatch), lane).is_ok());
+    net::unique_fd rank0 = greeted_as(*lane, 0);
+    std::unique_ptr<step_under_test> first = awaiting_rank0(*lane, 6);
+    std::unique_ptr<step_under_test> second = awaiting_rank0(*lane, 7);
+    const std::string frame = frame_of(result_of(0, 6));
+    const std::string frames = frame + frame_of(result_of(0, 7));
+    // A part of the first length, a part of the first body, the first's end with the second's
+    // start, ...: each frame takes 2 pauses, well within the frame wait, and both together 4,
+    // beyond it: the second frame's wait begins with its own first bytes. The buffer (max_batch
+    // 4 * kBatch) holds both frames, so the second's start stays in it behind the first.
+    const size_t cuts[] = {0, 2, 60, frame.size() + 30, frame.size() + 80, frames.size()};
+    constexpr auto kPause = std::chrono::milliseconds(30);
+    static_assert(2 * kPause < kFrameWait && 4 * kPause > kFrameWait);
+    for (size_t i = 0; i + 1 < std::size(cuts); ++i) {
+        if (i > 0) std::this_thread::sleep_for(kPause);
+        if (i == 1 || i == 2) {
+            EXPECT_FALSE(first->answered_within(std::chrono::milliseconds(0))) << "filed in part";
+        }
+        ASSERT_TRUE(write_bytes(rank0.get(), frames.substr(cuts[i], cuts[i + 1] - cuts[i])).is_ok());
+    }
+    EXPECT_TRUE(first->answered_within(kTimeout)) << "a frame in pieces was not filed";
+    EXPECT_TRUE(second->answered_within(kTimeout)) << "a frame begun with another's end was not filed";
+    EXPECT_EQ(lane->filed(), 2u);
+}
+
+TEST(AnswerLane, AFrameCutShortClosesItsConnectionAfterTheFrameWait) {
+    std::shared_ptr<answer_lane> lane;
+    ASSERT_TRUE(answer_lane::open("127.0.0.1", 0, lane_config(), lane).is_ok());
+    net::unique_fd rank0 = greeted_as(*lane, 0);
+    std::unique_ptr<step_under_test> step = awaiting_rank0(*lane, 8);
+    const std::string frame = frame_of(result_of(0, 8));
+    const auto began = net::clock::now();
+    ASSERT_TRUE(write_bytes(rank0.get(), frame.substr(0, frame.size() / 2)).is_ok());
+    EXPECT_TRUE(closed_by_lane(rank0.get())) << "a frame cut short kept its connection open";
+    const auto waited = net::clock::now() - began;
+    EXPECT_GE(waited, kFrameWait);
+    EXPECT_LT(waited, 10 * kFrameWait);
+    // The rest, and a whole frame after it, reach a closed connection (the writes may fail).
+    (void)write_bytes(rank0.get(), frame.substr(frame.size() / 2) + frame);
+    EXPECT_FALSE(step->answered_within(std::chrono::milliseconds(50))) << "an answer after the close was filed";
+    EXPECT_EQ(lane->filed(), 0u);
+}
+
+TEST(AnswerLane, ALengthBeyondTheLargestAnswerClosesTheConnectionAtOnce) {
+    std::shared_ptr<answer_lane> lane;
+    ASSERT_TRUE(answer_lane::open("127.0.0.1", 0, lane_config(), lane).is_ok());
+    net::unique_fd rank0 = greeted_as(*lane, 0);
+    // The tests' answers are the largest the group's limits allow: one byte more is too long.
+    const auto length = static_cast<uint32_t>(encode_answer(result_of(0, 1)).size() + 1);
+    const auto began = net::clock::now();
+    ASSERT_TRUE(net::write_value(rank0.get(), length, net::clock::now() + kTimeout).is_ok());
+    EXPECT_TRUE(closed_by_lane(rank0.get()));
+    // Not by the frame wait, which would close it too: by the length itself.
+    EXPECT_LT(net::clock::now() - began, kFrameWait);
+    EXPECT_EQ(lane->filed(), 0u);
 }
 
 }  // namespace
