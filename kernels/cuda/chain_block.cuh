@@ -70,7 +70,11 @@ struct kernel_shared {
     union {
         uint32_t histogram[kMassHistogramBins];         // the chunk's masses by bin (cut rows)
         uint32_t nearness[kNearnessBins];               // the chunk's tokens by distance to its maximum (top-k rows)
-        uint64_t bin_mass[kWarps][kMassHistogramBins];  // the chunk's masses by bin, per warp (top-p rows)
+        struct {
+            uint32_t high[kWarps][kMassHistogramBins];  // bits 20 and up of the masses, summed
+            uint32_t low[kWarps][kMassHistogramBins];   // bits 0 to 19, summed
+        } warp_bin_mass;                                // the chunk's masses by bin, per warp (top-p rows)
+        uint64_t row_bin_mass[kMassHistogramBins];      // the row's masses by bin (top-p rows)
     };
     block_scratch scratch;
     row_totals totals;      // the row's combined maxima and masses (thread 0 combines)

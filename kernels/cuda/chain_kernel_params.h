@@ -28,6 +28,18 @@ DS_HD uint64_t least_mass_of_bin(int bin) {
     return log2 > 0 ? static_cast<uint64_t>(2 + (bin & 1)) << (log2 - 1) : 1;
 }
 
+// Top-p rows refine the bin where their target is reached: its masses by the kBoundarySubBits
+// bits below their two leading ones (mass_sub_bin), summed over the row.
+constexpr int kBoundarySubBits = 11;
+constexpr int kBoundarySubBins = 1 << kBoundarySubBits;
+
+// A mass's sub-bin within its bin: within one bin a larger mass never has a lower sub-bin, and
+// masses below 2^(kBoundarySubBits + 1) have a sub-bin of their own value.
+DS_HD int mass_sub_bin(uint64_t q) {
+    const int shift = 63 - ds::detmath::leading_zeros64(q) - 1 - kBoundarySubBits;
+    return static_cast<int>((shift >= 0 ? q >> shift : q << -shift) & (kBoundarySubBins - 1));
+}
+
 DS_HD int32_t chunks_per_row(int32_t vocab) { return (vocab + kChunkTokens - 1) / kChunkTokens; }
 
 // Steps whose requests are all greedy without penalties or bias (plain decoding) run the
@@ -53,7 +65,7 @@ DS_HD int32_t stream_segment_tokens(int32_t vocab, int32_t segments) {
 struct row_sync {
     uint32_t maxima_arrived = 0;      // blocks that published their chunk's argmax
     uint32_t partials_arrived = 0;    // ... their chunk's masses
-    uint32_t counts_arrived = 0;      // ... their number of cut candidates
+    uint32_t counts_arrived = 0;      // ... their number of cut candidates (top-p rows: their sub-bins)
     uint32_t candidates_arrived = 0;  // ... their candidates (the last one selects the cut)
     float draft_logit = 0.0f;         // processed logit of the draft judged against this row
     uint32_t padding = 0;
@@ -111,11 +123,12 @@ struct chain_workspace {
     row_result* results = nullptr;            // [rows]
     cut_candidate* candidates = nullptr;      // [rows, vocab]
     uint64_t* chunk_bin_masses = nullptr;     // [rows, chunks_per_row, kMassHistogramBins] (top-p rows)
+    uint64_t* boundary_sub_masses = nullptr;  // [rows, kBoundarySubBins] (top-p rows; cleared by the row's blocks)
 
     // Bytes for `rows` rows of `vocab` tokens and `batch` requests; with base != null, also points
     // every member into [base, base + bytes). Without `cut_lists` (no request can have a top-k,
-    // top-p or min-p filter) the candidate lists, 8 bytes per token of every row, and the chunks'
-    // masses by bin are left out.
+    // top-p or min-p filter) the candidate lists, 8 bytes per token of every row, and the masses
+    // by bin and sub-bin are left out.
     static size_t layout(void* base, int64_t rows, int32_t batch, int32_t vocab, bool cut_lists, chain_workspace& out) {
         size_t at = 0;
         auto carve = [&](auto*& member, size_t count) {
@@ -138,6 +151,7 @@ struct chain_workspace {
         carve(out.candidates, cut_lists ? row_count * static_cast<size_t>(vocab) : 0);
         carve(out.chunk_bin_masses,
               cut_lists ? row_count * static_cast<size_t>(chunks_per_row(vocab)) * kMassHistogramBins : 0);
+        carve(out.boundary_sub_masses, cut_lists ? row_count * kBoundarySubBins : 0);
         return at;
     }
 };

@@ -15,17 +15,18 @@ struct selected_cut {
     uint64_t kept_mass;
 };
 
-// Adds (1, q) of every lane to bins[digit], one atomic per group of a warp's lanes with the same
-// digit (digit -1: nothing to add): the candidates of a flat row share their leading digits, and
-// an atomic per lane would serialise on one bin. Masses are at most 2^40, so each 20-bit half sums
-// over 32 lanes without overflow.
+// Adds (1, q) of every lane to bins[digit] (counts may be null: masses alone), one atomic per
+// group of a warp's lanes with the same digit (digit -1: nothing to add): the candidates of a
+// flat row share their leading digits, and an atomic per lane would serialise on one bin. The
+// bins may be in shared or global memory. Masses are at most 2^40, so each 20-bit half sums over
+// 32 lanes without overflow.
 static_assert(exact::kMassBits - 20 + 5 < 32, "a 20-bit half of a mass, summed over 32 lanes, fits 32 bits");
 __device__ __forceinline__ void add_to_radix_bin(int digit, uint64_t q, uint32_t* counts, uint64_t* masses) {
     const unsigned peers = __match_any_sync(kFullMask, digit);
     const unsigned high = __reduce_add_sync(peers, static_cast<unsigned>(q >> 20));
     const unsigned low = __reduce_add_sync(peers, static_cast<unsigned>(q & 0xFFFFF));
     if (digit >= 0 && static_cast<int>(threadIdx.x & 31) == __ffs(peers) - 1) {
-        atomicAdd(&counts[digit], static_cast<unsigned>(__popc(peers)));
+        if (counts != nullptr) atomicAdd(&counts[digit], static_cast<unsigned>(__popc(peers)));
         atomicAdd(reinterpret_cast<unsigned long long*>(&masses[digit]),
                   (static_cast<unsigned long long>(high) << 20) + low);
     }

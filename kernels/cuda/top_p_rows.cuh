@@ -1,4 +1,5 @@
-// Top-p rows (top-p alone): only the boundary bin's tokens listed.
+// Top-p rows (top-p alone): the boundary bin refined by sub-bins, and only the tokens of the
+// boundary sub-bin listed.
 // One of the chain kernel's parts (chain_kernel.cu includes top_p_rows.cuh, which includes the rest
 // in order); device code for that one translation unit.
 //
@@ -6,9 +7,11 @@
 // mass_bin) above the bin b* where the mass summed from the top first reaches the target, and a
 // prefix of b*'s tokens in (mass desc, token asc) order: a bin's masses all exceed the next
 // lower bin's. The blocks sum their chunk's masses by bin; after the row's barrier each finds b*
-// and lists its chunk's tokens in b* alone; the row's last block selects the cut among those,
-// counts each chunk's kept mass and draws as rows without a cut do. The listed tokens are one bin
-// of the row, not every token that may be kept.
+// and adds its tokens of b* to the row's masses by sub-bin (mass_sub_bin, ordered as the masses
+// are); after a second barrier each finds the sub-bin s* of b* where the target is reached,
+// counts its chunk's mass above s* and lists its tokens in s* alone. The row's last block selects
+// the cut among those (a few tokens where b* held thousands: one block sorts them at once), adds
+// the kept ones to their chunks' kept mass and draws as rows without a cut do.
 #pragma once
 
 #include "kernels/cuda/listed_rows.cuh"
@@ -25,13 +28,30 @@ __device__ __forceinline__ uint64_t* chunk_bin_masses_of(const row_context& ctx,
     return ctx.p.workspace.chunk_bin_masses + (ctx.row * ctx.chunks + chunk) * kMassHistogramBins;
 }
 
-// Before the row's second barrier: this chunk's masses by bin (per-warp bins, then summed, so a
-// flat row's tokens do not all meet on one shared word) and its total.
+__device__ __forceinline__ uint64_t* boundary_sub_masses_of(const row_context& ctx) {
+    return ctx.p.workspace.boundary_sub_masses + ctx.row * kBoundarySubBins;
+}
+
+// Before the row's first barrier: this chunk's masses by bin and its total; the chunk's share of
+// the row's sub-bins cleared for after the barrier. Each warp sums its tokens' masses in bins of
+// its own as two 32-bit halves: shared-memory atomics on 32 bits are native, where 64-bit ones
+// spin on compare-and-swap, and the lanes of a warp often meet on one bin. A warp's 2048 tokens
+// keep each half below 2^31.
+static_assert(kChunkTokens / kWarps * (uint64_t{1} << (exact::kMassBits - 20)) <= (uint64_t{1} << 31),
+              "a warp's halves fit 32 bits");
 __device__ void publish_bin_masses(const row_context& ctx, int32_t chunk, int32_t count, chunk_partial& mine,
                                    kernel_shared& sh) {
-    for (int i = threadIdx.x; i < kWarps * kMassHistogramBins; i += kBlockThreads) (&sh.bin_mass[0][0])[i] = 0;
+    uint64_t* row_sub_masses = boundary_sub_masses_of(ctx);
+    for (int i = chunk * kBlockThreads + static_cast<int>(threadIdx.x); i < kBoundarySubBins;
+         i += kBlockThreads * ctx.chunks)
+        row_sub_masses[i] = 0;
+    auto& parts = sh.warp_bin_mass;
+    for (int i = threadIdx.x; i < kWarps * kMassHistogramBins; i += kBlockThreads) {
+        (&parts.high[0][0])[i] = 0;
+        (&parts.low[0][0])[i] = 0;
+    }
     __syncthreads();
-    uint64_t* warp_bins = sh.bin_mass[threadIdx.x / 32];
+    const int warp = static_cast<int>(threadIdx.x / 32);
     const float max_logit = sh.totals.max_logit;
     uint64_t total = 0;
     for_each_slice(sh.data.chunk, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
@@ -39,14 +59,18 @@ __device__ void publish_bin_masses(const row_context& ctx, int32_t chunk, int32_
         for (int k = 0; k < kSliceTokens; ++k) {
             const uint64_t q = mass_of(values[k], max_logit, ctx.scale);
             total += q;
-            if (q > 0) atomicAdd(reinterpret_cast<unsigned long long*>(&warp_bins[mass_bin(q)]), q);
+            if (q > 0) {
+                const int bin = mass_bin(q);
+                atomicAdd(&parts.high[warp][bin], static_cast<uint32_t>(q >> 20));
+                atomicAdd(&parts.low[warp][bin], static_cast<uint32_t>(q & 0xFFFFF));
+            }
         }
     });
     const uint64_t chunk_total = block_sum(total, sh.scratch);  // also orders the bins' atomics
     uint64_t* published = chunk_bin_masses_of(ctx, chunk);
     for (int b = threadIdx.x; b < kMassHistogramBins; b += kBlockThreads) {
         uint64_t sum = 0;
-        for (int w = 0; w < kWarps; ++w) sum += sh.bin_mass[w][b];
+        for (int w = 0; w < kWarps; ++w) sum += (uint64_t{parts.high[w][b]} << 20) + parts.low[w][b];
         published[b] = sum;
     }
     if (threadIdx.x == 0) mine.mass_total = chunk_total;
@@ -54,14 +78,16 @@ __device__ void publish_bin_masses(const row_context& ctx, int32_t chunk, int32_
 }
 
 // After the barrier, in every block: the boundary bin b* and the mass of the bins above it, from
-// the chunks' bins (sh.totals.mass_total: the row's mass).
+// the chunks' bins (sh.totals.mass_total: the row's mass), and the part of the top-p target left
+// for b*'s tokens.
 struct boundary_bin {
     int bin;
     uint64_t mass_above;
+    uint64_t target_in_bin;
 };
 
 __device__ boundary_bin find_boundary_bin(const row_context& ctx, kernel_shared& sh) {
-    uint64_t* row_bins = sh.bin_mass[0];
+    uint64_t* row_bins = sh.row_bin_mass;
     __syncthreads();
     for (int b = threadIdx.x; b < kMassHistogramBins; b += kBlockThreads) {
         uint64_t sum = 0;
@@ -78,26 +104,62 @@ __device__ boundary_bin find_boundary_bin(const row_context& ctx, kernel_shared&
         for (; bin > 0 && above + row_bins[bin] < target; --bin) above += row_bins[bin];
         sh.totals.mass_total = total;
         sh.scratch.broadcast_i32 = bin;
-        sh.scratch.broadcast_u64 = above;
+        sh.scratch.warp_u64[0] = above;
+        sh.scratch.warp_u64[1] = target - above;
     }
     __syncthreads();
-    const boundary_bin found{sh.scratch.broadcast_i32, sh.scratch.broadcast_u64};
+    const boundary_bin found{sh.scratch.broadcast_i32, sh.scratch.warp_u64[0], sh.scratch.warp_u64[1]};
     __syncthreads();
     return found;
 }
 
-// The last block, after selecting the cut: each chunk's kept mass into its partials' min_p_mass
-// (its bins above b*, then its listed tokens the cut keeps), the row's into sh.totals.min_p_mass.
-__device__ void count_chunks_kept_mass(const row_context& ctx, const cut& kept, uint64_t kept_mass, int bin,
-                                       int32_t listed, kernel_shared& sh) {
-    chunk_partial* partials = ctx.p.workspace.partials + ctx.row * ctx.chunks;
-    for (int32_t c = threadIdx.x; c < ctx.chunks; c += kBlockThreads) {
-        uint64_t above = 0;
-        for (int b = bin + 1; b < kMassHistogramBins; ++b) above += __ldcg(&chunk_bin_masses_of(ctx, c)[b]);
-        partials[c].min_p_mass = above;
-    }
+// Before the row's second barrier: the masses of this chunk's tokens in b*, added to the row's
+// sub-bins (one atomic per sub-bin a warp's lanes share).
+__device__ void publish_boundary_sub_masses(const row_context& ctx, int32_t count, int bin, kernel_shared& sh) {
+    uint64_t* row_sub_masses = boundary_sub_masses_of(ctx);
+    const float max_logit = sh.totals.max_logit;
+    for_each_slice(sh.data.chunk, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
+#pragma unroll
+        for (int k = 0; k < kSliceTokens; ++k) {
+            const uint64_t q = mass_of(values[k], max_logit, ctx.scale);
+            const bool in_bin = q > 0 && mass_bin(q) == bin;
+            if (__any_sync(kFullMask, in_bin)) add_to_radix_bin(in_bin ? mass_sub_bin(q) : -1, q, nullptr, row_sub_masses);
+        }
+    });
     __threadfence();
-    __syncthreads();
+}
+
+// After the second barrier, in every block: the sub-bin s* of b* where b*'s part of the target
+// is reached, and the mass of b*'s tokens in the sub-bins above it. Walked from the top sub-bin.
+struct boundary_sub_bin {
+    int sub_bin;
+    uint64_t mass_above;
+};
+
+__device__ boundary_sub_bin find_boundary_sub_bin(const row_context& ctx, uint64_t target_in_bin, kernel_shared& sh) {
+    const uint64_t* row_sub_masses = boundary_sub_masses_of(ctx);
+    auto from_top = [&](int32_t i) { return __ldcg(&row_sub_masses[kBoundarySubBins - 1 - i]); };
+    int32_t at = block_find_prefix(from_top, kBoundarySubBins, target_in_bin - 1, sh.scratch);
+    if (at < 0) at = kBoundarySubBins - 1;  // never: b*'s tokens hold their part of the target
+    return {kBoundarySubBins - 1 - at, block_sum_over(from_top, at, sh.scratch)};
+}
+
+// Whether a mass lies above the boundary sub-bin, in it, or below (or in no bin of b*).
+struct boundary_place {
+    int bin;
+    int sub_bin;
+    __device__ bool above(uint64_t q) const {
+        const int b = mass_bin(q);
+        return b > bin || (b == bin && mass_sub_bin(q) > sub_bin);
+    }
+    __device__ bool at(uint64_t q) const { return q > 0 && mass_bin(q) == bin && mass_sub_bin(q) == sub_bin; }
+};
+
+// The last block, after selecting the cut: the listed tokens the cut keeps added to their chunks'
+// kept mass (each chunk put its mass above s* there), the row's kept mass into sh.totals.
+__device__ void add_listed_kept_mass(const row_context& ctx, const cut& kept, uint64_t kept_mass, int32_t listed,
+                                     kernel_shared& sh) {
+    chunk_partial* partials = ctx.p.workspace.partials + ctx.row * ctx.chunks;
     const cut_candidate* list = ctx.p.workspace.candidates + ctx.row * ctx.p.vocab;
     const float max_logit = sh.totals.max_logit;
     for (int32_t i = threadIdx.x; i < listed; i += kBlockThreads) {
@@ -112,32 +174,43 @@ __device__ void count_chunks_kept_mass(const row_context& ctx, const cut& kept, 
     __syncthreads();
 }
 
-// A top-p row after the row maximum: bins, the barrier, the boundary bin's tokens listed; the
-// row's last block selects the cut among them and draws.
+// A top-p row after the row maximum: bins, the barrier, b*'s sub-bins, the barrier, s*'s tokens
+// listed; the row's last block selects the cut among them and draws.
 __device__ void sample_top_p_row(const row_context& ctx, int32_t first, int32_t count, kernel_shared& sh) {
     const int32_t chunk = first / kChunkTokens;
     row_sync& sync = ctx.p.workspace.sync[ctx.row];
-    publish_bin_masses(ctx, chunk, count, ctx.p.workspace.partials[ctx.row * ctx.chunks + chunk], sh);
+    chunk_partial& mine = ctx.p.workspace.partials[ctx.row * ctx.chunks + chunk];
+    publish_bin_masses(ctx, chunk, count, mine, sh);
     arrive(&sync.partials_arrived, static_cast<uint32_t>(ctx.chunks), ctx.p);
     const boundary_bin boundary = find_boundary_bin(ctx, sh);
+    publish_boundary_sub_masses(ctx, count, boundary.bin, sh);
+    arrive(&sync.counts_arrived, static_cast<uint32_t>(ctx.chunks), ctx.p);
+    const boundary_sub_bin sub = find_boundary_sub_bin(ctx, boundary.target_in_bin, sh);
+    const boundary_place place{boundary.bin, sub.sub_bin};
     const float max_logit = sh.totals.max_logit;
+    uint64_t mass_above = 0;  // this thread's tokens above s*
     const chunk_listing listing = mark_candidates(
         sh.data.chunk, count,
         [&](float logit) {
             const uint64_t q = mass_of(logit, max_logit, ctx.scale);
-            return q > 0 && mass_bin(q) == boundary.bin;
+            if (q > 0 && place.above(q)) mass_above += q;
+            return place.at(q);
         },
         sh);
+    const uint64_t chunk_above = block_sum(mass_above, sh.scratch);
     cut_candidate* list = ctx.p.workspace.candidates + ctx.row * ctx.p.vocab;
     write_candidates(listing, sh.data.chunk, count, first, list, first);
-    if (threadIdx.x == 0) ctx.p.workspace.partials[ctx.row * ctx.chunks + chunk].candidates = listing.total;
+    if (threadIdx.x == 0) {
+        mine.candidates = listing.total;
+        mine.min_p_mass = chunk_above;  // the last block adds the listed tokens the cut keeps
+    }
     __threadfence();  // every thread wrote part of the list
     if (!arrive_last(&sync.candidates_arrived, static_cast<uint32_t>(ctx.chunks), sh.flag)) return;
     const int32_t listed = join_chunk_lists(ctx);
     auto mass_at = [&](int32_t i) { return mass_of(__ldcg(&list[i].logit), max_logit, ctx.scale); };
-    const selected_cut selection =
-        select_cut(mass_at, list, listed, ctx.r, false, sh.totals.mass_total, ctx.min_mass, sh, boundary.mass_above);
-    count_chunks_kept_mass(ctx, selection.kept_cut, selection.kept_mass, boundary.bin, listed, sh);
+    const selected_cut selection = select_cut(mass_at, list, listed, ctx.r, false, sh.totals.mass_total, ctx.min_mass,
+                                              sh, boundary.mass_above + sub.mass_above);
+    add_listed_kept_mass(ctx, selection.kept_cut, selection.kept_mass, listed, sh);
     draw_from_chunks(ctx, selection.kept_cut, sh);
 }
 
