@@ -219,8 +219,11 @@ __global__ void __launch_bounds__(kBlockThreads, kStreamBlocksPerSm) streaming_g
     const int32_t index = block_argmax(s.best, s.best_index, segment_max, sh.scratch);
     double softmax = 0.0;
     if (needs.softmax && index >= 0) {
-        const double rescaled =
-            s.softmax_max > -HUGE_VALF ? s.softmax * exp(static_cast<double>(s.softmax_max) - segment_max) : 0.0;
+        // Equal maxima are not rescaled: two infinite ones would give exp(inf - inf) = NaN.
+        const double rescaled = s.softmax_max == segment_max ? s.softmax
+                                : s.softmax_max > -HUGE_VALF
+                                    ? s.softmax * exp(static_cast<double>(s.softmax_max) - segment_max)
+                                    : 0.0;
         softmax = block_sum(rescaled, sh.scratch);
     }
     if (threadIdx.x == 0) {

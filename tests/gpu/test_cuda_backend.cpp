@@ -59,6 +59,10 @@ struct random_step {
                 if (unit(rng) < 0.001f) l = std::numeric_limits<float>::quiet_NaN();
                 f32[r * static_cast<size_t>(stride) + static_cast<size_t>(i)] = l;
             }
+            // Now and then an infinite maximum: its tokens take all the mass.
+            if (unit(rng) < 0.03f)
+                f32[r * static_cast<size_t>(stride) + rng() % static_cast<uint64_t>(vocab)] =
+                    std::numeric_limits<float>::infinity();
         }
         if (dtype != logits_dtype::f32) {
             half.resize(f32.size());
