@@ -50,11 +50,18 @@ DS_HD float exp2_reduced(float r) {
 // (also when both are +inf); 0 for -inf and NaN and for weights below 2^-40 of the top token's.
 // No division and no float-to-integer conversion: the integer part of x comes from the bits of
 // x + 1.5 * 2^23 (round to nearest), and Q is the 24-bit mantissa of 2^r shifted into place.
+// The exponent x of a token's weight 2^x, into [-64, 0] so every shift of token_mass is defined:
+// NaN and -inf become -64 (mass 0), a logit above the maximum (never the case in a row) 0. Q is a
+// function of x alone (but for the row's maximum itself, which has 2^40), and Q in [a, b) for
+// integers a < b needs x in [log2(a) - 40 - e, log2(b) - 40 + e) with e < 1e-6 (the error of
+// 2^r below): kernels may select tokens on x before they compute masses.
+DS_HD float mass_exponent(float l, float max_logit, float scale) {
+    return fminf(fmaxf((l - max_logit) * scale, -64.0f), 0.0f);
+}
+
 DS_HD uint64_t token_mass(float l, float max_logit, float scale) {
     constexpr float kRoundingShift = 12582912.0f;  // 1.5 * 2^23
-    // Into [-64, 0], so every shift below is defined: NaN and -inf become -64 (mass 0), a logit
-    // above the maximum (never the case in a row) 0.
-    const float x = fminf(fmaxf((l - max_logit) * scale, -64.0f), 0.0f);
+    const float x = mass_exponent(l, max_logit, scale);
     const float shifted = x + kRoundingShift;        // the nearest integer n, in its low bits
     const float r = x - (shifted - kRoundingShift);  // exact, in [-0.5, 0.5]
     const int32_t n = static_cast<int32_t>(dm::float_as_bits(shifted) - 0x4B400000u);

@@ -46,6 +46,10 @@ constexpr float kMassReach = exact::kMassBits + 1.0f;
 // them (2^1.5 > 2 leaves room for the rounding of the weights): it can be left out of the top k.
 constexpr float kListMargin = 1.5f;
 
+// Top-p rows stage the places of a warp's tokens near the boundary until 32 wait (top_p_rows.cuh):
+// fewer than 32 wait before a round adds a warp's 32 * kSliceTokens tokens.
+constexpr int kStagedPerWarp = 32 + 32 * kSliceTokens;
+
 // The row as every block of it sees it after the barriers.
 struct row_totals {
     int32_t top;
@@ -75,6 +79,10 @@ struct kernel_shared {
             uint32_t low[kWarps][kMassHistogramBins];   // bits 0 to 19, summed
         } warp_bin_mass;                                // the chunk's masses by bin, per warp (top-p rows)
         uint64_t row_bin_mass[kMassHistogramBins];      // the row's masses by bin (top-p rows)
+        struct {
+            uint16_t staged[kWarps][kStagedPerWarp];    // places of tokens waiting for their masses, per warp
+            uint32_t listed[kChunkTokens / 32];         // the chunk's tokens in the boundary sub-bin, one bit each
+        } band;                                         // top-p rows after the row's first barrier
     };
     block_scratch scratch;
     row_totals totals;      // the row's combined maxima and masses (thread 0 combines)

@@ -2,11 +2,13 @@
 // per kernel, with documented shapes). Plain C++: no CUDA types.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
 #include "kernels/det_math.h"
+#include "kernels/exact_rules.h"
 #include "kernels/request_view.h"
 #include "kernels/sampling_types.h"
 
@@ -26,6 +28,26 @@ DS_HD int mass_bin(uint64_t q) {
 DS_HD uint64_t least_mass_of_bin(int bin) {
     const int log2 = bin / 2;
     return log2 > 0 ? static_cast<uint64_t>(2 + (bin & 1)) << (log2 - 1) : 1;
+}
+
+// The mass exponents (exact::mass_exponent) of the tokens whose masses fall into a bin lie in
+// band_of_bin(bin), which is wider by kBandMargin than the bin needs: kernels select tokens on it
+// before they compute masses, and a token's mass still decides. The row's maximum has mass 2^40
+// whatever its exponent (an infinite maximum) and is not covered.
+struct exponent_band {
+    float low;
+    float high;
+    DS_HD bool holds(float x) const { return x >= low && x <= high; }
+};
+
+DS_HD exponent_band band_of_bin(int bin) {
+    constexpr double kBandMargin = 1e-3;
+    // Bin 1 holds no mass (q = 1 is bin 0, q = 2 and 3 bins 2 and 3): the lowest bins take every
+    // exponent that can have mass, not -64 itself (NaN, -inf, and a chunk's tokens past its end).
+    if (bin < 2) return {-63.0f, 1.0f};
+    const double low = log2(static_cast<double>(least_mass_of_bin(bin))) - ds::exact::kMassBits - kBandMargin;
+    const double high = log2(static_cast<double>(least_mass_of_bin(bin + 1))) - ds::exact::kMassBits + kBandMargin;
+    return {static_cast<float>(low), static_cast<float>(high)};
 }
 
 // Top-p rows refine the bin where their target is reached: its masses by the kBoundarySubBits

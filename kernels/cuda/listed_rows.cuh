@@ -113,11 +113,11 @@ __device__ void list_chunk_candidates(const row_context& ctx, int32_t first, int
     chunk_listing listing;
     if (max_logit == HUGE_VALF) {  // only +inf tokens have mass
         listing = mark_candidates(
-            chunk_logits, count, [](float logit) { return logit == HUGE_VALF; }, sh);
+            chunk_logits, count, [](int32_t, float logit) { return logit == HUGE_VALF; }, sh);
     } else {
         const float limit = listing_limit(ctx, sh);
         listing = mark_candidates(
-            chunk_logits, count, [&](float logit) { return (max_logit - logit) * ctx.scale <= limit; }, sh);
+            chunk_logits, count, [&](int32_t, float logit) { return (max_logit - logit) * ctx.scale <= limit; }, sh);
     }
     write_candidates(listing, chunk_logits, count, first, ctx.p.workspace.candidates + ctx.row * ctx.p.vocab, first);
     if (threadIdx.x == 0)

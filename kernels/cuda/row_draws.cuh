@@ -123,8 +123,8 @@ __device__ uint64_t cut_bound(const row_context& ctx, bool top_k_active, kernel_
     return bound;
 }
 
-// This thread's tokens of a chunk that pass a predicate, and their places in the chunk's token
-// order. Candidates per round are counted four rounds per 64-bit word in 16-bit fields (a field
+// This thread's tokens of a chunk that pass a predicate keep(place in the chunk, logit), and their
+// places in the chunk's token order. Candidates per round are counted four rounds per 64-bit word in 16-bit fields (a field
 // sums at most kBlockThreads * 4 tokens), so four block scans give every thread its places.
 struct chunk_listing {
     uint64_t is_candidate = 0;                 // bit 4 * round + k
@@ -138,10 +138,10 @@ __device__ chunk_listing mark_candidates(const float* chunk_logits, int32_t coun
                                          kernel_shared& sh) {
     chunk_listing listing;
     uint64_t round_counts[kSlices / 4] = {};
-    for_each_slice(chunk_logits, count, [&](int round, int32_t, const float(&values)[kSliceTokens]) {
+    for_each_slice(chunk_logits, count, [&](int round, int32_t at_token, const float(&values)[kSliceTokens]) {
 #pragma unroll
         for (int k = 0; k < kSliceTokens; ++k) {
-            if (keep(values[k])) {
+            if (keep(at_token + k, values[k])) {
                 listing.is_candidate |= uint64_t{1} << (kSliceTokens * round + k);
                 round_counts[round / 4] += uint64_t{1} << (16 * (round % 4));
             }
@@ -185,7 +185,7 @@ __device__ void list_candidates(const row_context& ctx, int32_t first, int32_t c
     const int32_t chunk = first / kChunkTokens;
     const float max_logit = sh.totals.max_logit;
     const chunk_listing listing = mark_candidates(
-        sh.data.chunk, count, [&](float logit) { return mass_of(logit, max_logit, ctx.scale) >= bound; }, sh);
+        sh.data.chunk, count, [&](int32_t, float logit) { return mass_of(logit, max_logit, ctx.scale) >= bound; }, sh);
     if (threadIdx.x == 0) partials[chunk].candidates = listing.total;
     arrive(&ws.sync[ctx.row].counts_arrived, static_cast<uint32_t>(ctx.chunks), p);
     if (threadIdx.x < 32) {  // candidates of earlier chunks come first: the list stays in token order

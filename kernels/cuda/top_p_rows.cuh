@@ -113,19 +113,57 @@ __device__ boundary_bin find_boundary_bin(const row_context& ctx, kernel_shared&
     return found;
 }
 
+// Calls visit(place, logit) for the chunk's tokens whose mass exponent lies in `band`, 32 at a
+// time, so the lanes of a warp compute masses together where b*'s few percent of the tokens would
+// leave most lanes idle: each warp stages the places of its tokens in the band (in no particular
+// order) in `staged` and visits them whenever 32 wait. Every lane of the warp calls visit together
+// (it may use warp collectives), with place -1 where it has no token.
+template <class Visit>
+__device__ void for_each_token_in_band(const float* chunk_logits, int32_t count, float max_logit, float scale,
+                                       exponent_band band, uint16_t* staged, const Visit& visit) {
+    const int lane = static_cast<int>(threadIdx.x & 31);
+    const unsigned lanes_below = (1u << lane) - 1;
+    int waiting = 0;  // the same in every lane
+    for_each_slice(chunk_logits, count, [&](int, int32_t at_token, const float(&values)[kSliceTokens]) {
+#pragma unroll
+        for (int k = 0; k < kSliceTokens; ++k) {
+            // The row's maximum has mass 2^40 also where its exponent is not 0 (an infinite maximum).
+            const bool in_band =
+                band.holds(exact::mass_exponent(values[k], max_logit, scale)) || values[k] == max_logit;
+            const unsigned ballot = __ballot_sync(kFullMask, in_band);
+            if (in_band) staged[waiting + __popc(ballot & lanes_below)] = static_cast<uint16_t>(at_token + k);
+            waiting += __popc(ballot);
+        }
+        __syncwarp();
+        while (waiting >= 32) {
+            waiting -= 32;
+            const int32_t place = staged[waiting + lane];
+            visit(place, chunk_logits[place]);
+        }
+        __syncwarp();  // read before the next round stages over them
+    });
+    if (waiting > 0) {
+        const int32_t place = lane < waiting ? staged[lane] : -1;
+        visit(place, place >= 0 ? chunk_logits[place] : -HUGE_VALF);
+    }
+}
+
+__device__ __forceinline__ uint16_t* staged_of_warp(kernel_shared& sh) {
+    return sh.band.staged[threadIdx.x / 32];
+}
+
 // Before the row's second barrier: the masses of this chunk's tokens in b*, added to the row's
 // sub-bins (one atomic per sub-bin a warp's lanes share).
 __device__ void publish_boundary_sub_masses(const row_context& ctx, int32_t count, int bin, kernel_shared& sh) {
     uint64_t* row_sub_masses = boundary_sub_masses_of(ctx);
     const float max_logit = sh.totals.max_logit;
-    for_each_slice(sh.data.chunk, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
-#pragma unroll
-        for (int k = 0; k < kSliceTokens; ++k) {
-            const uint64_t q = mass_of(values[k], max_logit, ctx.scale);
-            const bool in_bin = q > 0 && mass_bin(q) == bin;
-            if (__any_sync(kFullMask, in_bin)) add_to_radix_bin(in_bin ? mass_sub_bin(q) : -1, q, nullptr, row_sub_masses);
-        }
-    });
+    for_each_token_in_band(sh.data.chunk, count, max_logit, ctx.scale, band_of_bin(bin), staged_of_warp(sh),
+                           [&](int32_t place, float logit) {
+                               const uint64_t q = place >= 0 ? mass_of(logit, max_logit, ctx.scale) : 0;
+                               const bool in_bin = q > 0 && mass_bin(q) == bin;
+                               if (__any_sync(kFullMask, in_bin))
+                                   add_to_radix_bin(in_bin ? mass_sub_bin(q) : -1, q, nullptr, row_sub_masses);
+                           });
     __threadfence();
 }
 
@@ -144,16 +182,31 @@ __device__ boundary_sub_bin find_boundary_sub_bin(const row_context& ctx, uint64
     return {kBoundarySubBins - 1 - at, block_sum_over(from_top, at, sh.scratch)};
 }
 
-// Whether a mass lies above the boundary sub-bin, in it, or below (or in no bin of b*).
-struct boundary_place {
-    int bin;
-    int sub_bin;
-    __device__ bool above(uint64_t q) const {
-        const int b = mass_bin(q);
-        return b > bin || (b == bin && mass_sub_bin(q) > sub_bin);
-    }
-    __device__ bool at(uint64_t q) const { return q > 0 && mass_bin(q) == bin && mass_sub_bin(q) == sub_bin; }
-};
+// After the second barrier: this chunk's tokens in the boundary sub-bin s* of b* marked for the
+// listing, and this thread's share of the chunk's mass above s*: the chunk's bins above b* (its own
+// sums of the first pass) and its tokens of b* in sub-bins above s*. Only the tokens in b*'s band
+// get masses.
+__device__ chunk_listing mark_boundary_sub_bin(const row_context& ctx, int32_t chunk, int32_t count, int bin,
+                                               int sub_bin, uint64_t& mass_above, kernel_shared& sh) {
+    uint32_t* listed = sh.band.listed;
+    for (int i = threadIdx.x; i < kChunkTokens / 32; i += kBlockThreads) listed[i] = 0;
+    const uint64_t* chunk_bins = chunk_bin_masses_of(ctx, chunk);
+    for (int b = bin + 1 + static_cast<int>(threadIdx.x); b < kMassHistogramBins; b += kBlockThreads)
+        mass_above += __ldcg(&chunk_bins[b]);
+    __syncthreads();
+    const float max_logit = sh.totals.max_logit;
+    for_each_token_in_band(sh.data.chunk, count, max_logit, ctx.scale, band_of_bin(bin), staged_of_warp(sh),
+                           [&](int32_t place, float logit) {
+                               const uint64_t q = place >= 0 ? mass_of(logit, max_logit, ctx.scale) : 0;
+                               if (q == 0 || mass_bin(q) != bin) return;
+                               const int s = mass_sub_bin(q);
+                               if (s > sub_bin) mass_above += q;
+                               if (s == sub_bin) atomicOr(&listed[place / 32], 1u << (place % 32));
+                           });
+    __syncthreads();
+    return mark_candidates(
+        sh.data.chunk, count, [&](int32_t place, float) { return (listed[place / 32] >> (place % 32)) & 1u; }, sh);
+}
 
 // The last block, after selecting the cut: the listed tokens the cut keeps added to their chunks'
 // kept mass (each chunk put its mass above s* there), the row's kept mass into sh.totals.
@@ -186,17 +239,8 @@ __device__ void sample_top_p_row(const row_context& ctx, int32_t first, int32_t 
     publish_boundary_sub_masses(ctx, count, boundary.bin, sh);
     arrive(&sync.counts_arrived, static_cast<uint32_t>(ctx.chunks), ctx.p);
     const boundary_sub_bin sub = find_boundary_sub_bin(ctx, boundary.target_in_bin, sh);
-    const boundary_place place{boundary.bin, sub.sub_bin};
-    const float max_logit = sh.totals.max_logit;
-    uint64_t mass_above = 0;  // this thread's tokens above s*
-    const chunk_listing listing = mark_candidates(
-        sh.data.chunk, count,
-        [&](float logit) {
-            const uint64_t q = mass_of(logit, max_logit, ctx.scale);
-            if (q > 0 && place.above(q)) mass_above += q;
-            return place.at(q);
-        },
-        sh);
+    uint64_t mass_above = 0;  // this thread's share of the chunk's mass above s*
+    const chunk_listing listing = mark_boundary_sub_bin(ctx, chunk, count, boundary.bin, sub.sub_bin, mass_above, sh);
     const uint64_t chunk_above = block_sum(mass_above, sh.scratch);
     cut_candidate* list = ctx.p.workspace.candidates + ctx.row * ctx.p.vocab;
     write_candidates(listing, sh.data.chunk, count, first, list, first);
@@ -207,6 +251,7 @@ __device__ void sample_top_p_row(const row_context& ctx, int32_t first, int32_t 
     __threadfence();  // every thread wrote part of the list
     if (!arrive_last(&sync.candidates_arrived, static_cast<uint32_t>(ctx.chunks), sh.flag)) return;
     const int32_t listed = join_chunk_lists(ctx);
+    const float max_logit = sh.totals.max_logit;
     auto mass_at = [&](int32_t i) { return mass_of(__ldcg(&list[i].logit), max_logit, ctx.scale); };
     const selected_cut selection = select_cut(mass_at, list, listed, ctx.r, false, sh.totals.mass_total, ctx.min_mass,
                                               sh, boundary.mass_above + sub.mass_above);
