@@ -124,8 +124,9 @@ __device__ uint64_t cut_bound(const row_context& ctx, bool top_k_active, kernel_
 }
 
 // This thread's tokens of a chunk that pass a predicate keep(place in the chunk, logit), and their
-// places in the chunk's token order. Candidates per round are counted four rounds per 64-bit word in 16-bit fields (a field
-// sums at most kBlockThreads * 4 tokens), so four block scans give every thread its places.
+// places in the chunk's token order. Candidates per round are counted four rounds per 64-bit word
+// in 16-bit fields (a field sums at most kBlockThreads * 4 tokens), so four block scans give every
+// thread its places.
 struct chunk_listing {
     uint64_t is_candidate = 0;                 // bit 4 * round + k
     uint64_t rounds_before[kSlices / 4] = {};  // this thread's place within each round (fields)

@@ -11,7 +11,8 @@
 // are); after a second barrier each finds the sub-bin s* of b* where the target is reached,
 // counts its chunk's mass above s* and lists its tokens in s* alone. The row's last block selects
 // the cut among those (a few tokens where b* held thousands: one block sorts them at once), adds
-// the kept ones to their chunks' kept mass and draws as rows without a cut do.
+// the kept ones to their chunks' kept mass and draws as rows without a cut do. After the first
+// barrier only the tokens in b*'s band of mass exponents (band_of_bin) get masses.
 #pragma once
 
 #include "kernels/cuda/listed_rows.cuh"
@@ -148,9 +149,7 @@ __device__ void for_each_token_in_band(const float* chunk_logits, int32_t count,
     }
 }
 
-__device__ __forceinline__ uint16_t* staged_of_warp(kernel_shared& sh) {
-    return sh.band.staged[threadIdx.x / 32];
-}
+__device__ __forceinline__ uint16_t* staged_of_warp(kernel_shared& sh) { return sh.band.staged[threadIdx.x / 32]; }
 
 // Before the row's second barrier: the masses of this chunk's tokens in b*, added to the row's
 // sub-bins (one atomic per sub-bin a warp's lanes share).
