@@ -46,10 +46,6 @@ DS_HD float exp2_reduced(float r) {
     return fmaf(p, r, 1.0f);
 }
 
-// Q = floor(2^((l - max_logit) * scale) * 2^40) for l <= max_logit; 2^40 for l >= max_logit
-// (also when both are +inf); 0 for -inf and NaN and for weights below 2^-40 of the top token's.
-// No division and no float-to-integer conversion: the integer part of x comes from the bits of
-// x + 1.5 * 2^23 (round to nearest), and Q is the 24-bit mantissa of 2^r shifted into place.
 // The exponent x of a token's weight 2^x, into [-64, 0] so every shift of token_mass is defined:
 // NaN and -inf become -64 (mass 0), a logit above the maximum (never the case in a row) 0. Q is a
 // function of x alone (but for the row's maximum itself, which has 2^40), and Q in [a, b) for
@@ -59,6 +55,10 @@ DS_HD float mass_exponent(float l, float max_logit, float scale) {
     return fminf(fmaxf((l - max_logit) * scale, -64.0f), 0.0f);
 }
 
+// Q = floor(2^((l - max_logit) * scale) * 2^40) for l <= max_logit; 2^40 for l >= max_logit
+// (also when both are +inf); 0 for -inf and NaN and for weights below 2^-40 of the top token's.
+// No division and no float-to-integer conversion: the integer part of x comes from the bits of
+// x + 1.5 * 2^23 (round to nearest), and Q is the 24-bit mantissa of 2^r shifted into place.
 DS_HD uint64_t token_mass(float l, float max_logit, float scale) {
     constexpr float kRoundingShift = 12582912.0f;  // 1.5 * 2^23
     const float x = mass_exponent(l, max_logit, scale);

@@ -84,7 +84,8 @@ void expect_in_band(float logit, float max_logit, float scale) {
 TEST(MassBins, EveryMassIsInItsBinsBandAtTheBinsEdges) {
     // Scale 1 and maximum 0: the exponent is the logit itself, placed around every bin's least mass.
     for (int bin = 0; bin < kMassHistogramBins; ++bin) {
-        const float edge = static_cast<float>(std::log2(static_cast<double>(least_mass_of_bin(bin)))) - 40.0f;
+        const float edge =
+            static_cast<float>(std::log2(static_cast<double>(least_mass_of_bin(bin))) - ds::exact::kMassBits);
         float x = edge;
         for (int step = 0; step < 2000; ++step) x = std::nextafter(x, -100.0f);
         for (int step = 0; step < 4000 && x <= 0.0f; ++step, x = std::nextafter(x, 1.0f)) expect_in_band(x, 0.0f, 1.0f);
