@@ -19,6 +19,8 @@ step_outcome combine_rank_results(const dist_step& step, const std::vector<rank_
         o.slowest.rank_received_bytes = std::max(o.slowest.rank_received_bytes, r.timing.rank_received_bytes);
         o.slowest.rank_began_at_ns = std::max(o.slowest.rank_began_at_ns, r.timing.rank_began_at_ns);
         o.slowest.rank_answered_at_ns = std::max(o.slowest.rank_answered_at_ns, r.timing.rank_answered_at_ns);
+        o.slowest.arrived_at_ns = std::max(o.slowest.arrived_at_ns, r.timing.arrived_at_ns);
+        o.slowest.filed_at_ns = std::max(o.slowest.filed_at_ns, r.timing.filed_at_ns);
         o.rank_timing.push_back(r.timing);
         if (r.digest == reference.digest) continue;
         o.desyncs.push_back(
@@ -64,8 +66,11 @@ step_board::step_board(std::shared_ptr<const dist_step> step, int32_t ranks, ran
 void step_board::file(const rank_result& result, int64_t arrived_at_ns) {
     if (result.code != 0 || result.rank < 0 || result.rank >= ranks_) return;
     if (taken_[static_cast<size_t>(result.rank)].exchange(true, std::memory_order_acq_rel)) return;
-    results_[static_cast<size_t>(result.rank)] = result;
-    const int64_t arrived = arrived_at_ns > 0 ? arrived_at_ns : steady_now_ns();
+    rank_result& kept = results_[static_cast<size_t>(result.rank)];
+    kept = result;
+    kept.timing.filed_at_ns = steady_now_ns();
+    const int64_t arrived = arrived_at_ns > 0 ? arrived_at_ns : kept.timing.filed_at_ns;
+    kept.timing.arrived_at_ns = arrived;
     int64_t latest = last_arrival_ns_.load(std::memory_order_relaxed);
     while (arrived > latest && !last_arrival_ns_.compare_exchange_weak(latest, arrived, std::memory_order_relaxed)) {
     }

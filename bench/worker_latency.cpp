@@ -62,7 +62,11 @@ struct options {
     int32_t vocab = 4096;
     int64_t forward_us = 2000;
     ds::backend_kind backend = ds::backend_kind::cpu;
-    int32_t spin_us = 0;  // tuning.rank_spin_us, reply_spin_us and scheduler_spin_us
+    // tuning.rank_spin_us (the ranks and the answer lane's thread), reply_spin_us (the caller) and
+    // scheduler_spin_us (CAF's scheduler threads): --spin-us sets all three, the others one each.
+    int32_t rank_spin_us = 0;
+    int32_t reply_spin_us = 0;
+    int32_t scheduler_spin_us = 0;
 };
 
 // What a worker reports per step, on steady_clock (one clock for every process of the host).
@@ -81,9 +85,9 @@ ds::group_config make_config(const options& o, bool workers) {
     config.limits.max_slots = o.batch + 1;
     config.transport.kind = workers ? ds::transport_kind::ucx : ds::transport_kind::local;
     config.backend = o.backend;
-    config.tuning.rank_spin_us = o.spin_us;
-    config.tuning.reply_spin_us = o.spin_us;
-    config.tuning.scheduler_spin_us = o.spin_us;
+    config.tuning.rank_spin_us = o.rank_spin_us;
+    config.tuning.reply_spin_us = o.reply_spin_us;
+    config.tuning.scheduler_spin_us = o.scheduler_spin_us;
     const ds::result<ds::dist_mode> mode = ds::parse_mode(o.mode);
     if (!mode.is_ok()) {
         fmt::print(stderr, "{}\n", mode.error().message);
@@ -269,7 +273,7 @@ bool bench_workers(const options& o, bool lane, int64_t& bytes) {
     // Per step, in µs. The last shard's rank began sampling at its answer less its engine step (what
     // follows the engine, a digest of the outputs, takes about a microsecond).
     std::vector<double> delivery, critical, handoff, sampling, collectives, others, to_reply, to_arrival, to_filed,
-        to_settled, to_caller, overhead, overhead_all;
+        to_settled, to_caller, overhead, overhead_all, arrival_spread, last_read, filing_spread;
     for (const auto& [step, caller] : submitted) {
         const auto found = last.find(step);
         if (found == last.end() || static_cast<size_t>(found->second.provider) >= caller.ranks.size()) continue;
@@ -285,6 +289,15 @@ bool bench_workers(const options& o, bool lane, int64_t& bytes) {
         to_arrival.push_back(us_of(caller.timeline.result_arrived_at_ns - caller.ranks_answered_ns));
         to_filed.push_back(us_of(caller.timeline.results_in_at_ns - caller.timeline.result_arrived_at_ns));
         to_settled.push_back(us_of(caller.timeline.delivered_at_ns - caller.timeline.results_in_at_ns));
+        const auto [first_arrived, last_arrived] = std::minmax_element(
+            caller.ranks.begin(), caller.ranks.end(),
+            [](const ds::step_timing& a, const ds::step_timing& b) { return a.arrived_at_ns < b.arrived_at_ns; });
+        const auto [first_filed, last_filed] = std::minmax_element(
+            caller.ranks.begin(), caller.ranks.end(),
+            [](const ds::step_timing& a, const ds::step_timing& b) { return a.filed_at_ns < b.filed_at_ns; });
+        arrival_spread.push_back(us_of(last_arrived->arrived_at_ns - first_arrived->arrived_at_ns));
+        last_read.push_back(us_of(last_filed->filed_at_ns - last_filed->arrived_at_ns));
+        filing_spread.push_back(us_of(last_filed->filed_at_ns - first_filed->filed_at_ns));
         to_caller.push_back(us_of(caller.replied_ns - caller.timeline.delivered_at_ns));
         overhead.push_back(handoff.back() + to_reply.back());
         overhead_all.push_back(critical.back() - sampling.back());
@@ -304,6 +317,9 @@ bool bench_workers(const options& o, bool lane, int64_t& bytes) {
     print_row("  -> the reply at the caller", to_reply);
     print_row("     of it: the answer's way to this process", to_arrival);
     print_row("     reading, checking and filing it", to_filed);
+    print_row("       the ranks' answers: first arrival -> last", arrival_spread);
+    print_row("       the last-filed answer: its arrival -> filed", last_read);
+    print_row("       first answer filed -> last filed", filing_spread);
     print_row("     the board settling the step", to_settled);
     print_row("     the caller taking the reply", to_caller);
     const percentiles over = of(overhead);
@@ -351,6 +367,8 @@ bool bench_threads(const options& o) {
     return true;
 }
 
+int32_t spin_of(const char* value) { return std::clamp(std::atoi(value), 0, 1000000); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -371,7 +389,13 @@ int main(int argc, char** argv) {
         else if (flag == "--forward-us")
             o.forward_us = std::max<int64_t>(0, std::atoll(value));
         else if (flag == "--spin-us")
-            o.spin_us = std::clamp(std::atoi(value), 0, 1000000);
+            o.rank_spin_us = o.reply_spin_us = o.scheduler_spin_us = spin_of(value);
+        else if (flag == "--rank-spin-us")
+            o.rank_spin_us = spin_of(value);
+        else if (flag == "--reply-spin-us")
+            o.reply_spin_us = spin_of(value);
+        else if (flag == "--scheduler-spin-us")
+            o.scheduler_spin_us = spin_of(value);
         else if (flag == "--backend") {
             const ds::result<ds::backend_kind> backend = ds::parse_backend_kind(value);
             if (!backend.is_ok()) {
@@ -383,10 +407,11 @@ int main(int argc, char** argv) {
     }
     fmt::print(
         "TP = {} worker processes (rank API, UCX, {} backend{}), {} mode, bs = {}, N = {}, V = {}, {} steps "
-        "after {} warm-up, spin {} us, {} cores\n\n",
+        "after {} warm-up, spin (rank, reply, scheduler) {}, {}, {} us, {} cores\n\n",
         kTp, ds::backend_name(o.backend),
         o.backend == ds::backend_kind::cuda ? ", shards handed in from device memory" : "", o.mode, o.batch, o.n,
-        o.vocab, o.steps, kWarmup, o.spin_us, std::thread::hardware_concurrency());
+        o.vocab, o.steps, kWarmup, o.rank_spin_us, o.reply_spin_us, o.scheduler_spin_us,
+        std::thread::hardware_concurrency());
     fmt::print("| {:<54} | {:>9} | {:>9} |\n|---|---:|---:|\n", "per step (µs)", "p50", "p99");
     int64_t bytes = 0;
     // Forks first, while this process has no threads (each group's threads end with the group).

@@ -49,6 +49,10 @@ struct step_timing {
     // nanoseconds (the rank process's clock; the slowest's: the latest of each).
     int64_t rank_began_at_ns = 0;
     int64_t rank_answered_at_ns = 0;
+    // Stamped in the coordinator's process: when the result reached it (the answer lane's thread
+    // woke for it, or it was filed) and when it was filed on the step's board (0: never filed).
+    int64_t arrived_at_ns = 0;
+    int64_t filed_at_ns = 0;
 };
 
 // Where a step was when, on steady_clock in nanoseconds: with step_timing's, where a step's time

@@ -76,7 +76,8 @@ TEST(StepBoard, TheLastFilingAnswersTheCallerWithRankZerosOutputs) {
 }
 
 // The reply's timeline says when the latest of the filed results reached the process (the answer
-// lane's arrival stamp), whichever rank filed last, and when the set was complete.
+// lane's arrival stamp), whichever rank filed last, and when the set was complete; each rank's
+// timing says when its result arrived and when it was filed.
 TEST(StepBoard, TheTimelineHoldsTheLatestArrivalOfAResult) {
     board_under_test t(9, rank0_policy::on_mismatch);
     const int64_t arrivals[kRanks] = {1'000, 4'000, 2'000, 3'000};
@@ -85,6 +86,14 @@ TEST(StepBoard, TheTimelineHoldsTheLatestArrivalOfAResult) {
     const step_reply reply = t.reply.get();
     EXPECT_EQ(reply.timeline.result_arrived_at_ns, 4'000);
     EXPECT_GT(reply.timeline.results_in_at_ns, 4'000);  // filed now, on the steady clock
+    ASSERT_EQ(reply.rank_timing.size(), static_cast<size_t>(kRanks));
+    for (int32_t r = 0; r < kRanks; ++r) {
+        const step_timing& timing = reply.rank_timing[static_cast<size_t>(r)];
+        EXPECT_EQ(timing.arrived_at_ns, arrivals[r]);
+        EXPECT_GT(timing.filed_at_ns, 4'000);
+        EXPECT_LE(timing.filed_at_ns, reply.timeline.results_in_at_ns);
+    }
+    EXPECT_EQ(reply.timing.arrived_at_ns, 4'000) << "the slowest's: the latest arrival";
 }
 
 TEST(StepBoard, AFailedResultIsNotFiled) {
