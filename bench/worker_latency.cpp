@@ -22,7 +22,8 @@
 // it), which it hands in as a device pointer; the rank threads get device shards too.
 //
 //   bench_worker_latency [--steps 300] [--mode sharded] [--batch 4] [--n 4] [--vocab 4096]
-//                        [--forward-us 2000] [--backend cpu|cuda] [--spin-us 0]
+//                        [--forward-us 2000] [--backend cpu|cuda] [--spin-us 0] [--rank-spin-us 0]
+//                        [--reply-spin-us 0] [--scheduler-spin-us 0]
 #include <distsample/group.h>
 #include <distsample/rank.h>
 #include <fmt/format.h>
