@@ -6,6 +6,8 @@
 #include <cstring>
 #include <utility>
 
+#include "core/digest.h"
+
 namespace ds {
 
 status check_distinct_slots(const std::vector<int32_t>& slots) {
@@ -53,25 +55,15 @@ step_output step_outputs::view() {
 
 namespace {
 
-void fnv1a(uint64_t& hash, const void* data, size_t bytes) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < bytes; ++i) {
-        hash ^= p[i];
-        hash *= 0x100000001B3ull;
-    }
-}
-
 bool same_bits(const float* a, const float* b, size_t count) { return std::memcmp(a, b, count * sizeof(float)) == 0; }
 
 }  // namespace
 
 uint64_t step_outputs::digest() const {
-    uint64_t hash = 0xCBF29CE484222325ull;
-    fnv1a(hash, packed.data(), packed.size() * sizeof(int32_t));
-    fnv1a(hash, accept_index.data(), accept_index.size() * sizeof(int32_t));
-    fnv1a(hash, logprobs.data(), logprobs.size() * sizeof(float));
-    fnv1a(hash, row_error.data(), row_error.size());
-    return hash;
+    uint64_t hash = digest_bytes(packed.data(), packed.size() * sizeof(int32_t));
+    hash = digest_bytes(hash, accept_index.data(), accept_index.size() * sizeof(int32_t));
+    hash = digest_bytes(hash, logprobs.data(), logprobs.size() * sizeof(float));
+    return digest_bytes(hash, row_error.data(), row_error.size());
 }
 
 int32_t step_outputs::first_difference(const step_outputs& other, int32_t n) const {

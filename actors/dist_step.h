@@ -46,7 +46,8 @@ struct step_outputs {
     void resize(int32_t bs, int32_t n);
     step_output view();
     int32_t batch_size() const { return static_cast<int32_t>(row_error.size()); }
-    // FNV-1a over every output (logprobs by their bits), so equal outputs give equal digests.
+    // core/digest.h's digest over every output (logprobs by their bits): equal outputs give equal
+    // digests.
     uint64_t digest() const;
     // The first request whose outputs differ from `other`'s (predict row, accept index, accept
     // length, logprobs, error flag), or -1 when equal.

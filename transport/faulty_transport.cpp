@@ -6,16 +6,11 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/digest.h"
+
 namespace ds {
 
 namespace {
-
-uint64_t fnv1a(const void* data, std::size_t bytes) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
-}
 
 // 10000 in each dtype: far above any real logit, so the altered token dominates its row.
 void write_dominant_logit(void* element, logits_dtype dtype) {
@@ -103,10 +98,10 @@ status faulty_transport::check_gathered(const void* sent, std::size_t bytes, voi
     last_received_.assign(blocks, blocks + bytes * static_cast<std::size_t>(world));
     last_block_bytes_ = bytes;
     if (!checksums_) return status::success();
-    const uint64_t mine = fnv1a(sent, bytes);
+    const uint64_t mine = digest_bytes(sent, bytes);
     if (status s = inner_.all_gather(&mine, sizeof mine, sent_sums_.data()); !s.is_ok()) return s;
     for (int32_t r = 0; r < world; ++r) {
-        if (fnv1a(blocks + static_cast<std::size_t>(r) * bytes, bytes) == sent_sums_[static_cast<std::size_t>(r)])
+        if (digest_bytes(blocks + static_cast<std::size_t>(r) * bytes, bytes) == sent_sums_[static_cast<std::size_t>(r)])
             continue;
         return {status_code::internal, fmt::format("the payload from rank {} failed its checksum in {}", r, what)};
     }
@@ -136,7 +131,7 @@ status faulty_transport::check_swapped(const logits_view& handed_in, int64_t fir
     const auto* data = static_cast<const unsigned char*>(handed_in.data);
     row_sums_.resize(rows);
     for (std::size_t row = 0; row < rows; ++row) {
-        row_sums_[row] = fnv1a(data + row * static_cast<std::size_t>(handed_in.row_stride) * element, slice_bytes);
+        row_sums_[row] = digest_bytes(data + row * static_cast<std::size_t>(handed_in.row_stride) * element, slice_bytes);
     }
     gathered_row_sums_.resize(rows * static_cast<std::size_t>(world));
     if (rows == 0) return status::success();
@@ -150,7 +145,7 @@ status faulty_transport::check_swapped(const logits_view& handed_in, int64_t fir
                 received + (static_cast<std::size_t>(i) * static_cast<std::size_t>(full_rows.row_stride) +
                             static_cast<std::size_t>(peer) * static_cast<std::size_t>(handed_in.vocab)) *
                                element;
-            if (fnv1a(slice, slice_bytes) == gathered_row_sums_[static_cast<std::size_t>(peer) * rows + row]) continue;
+            if (digest_bytes(slice, slice_bytes) == gathered_row_sums_[static_cast<std::size_t>(peer) * rows + row]) continue;
             return {status_code::internal, fmt::format("the logits from rank {} (row {}) differ from its shard as "
                                                        "handed in: checksum failed in swap_batch_vocab",
                                                        peer, row)};
@@ -214,7 +209,7 @@ status faulty_transport::broadcast(void* data, std::size_t bytes, int32_t root) 
     }
     if (!checksums_) return status::success();
     // The root's checksum is what everyone should hold.
-    const uint64_t mine = fnv1a(data, bytes);
+    const uint64_t mine = digest_bytes(data, bytes);
     if (status s = inner_.all_gather(&mine, sizeof mine, sent_sums_.data()); !s.is_ok()) return s;
     if (mine != sent_sums_[static_cast<std::size_t>(root)]) {
         return {status_code::internal, fmt::format("the payload from rank {} failed its checksum in broadcast", root)};

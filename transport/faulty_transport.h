@@ -15,7 +15,7 @@
 // buffers of whatever they run next.
 //
 // Payload checksums (when enabled, on every rank of the group alike): after all_gather,
-// gather_verify_outputs and broadcast, the ranks all-gather an FNV-1a checksum of what each sent,
+// gather_verify_outputs and broadcast, the ranks all-gather a checksum (core/digest.h) of what each sent,
 // and each rank compares it with what it received; after swap_batch_vocab they all-gather one
 // checksum per row of the shard as it was handed in, and each rank compares the slices it
 // received. A difference fails the receiver's call with an `internal` status naming the sender,
