@@ -124,9 +124,9 @@ struct warp_region {
     int32_t end;
 };
 
-__device__ __forceinline__ warp_region region_of_warp(int32_t count) {
+__device__ __forceinline__ warp_region region_of_warp(int32_t count, int warp = static_cast<int>(threadIdx.x >> 5)) {
     const int32_t per_warp = ((count + kWarps - 1) / kWarps + 31) / 32 * 32;
-    const int32_t begin = min(count, static_cast<int32_t>(threadIdx.x >> 5) * per_warp);
+    const int32_t begin = min(count, warp * per_warp);
     return {begin, min(count, begin + per_warp)};
 }
 

@@ -81,18 +81,22 @@ struct kernel_shared {
         uint64_t row_bin_mass[kMassHistogramBins];      // the row's masses by bin (top-p rows)
         struct {
             uint16_t staged[kWarps][kStagedPerWarp];    // places of tokens waiting for their masses, per warp
-            uint32_t listed[kChunkTokens / 32];         // the chunk's tokens in the boundary sub-bin, one bit each
+            uint32_t listed[kChunkTokens / 32];         // the chunk's tokens in the boundary bin, one bit each
         } band;                                         // top-p rows after the row's first barrier
     };
     block_scratch scratch;
     row_totals totals;      // the row's combined maxima and masses (thread 0 combines)
     uint64_t owner_before;  // no-cut rows: kept mass before the chunk that holds the draw
     int32_t owner;
+    int32_t owner_region;  // rows without a cut: the region of the owner's chunk that holds the draw, or -1
     int32_t list_offset;  // cut rows: this chunk's first place in the row's candidate list
     int32_t list_count;
+    int32_t gathered;  // top-p rows' last block: the sort keys gathered
     uint32_t ticket;
     bool flag;
 };
+
+static_assert(kWarps == kMassRegions, "a chunk's mass regions are its warps'");
 
 // Three blocks per SM on Hopper (228 KB of shared memory, 1 KB of it reserved per block).
 static_assert(3 * (sizeof(kernel_shared) + 1024) <= 228 * 1024, "three blocks fit an SM");

@@ -7,7 +7,8 @@
 //     last block of the row to arrive combines them. No waiting.
 //   sampled rows: the blocks of a row meet at a barrier for the row maximum, then compute their
 //     chunk's masses. Without a top-k/top-p cut the last block to arrive finds the chunk that
-//     holds the target mass, loads it again and draws. With a cut, the blocks also histogram
+//     holds the target mass and, by the masses each warp summed, the eighth of it that does,
+//     loads that again and draws. With a cut, the blocks also histogram
 //     their weights' float exponents, meet again, list the tokens that can survive the cut (in
 //     token order), and the last block selects the exact cut on that list (a sort, or radix
 //     selection with integer histograms when it is long) and draws.
@@ -63,10 +64,9 @@ __device__ void chunk_softmax(const float* chunk_logits, int32_t count, int32_t 
     }
 }
 
-// Phase 2 of a sampled row: the chunk's masses at the row's maximum, summed (and histogrammed
-// when a top-k/top-p cut is possible: kHistogram), published for the row. A row with no cut and
-// no min_p needs only the total (every token with mass passes min_p): !kAllSums.
-template <bool kAllSums, bool kHistogram>
+// Phase 2 of a sampled row with a cut or min_p: the chunk's masses at the row's maximum, summed
+// (and histogrammed when a top-k/top-p cut is possible: kHistogram), published for the row.
+template <bool kHistogram>
 __device__ void publish_masses(const row_context& ctx, const float* chunk_logits, int32_t count, chunk_partial& mine,
                                kernel_shared& sh) {
     if (kHistogram) {
@@ -79,17 +79,13 @@ __device__ void publish_masses(const row_context& ctx, const float* chunk_logits
 #pragma unroll
         for (int k = 0; k < kSliceTokens; ++k) {
             const uint64_t q = mass_of(values[k], max_logit, ctx.scale);
-            if constexpr (kAllSums) {
-                sums.add(q, ctx.min_mass);
-                if (kHistogram && q > 0) atomicAdd(&sh.histogram[mass_bin(q)], 1u);
-            } else {
-                sums.total += q;
-            }
+            sums.add(q, ctx.min_mass);
+            if (kHistogram && q > 0) atomicAdd(&sh.histogram[mass_bin(q)], 1u);
         }
     });
     const uint64_t mass_total = block_sum(sums.total, sh.scratch);
-    const uint64_t nonzero = kAllSums ? block_sum(sums.nonzero, sh.scratch) : 0;
-    const uint64_t min_p_mass = kAllSums ? block_sum(sums.min_p, sh.scratch) : mass_total;
+    const uint64_t nonzero = block_sum(sums.nonzero, sh.scratch);
+    const uint64_t min_p_mass = block_sum(sums.min_p, sh.scratch);
     if (threadIdx.x == 0) {
         mine.nonzero = nonzero;
         mine.mass_total = mass_total;
@@ -100,6 +96,37 @@ __device__ void publish_masses(const row_context& ctx, const float* chunk_logits
         for (int i = threadIdx.x; i < kMassHistogramBins; i += kBlockThreads) {
             if (sh.histogram[i] != 0) atomicAdd(&row_histogram[i], sh.histogram[i]);
         }
+    }
+}
+
+// Phase 2 of a row without a cut and without min_p, which needs only the total (every token with
+// mass passes min_p): the chunk's masses summed by the warps' regions (region_of_warp), each warp
+// its own, so the row's draw loads and walks only the region that holds it.
+__device__ void publish_region_masses(const row_context& ctx, const float* chunk_logits, int32_t count,
+                                      chunk_partial& mine, kernel_shared& sh) {
+    const float max_logit = sh.totals.max_logit;
+    const warp_region region = region_of_warp(count);
+    uint64_t sum = 0;
+#pragma unroll 4
+    for (int32_t i = region.begin + 4 * static_cast<int32_t>(threadIdx.x & 31); i < region.end; i += 128) {
+        if (i + 4 <= region.end) {
+            const float4 v = *reinterpret_cast<const float4*>(chunk_logits + i);
+            sum += mass_of(v.x, max_logit, ctx.scale) + mass_of(v.y, max_logit, ctx.scale) +
+                   mass_of(v.z, max_logit, ctx.scale) + mass_of(v.w, max_logit, ctx.scale);
+        } else {
+            for (int32_t k = i; k < region.end; ++k) sum += mass_of(chunk_logits[k], max_logit, ctx.scale);
+        }
+    }
+    const uint64_t region_mass = warp_sum(sum);
+    if ((threadIdx.x & 31) == 0) {
+        mine.region_mass[threadIdx.x >> 5] = region_mass;
+        __threadfence();
+    }
+    const uint64_t mass_total = block_sum(sum, sh.scratch);
+    if (threadIdx.x == 0) {
+        mine.nonzero = 0;
+        mine.mass_total = mass_total;
+        mine.min_p_mass = mass_total;
     }
 }
 
@@ -115,17 +142,17 @@ __device__ void sample_row(const row_context& ctx, int32_t first, int32_t count,
     }
     const bool maybe_cut = r.top_k >= 0 || r.top_p < 1.0f;
     if (maybe_cut) {
-        publish_masses<true, true>(ctx, sh.data.chunk, count, row_partials[chunk], sh);
+        publish_masses<true>(ctx, sh.data.chunk, count, row_partials[chunk], sh);
     } else if (ctx.min_mass > 1) {
-        publish_masses<true, false>(ctx, sh.data.chunk, count, row_partials[chunk], sh);
+        publish_masses<false>(ctx, sh.data.chunk, count, row_partials[chunk], sh);
     } else {
-        publish_masses<false, false>(ctx, sh.data.chunk, count, row_partials[chunk], sh);
+        publish_region_masses(ctx, sh.data.chunk, count, row_partials[chunk], sh);
     }
     if (!maybe_cut) {
         // Kept: every token that passes min_p. The last block to arrive draws.
         if (arrive_last(&sync.partials_arrived, static_cast<uint32_t>(ctx.chunks), sh.flag)) {
             combine_masses(row_partials, ctx.chunks, sh);
-            draw_from_chunks(ctx, cut{ctx.min_mass, false, 0, -1}, sh);
+            draw_from_chunks(ctx, cut{ctx.min_mass, false, 0, -1}, sh, ctx.min_mass <= 1);
         }
         return;
     }

@@ -51,7 +51,8 @@ DS_HD exponent_band band_of_bin(int bin) {
 }
 
 // Top-p rows refine the bin where their target is reached: its masses by the kBoundarySubBits
-// bits below their two leading ones (mass_sub_bin), summed over the row.
+// bits below their two leading ones (mass_sub_bin), summed over the row, so the cut is selected
+// among one sub-bin's tokens.
 constexpr int kBoundarySubBits = 11;
 constexpr int kBoundarySubBins = 1 << kBoundarySubBits;
 
@@ -87,13 +88,16 @@ DS_HD int32_t stream_segment_tokens(int32_t vocab, int32_t segments) {
 struct row_sync {
     uint32_t maxima_arrived = 0;      // blocks that published their chunk's argmax
     uint32_t partials_arrived = 0;    // ... their chunk's masses
-    uint32_t counts_arrived = 0;      // ... their number of cut candidates (top-p rows: their sub-bins)
+    uint32_t counts_arrived = 0;      // ... their number of cut candidates
     uint32_t candidates_arrived = 0;  // ... their candidates (the last one selects the cut)
     float draft_logit = 0.0f;         // processed logit of the draft judged against this row
     uint32_t padding = 0;
 };
 
 // What one block publishes about its chunk.
+// Rows without a cut sum their chunk's masses by this many regions (one per warp of the block).
+constexpr int kMassRegions = 8;
+
 struct chunk_partial {
     float max_logit = 0.0f;
     int32_t max_index = -1;  // -1: nothing allowed in the chunk
@@ -105,6 +109,7 @@ struct chunk_partial {
     int32_t candidates = 0;    // tokens at or above the row's candidate bound
     float top_k_reach = 0.0f;  // top-k rows: k of the chunk's tokens lie within this log2 weight ratio of its maximum
     double raw_sum = 0.0;      // sum of the unit-temperature weights of the logits as given, relative to raw_max
+    uint64_t region_mass[kMassRegions] = {};  // rows without a cut: masses by the warps' regions (region_of_warp)
 };
 
 // What a row leaves for its request's chain walk.

@@ -98,6 +98,35 @@ __device__ radix_result radix_select(const Mass& mass_at, int32_t count, bool by
     return result;
 }
 
+__device__ __forceinline__ uint64_t sort_key(uint64_t q, int32_t token) {
+    return (q << kKeyTokenBits) | (kKeyTokenMask - static_cast<uint64_t>(token));
+}
+
+// The cut of select_cut over `count` <= kSortCapacity candidates held as sort keys in
+// sh.data.keys, in any order.
+__device__ selected_cut cut_on_keys(int32_t count, const request_view& r, bool top_k_active, uint64_t mass_total,
+                                    uint64_t min_mass, kernel_shared& sh, uint64_t mass_before) {
+    uint64_t* keys = sh.data.keys;
+    block_sort_descending(keys, count);
+    auto key_mass = [&](int32_t i) { return keys[i] >> kKeyTokenBits; };
+    const int32_t top_k_length = top_k_active ? r.top_k : count;
+    const uint64_t top_k_mass = top_k_active ? block_sum_over(key_mass, top_k_length, sh.scratch) : mass_total;
+    int32_t length = top_k_length;
+    if (r.top_p < 1.0f) {
+        const uint64_t target = exact::top_p_mass_target(r.top_p, top_k_mass) - mass_before;
+        const int32_t last = block_find_prefix(key_mass, top_k_length, target - 1, sh.scratch);
+        if (last >= 0) length = last + 1;  // always found: the candidates hold the target
+    }
+    const uint64_t kept_mass =
+        mass_before + block_sum_over([&](int32_t i) -> uint64_t { return key_mass(i) >= min_mass ? key_mass(i) : 0; },
+                                     length, sh.scratch);
+    const uint64_t boundary = keys[length - 1];
+    __syncthreads();
+    return {cut{min_mass, true, boundary >> kKeyTokenBits,
+                static_cast<int32_t>(kKeyTokenMask - (boundary & kKeyTokenMask))},
+            kept_mass};
+}
+
 // The exact top-k/top-p cut over the row's `count` candidates (every token that can survive it),
 // listed in token order; kept mass after min_p. As cpu::row_sampler on the (mass desc, token asc)
 // order. Top-p alone may leave out of the list tokens that are surely kept, all of more mass
@@ -107,29 +136,9 @@ __device__ selected_cut select_cut(const Mass& mass_at, const cut_candidate* lis
                                    bool top_k_active, uint64_t mass_total, uint64_t min_mass, kernel_shared& sh,
                                    uint64_t mass_before = 0) {
     if (count <= kSortCapacity) {
-        uint64_t* keys = sh.data.keys;
-        for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) {
-            keys[i] = (mass_at(i) << kKeyTokenBits) | (kKeyTokenMask - static_cast<uint64_t>(__ldcg(&list[i].token)));
-        }
-        block_sort_descending(keys, count);
-        auto key_mass = [&](int32_t i) { return keys[i] >> kKeyTokenBits; };
-        const int32_t top_k_length = top_k_active ? r.top_k : count;
-        const uint64_t top_k_mass = top_k_active ? block_sum_over(key_mass, top_k_length, sh.scratch) : mass_total;
-        int32_t length = top_k_length;
-        if (r.top_p < 1.0f) {
-            const uint64_t target = exact::top_p_mass_target(r.top_p, top_k_mass) - mass_before;
-            const int32_t last = block_find_prefix(key_mass, top_k_length, target - 1, sh.scratch);
-            if (last >= 0) length = last + 1;  // always found: the candidates hold the target
-        }
-        const uint64_t kept_mass =
-            mass_before +
-            block_sum_over([&](int32_t i) -> uint64_t { return key_mass(i) >= min_mass ? key_mass(i) : 0; }, length,
-                           sh.scratch);
-        const uint64_t boundary = keys[length - 1];
-        __syncthreads();
-        return {cut{min_mass, true, boundary >> kKeyTokenBits,
-                    static_cast<int32_t>(kKeyTokenMask - (boundary & kKeyTokenMask))},
-                kept_mass};
+        for (int32_t i = threadIdx.x; i < count; i += kBlockThreads)
+            sh.data.keys[i] = sort_key(mass_at(i), __ldcg(&list[i].token));
+        return cut_on_keys(count, r, top_k_active, mass_total, min_mass, sh, mass_before);
     }
     uint64_t boundary_mass = 0;
     uint64_t ties_needed = 0;

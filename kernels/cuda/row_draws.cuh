@@ -33,8 +33,10 @@ __device__ row_draw plan_draw(const row_context& ctx, const cut& kept, uint64_t 
 
 // The draw by the row's last block when each chunk's kept mass is known (partials' min_p_mass, the
 // row's in sh.totals.min_p_mass): find the chunk that holds the target mass, load it again and
-// find the token in it. Rows without a top-k/top-p cut keep the tokens that pass min_p.
-__device__ void draw_from_chunks(const row_context& ctx, const cut& kept, kernel_shared& sh) {
+// find the token in it. Rows without a top-k/top-p cut keep the tokens that pass min_p. With
+// `by_region` (a row without a cut whose chunks published their masses by region), only the
+// region of the chunk that holds the target is loaded and walked.
+__device__ void draw_from_chunks(const row_context& ctx, const cut& kept, kernel_shared& sh, bool by_region = false) {
     const row_totals& totals = sh.totals;
     const row_draw d = plan_draw(ctx, kept, totals.min_p_mass, totals.max_logit);
     const chunk_partial* partials = ctx.p.workspace.partials + ctx.row * ctx.chunks;
@@ -56,9 +58,24 @@ __device__ void draw_from_chunks(const row_context& ctx, const cut& kept, kernel
                 before += __shfl_sync(kFullMask, inclusive, 31);
             }
         }
+        int32_t region = -1;
+        if (by_region && owner >= 0) {
+            const int32_t chunk_first = owner * kChunkTokens;
+            const warp_region span = region_of_warp(min(kChunkTokens, ctx.p.vocab - chunk_first), lane);
+            uint64_t in_region = lane < kMassRegions ? __ldcg(&partials[owner].region_mass[lane]) : 0;
+            if (lane < kMassRegions && d.excluded >= chunk_first + span.begin && d.excluded < chunk_first + span.end)
+                in_region -= d.draft_mass;
+            const uint64_t inclusive = warp_inclusive_scan(in_region);
+            const unsigned crossed = __ballot_sync(kFullMask, lane < kMassRegions && before + inclusive > d.target);
+            if (crossed != 0) {
+                region = __ffs(crossed) - 1;
+                before += __shfl_sync(kFullMask, inclusive - in_region, region);
+            }
+        }
         if (lane == 0) {
             sh.owner = owner;
             sh.owner_before = before;
+            sh.owner_region = region;
         }
     }
     __syncthreads();
@@ -66,8 +83,13 @@ __device__ void draw_from_chunks(const row_context& ctx, const cut& kept, kernel
     int32_t token = -1;
     float logit = 0.0f;
     if (owner >= 0) {
-        const int32_t first = owner * kChunkTokens;
-        const int32_t count = min(kChunkTokens, ctx.p.vocab - first);
+        int32_t first = owner * kChunkTokens;
+        int32_t count = min(kChunkTokens, ctx.p.vocab - first);
+        if (sh.owner_region >= 0) {
+            const warp_region span = region_of_warp(count, sh.owner_region);
+            first += span.begin;
+            count = span.end - span.begin;
+        }
         const uint64_t remaining = d.target - sh.owner_before;
         load_raw_chunk(ctx.p, ctx.row, first, count, sh.data.chunk);
         process_chunk(mask_of(ctx.p, ctx.row), ctx.r, drafts_of(ctx.p, ctx.b, ctx.j), first, count, sh.data.chunk);

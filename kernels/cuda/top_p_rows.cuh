@@ -1,18 +1,18 @@
-// Top-p rows (top-p alone): the boundary bin refined by sub-bins, and only the tokens of the
-// boundary sub-bin listed.
+// Top-p rows (top-p alone): only the tokens of the boundary bin get masses after the row's
+// barrier; they are listed and summed by sub-bin, and the cut is selected among one sub-bin's.
 // One of the chain kernel's parts (chain_kernel.cu includes top_p_rows.cuh, which includes the rest
 // in order); device code for that one translation unit.
 //
 // Under top-p alone a row keeps every token of the mass bins (kernels/cuda/chain_kernel_params.h,
 // mass_bin) above the bin b* where the mass summed from the top first reaches the target, and a
 // prefix of b*'s tokens in (mass desc, token asc) order: a bin's masses all exceed the next
-// lower bin's. The blocks sum their chunk's masses by bin; after the row's barrier each finds b*
-// and adds its tokens of b* to the row's masses by sub-bin (mass_sub_bin, ordered as the masses
-// are); after a second barrier each finds the sub-bin s* of b* where the target is reached,
-// counts its chunk's mass above s* and lists its tokens in s* alone. The row's last block selects
-// the cut among those (a few tokens where b* held thousands: one block sorts them at once), adds
-// the kept ones to their chunks' kept mass and draws as rows without a cut do. After the first
-// barrier only the tokens in b*'s band of mass exponents (band_of_bin) get masses.
+// lower bin's. The blocks sum their chunk's masses by bin and meet; each then finds b*, lists its
+// tokens of b* (selected on their mass exponents first, band_of_bin, so only those get masses),
+// adds them to the row's masses by sub-bin (mass_sub_bin, ordered as the masses are), counts its
+// chunk's mass above b* from its own bins and leaves. The row's last block finds the sub-bin s*
+// of b* where the target is reached and selects the cut among s*'s few listed tokens by one sort
+// (among all of b*'s by radix selection where s* holds more than a sort does), adds the kept
+// ones to their chunks' kept mass and draws as rows without a cut do.
 #pragma once
 
 #include "kernels/cuda/listed_rows.cuh"
@@ -33,11 +33,11 @@ __device__ __forceinline__ uint64_t* boundary_sub_masses_of(const row_context& c
     return ctx.p.workspace.boundary_sub_masses + ctx.row * kBoundarySubBins;
 }
 
-// Before the row's first barrier: this chunk's masses by bin and its total; the chunk's share of
-// the row's sub-bins cleared for after the barrier. Each warp sums its tokens' masses in bins of
-// its own as two 32-bit halves: shared-memory atomics on 32 bits are native, where 64-bit ones
-// spin on compare-and-swap, and the lanes of a warp often meet on one bin. A warp's 2048 tokens
-// keep each half below 2^31.
+// Before the row's barrier: this chunk's masses by bin and its total; the chunk's share of the
+// row's sub-bins cleared for after the barrier. Each warp sums its tokens'
+// masses in bins of its own as two 32-bit halves: shared-memory atomics on 32 bits are native,
+// where 64-bit ones spin on compare-and-swap, and the lanes of a warp often meet on one bin. A
+// warp's 2048 tokens keep each half below 2^31.
 static_assert(kChunkTokens / kWarps * (uint64_t{1} << (exact::kMassBits - 20)) <= (uint64_t{1} << 31),
               "a warp's halves fit 32 bits");
 __device__ void publish_bin_masses(const row_context& ctx, int32_t chunk, int32_t count, chunk_partial& mine,
@@ -151,23 +151,35 @@ __device__ void for_each_token_in_band(const float* chunk_logits, int32_t count,
 
 __device__ __forceinline__ uint16_t* staged_of_warp(kernel_shared& sh) { return sh.band.staged[threadIdx.x / 32]; }
 
-// Before the row's second barrier: the masses of this chunk's tokens in b*, added to the row's
-// sub-bins (one atomic per sub-bin a warp's lanes share).
-__device__ void publish_boundary_sub_masses(const row_context& ctx, int32_t count, int bin, kernel_shared& sh) {
+// After the barrier: this chunk's tokens in b* marked for the listing and added to the row's
+// sub-bins (one atomic per sub-bin a warp's lanes share), and its mass above b* (its own sums of
+// the first pass). Only the tokens in b*'s band of exponents get masses.
+__device__ chunk_listing mark_boundary_bin(const row_context& ctx, int32_t chunk, int32_t count, int bin,
+                                           uint64_t& chunk_above, kernel_shared& sh) {
+    uint32_t* listed = sh.band.listed;
+    for (int i = threadIdx.x; i < kChunkTokens / 32; i += kBlockThreads) listed[i] = 0;
+    const uint64_t* chunk_bins = chunk_bin_masses_of(ctx, chunk);
+    uint64_t above = 0;
+    for (int b = bin + 1 + static_cast<int>(threadIdx.x); b < kMassHistogramBins; b += kBlockThreads)
+        above += __ldcg(&chunk_bins[b]);
+    chunk_above = block_sum(above, sh.scratch);  // also orders the clearing before the marking
     uint64_t* row_sub_masses = boundary_sub_masses_of(ctx);
     const float max_logit = sh.totals.max_logit;
     for_each_token_in_band(sh.data.chunk, count, max_logit, ctx.scale, band_of_bin(bin), staged_of_warp(sh),
                            [&](int32_t place, float logit) {
                                const uint64_t q = place >= 0 ? mass_of(logit, max_logit, ctx.scale) : 0;
                                const bool in_bin = q > 0 && mass_bin(q) == bin;
+                               if (in_bin) atomicOr(&listed[place / 32], 1u << (place % 32));
                                if (__any_sync(kFullMask, in_bin))
                                    add_to_radix_bin(in_bin ? mass_sub_bin(q) : -1, q, nullptr, row_sub_masses);
                            });
-    __threadfence();
+    __syncthreads();
+    return mark_candidates(
+        sh.data.chunk, count, [&](int32_t place, float) { return (listed[place / 32] >> (place % 32)) & 1u; }, sh);
 }
 
-// After the second barrier, in every block: the sub-bin s* of b* where b*'s part of the target
-// is reached, and the mass of b*'s tokens in the sub-bins above it. Walked from the top sub-bin.
+// The row's last block: the sub-bin s* of b* where b*'s part of the target is reached, and the
+// mass of b*'s tokens in the sub-bins above it. Walked from the top sub-bin.
 struct boundary_sub_bin {
     int sub_bin;
     uint64_t mass_above;
@@ -181,44 +193,47 @@ __device__ boundary_sub_bin find_boundary_sub_bin(const row_context& ctx, uint64
     return {kBoundarySubBins - 1 - at, block_sum_over(from_top, at, sh.scratch)};
 }
 
-// After the second barrier: this chunk's tokens in the boundary sub-bin s* of b* marked for the
-// listing, and this thread's share of the chunk's mass above s*: the chunk's bins above b* (its own
-// sums of the first pass) and its tokens of b* in sub-bins above s*. Only the tokens in b*'s band
-// get masses.
-__device__ chunk_listing mark_boundary_sub_bin(const row_context& ctx, int32_t chunk, int32_t count, int bin,
-                                               int sub_bin, uint64_t& mass_above, kernel_shared& sh) {
-    uint32_t* listed = sh.band.listed;
-    for (int i = threadIdx.x; i < kChunkTokens / 32; i += kBlockThreads) listed[i] = 0;
-    const uint64_t* chunk_bins = chunk_bin_masses_of(ctx, chunk);
-    for (int b = bin + 1 + static_cast<int>(threadIdx.x); b < kMassHistogramBins; b += kBlockThreads)
-        mass_above += __ldcg(&chunk_bins[b]);
+// The row's last block: the listed tokens of sub-bin s* as sort keys in sh.data.keys (in no
+// order, as many as fit); returns how many there are.
+template <class Mass>
+__device__ int32_t gather_sub_bin_keys(const Mass& mass_at, const cut_candidate* list, int32_t listed, int sub_bin,
+                                       kernel_shared& sh) {
+    if (threadIdx.x == 0) sh.gathered = 0;
     __syncthreads();
-    const float max_logit = sh.totals.max_logit;
-    for_each_token_in_band(sh.data.chunk, count, max_logit, ctx.scale, band_of_bin(bin), staged_of_warp(sh),
-                           [&](int32_t place, float logit) {
-                               const uint64_t q = place >= 0 ? mass_of(logit, max_logit, ctx.scale) : 0;
-                               if (q == 0 || mass_bin(q) != bin) return;
-                               const int s = mass_sub_bin(q);
-                               if (s > sub_bin) mass_above += q;
-                               if (s == sub_bin) atomicOr(&listed[place / 32], 1u << (place % 32));
-                           });
+    for (int32_t i = threadIdx.x; i < listed; i += kBlockThreads) {
+        const uint64_t q = mass_at(i);
+        if (mass_sub_bin(q) != sub_bin) continue;
+        const int32_t slot = atomicAdd(&sh.gathered, 1);
+        if (slot < kSortCapacity) sh.data.keys[slot] = sort_key(q, __ldcg(&list[i].token));
+    }
     __syncthreads();
-    return mark_candidates(
-        sh.data.chunk, count, [&](int32_t place, float) { return (listed[place / 32] >> (place % 32)) & 1u; }, sh);
+    return sh.gathered;
 }
 
 // The last block, after selecting the cut: the listed tokens the cut keeps added to their chunks'
-// kept mass (each chunk put its mass above s* there), the row's kept mass into sh.totals.
+// kept mass (each chunk put its mass above b* there), the row's kept mass into sh.totals.
 __device__ void add_listed_kept_mass(const row_context& ctx, const cut& kept, uint64_t kept_mass, int32_t listed,
                                      kernel_shared& sh) {
     chunk_partial* partials = ctx.p.workspace.partials + ctx.row * ctx.chunks;
     const cut_candidate* list = ctx.p.workspace.candidates + ctx.row * ctx.p.vocab;
     const float max_logit = sh.totals.max_logit;
-    for (int32_t i = threadIdx.x; i < listed; i += kBlockThreads) {
-        const int32_t token = __ldcg(&list[i].token);
-        const uint64_t q = mass_of(__ldcg(&list[i].logit), max_logit, ctx.scale);
-        if (kept.keeps(token, q)) {
-            atomicAdd(reinterpret_cast<unsigned long long*>(&partials[token / kChunkTokens].min_p_mass), q);
+    // The list is in token order, so a warp's 32 places mostly share a chunk: one atomic per chunk
+    // a warp's lanes share (b*'s kept tokens are thousands, on a few chunks' words).
+    for (int32_t start = 0; start < listed; start += kBlockThreads) {
+        const int32_t i = start + static_cast<int32_t>(threadIdx.x);
+        uint64_t q = 0;
+        int chunk = -1;
+        if (i < listed) {
+            const int32_t token = __ldcg(&list[i].token);
+            q = mass_of(__ldcg(&list[i].logit), max_logit, ctx.scale);
+            if (kept.keeps(token, q)) chunk = token / kChunkTokens;
+        }
+        const unsigned peers = __match_any_sync(kFullMask, chunk);
+        const unsigned high = __reduce_add_sync(peers, static_cast<unsigned>(q >> 20));
+        const unsigned low = __reduce_add_sync(peers, static_cast<unsigned>(q & 0xFFFFF));
+        if (chunk >= 0 && static_cast<int>(threadIdx.x & 31) == __ffs(peers) - 1) {
+            atomicAdd(reinterpret_cast<unsigned long long*>(&partials[chunk].min_p_mass),
+                      (static_cast<unsigned long long>(high) << 20) + low);
         }
     }
     __threadfence();
@@ -226,8 +241,8 @@ __device__ void add_listed_kept_mass(const row_context& ctx, const cut& kept, ui
     __syncthreads();
 }
 
-// A top-p row after the row maximum: bins, the barrier, b*'s sub-bins, the barrier, s*'s tokens
-// listed; the row's last block selects the cut among them and draws.
+// A top-p row after the row maximum: bins, the barrier, b*'s tokens listed and summed by sub-bin;
+// the row's last block selects the cut among s*'s and draws.
 __device__ void sample_top_p_row(const row_context& ctx, int32_t first, int32_t count, kernel_shared& sh) {
     const int32_t chunk = first / kChunkTokens;
     row_sync& sync = ctx.p.workspace.sync[ctx.row];
@@ -235,12 +250,8 @@ __device__ void sample_top_p_row(const row_context& ctx, int32_t first, int32_t 
     publish_bin_masses(ctx, chunk, count, mine, sh);
     arrive(&sync.partials_arrived, static_cast<uint32_t>(ctx.chunks), ctx.p);
     const boundary_bin boundary = find_boundary_bin(ctx, sh);
-    publish_boundary_sub_masses(ctx, count, boundary.bin, sh);
-    arrive(&sync.counts_arrived, static_cast<uint32_t>(ctx.chunks), ctx.p);
-    const boundary_sub_bin sub = find_boundary_sub_bin(ctx, boundary.target_in_bin, sh);
-    uint64_t mass_above = 0;  // this thread's share of the chunk's mass above s*
-    const chunk_listing listing = mark_boundary_sub_bin(ctx, chunk, count, boundary.bin, sub.sub_bin, mass_above, sh);
-    const uint64_t chunk_above = block_sum(mass_above, sh.scratch);
+    uint64_t chunk_above = 0;
+    const chunk_listing listing = mark_boundary_bin(ctx, chunk, count, boundary.bin, chunk_above, sh);
     cut_candidate* list = ctx.p.workspace.candidates + ctx.row * ctx.p.vocab;
     write_candidates(listing, sh.data.chunk, count, first, list, first);
     if (threadIdx.x == 0) {
@@ -252,8 +263,13 @@ __device__ void sample_top_p_row(const row_context& ctx, int32_t first, int32_t 
     const int32_t listed = join_chunk_lists(ctx);
     const float max_logit = sh.totals.max_logit;
     auto mass_at = [&](int32_t i) { return mass_of(__ldcg(&list[i].logit), max_logit, ctx.scale); };
-    const selected_cut selection = select_cut(mass_at, list, listed, ctx.r, false, sh.totals.mass_total, ctx.min_mass,
-                                              sh, boundary.mass_above + sub.mass_above);
+    const boundary_sub_bin sub = find_boundary_sub_bin(ctx, boundary.target_in_bin, sh);
+    const int32_t in_sub_bin = gather_sub_bin_keys(mass_at, list, listed, sub.sub_bin, sh);
+    const selected_cut selection = in_sub_bin <= kSortCapacity
+                                       ? cut_on_keys(in_sub_bin, ctx.r, false, sh.totals.mass_total, ctx.min_mass, sh,
+                                                     boundary.mass_above + sub.mass_above)
+                                       : select_cut(mass_at, list, listed, ctx.r, false, sh.totals.mass_total,
+                                                    ctx.min_mass, sh, boundary.mass_above);
     add_listed_kept_mass(ctx, selection.kept_cut, selection.kept_mass, listed, sh);
     draw_from_chunks(ctx, selection.kept_cut, sh);
 }
