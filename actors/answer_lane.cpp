@@ -297,15 +297,16 @@ bool answer_lane::read_answers(connection& c, int64_t woke_at_ns) {
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
         if (n == 0) return false;  // a rank process that closes its end leaves quietly
         if (n < 0) return lane_lost(c.rank, net::io_error("recv").message);
+        const int64_t received_at_ns = steady_now_ns();
         if (c.filled == 0) c.partial_since_ns = woke_at_ns;
         c.filled += static_cast<size_t>(n);
-        if (!file_frames(c, woke_at_ns)) return false;
+        if (!file_frames(c, woke_at_ns, received_at_ns)) return false;
         // Less than the room: the socket held no more. A full buffer may have left some behind.
         if (static_cast<size_t>(n) < room) return true;
     }
 }
 
-bool answer_lane::file_frames(connection& c, int64_t woke_at_ns) {
+bool answer_lane::file_frames(connection& c, int64_t woke_at_ns, int64_t received_at_ns) {
     size_t at = 0;
     while (c.filled - at >= sizeof(uint32_t)) {
         uint32_t length = 0;
@@ -313,7 +314,8 @@ bool answer_lane::file_frames(connection& c, int64_t woke_at_ns) {
         if (length > max_body_)
             return lane_lost(c.rank, fmt::format("answer of {} bytes: expected at most {}", length, max_body_));
         if (c.filled - at - sizeof length < length) break;
-        if (!file_answer(c, std::string_view(c.in.data() + at + sizeof length, length), woke_at_ns)) return false;
+        if (!file_answer(c, std::string_view(c.in.data() + at + sizeof length, length), woke_at_ns, received_at_ns))
+            return false;
         at += sizeof length + length;
     }
     if (at > 0) {
@@ -325,12 +327,13 @@ bool answer_lane::file_frames(connection& c, int64_t woke_at_ns) {
     return true;
 }
 
-bool answer_lane::file_answer(const connection& c, std::string_view body, int64_t woke_at_ns) {
+bool answer_lane::file_answer(const connection& c, std::string_view body, int64_t woke_at_ns, int64_t received_at_ns) {
     const std::shared_ptr<step_board> board = board_of(answer_step_id(body));
     if (!board) return true;  // the step is done: CAF's answer came first
     rank_result result;
     if (const status s = decode_answer(body, c.rank, board->step(), result); !s.is_ok())
         return lane_lost(c.rank, s.message);
+    result.timing.received_at_ns = received_at_ns;
     filed_.fetch_add(1, std::memory_order_relaxed);  // before the filing, which may answer the caller
     board->file(result, woke_at_ns);
     return true;

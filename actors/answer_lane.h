@@ -87,8 +87,9 @@ class answer_lane {
     bool read_greeting(connection& c);
     // Reads what the socket holds and files every complete frame; `woke_at_ns`: when poll returned.
     bool read_answers(connection& c, int64_t woke_at_ns);
-    bool file_frames(connection& c, int64_t woke_at_ns);
-    bool file_answer(const connection& c, std::string_view body, int64_t woke_at_ns);
+    // `received_at_ns`: when the recv that completed the frames returned.
+    bool file_frames(connection& c, int64_t woke_at_ns, int64_t received_at_ns);
+    bool file_answer(const connection& c, std::string_view body, int64_t woke_at_ns, int64_t received_at_ns);
     // How long poll may sleep: kIdlePollMs, or less when a frame cut short runs out of time sooner.
     int idle_poll_ms() const;
     // Forgets closed connections and closes those that did not greet, or finish a frame, in time.

@@ -232,7 +232,7 @@ typename Inspector::result_type inspect(Inspector& f, step_outputs& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_timing& x) {
     return f(caf::meta::type_name("step_timing"), x.rank_step_ns, x.rank_transport_ns, x.rank_received_bytes,
-             x.rank_began_at_ns, x.rank_answered_at_ns, x.arrived_at_ns, x.filed_at_ns);
+             x.rank_began_at_ns, x.rank_answered_at_ns, x.arrived_at_ns, x.received_at_ns, x.filed_at_ns);
 }
 
 template <class Inspector>

@@ -20,6 +20,7 @@ step_outcome combine_rank_results(const dist_step& step, const std::vector<rank_
         o.slowest.rank_began_at_ns = std::max(o.slowest.rank_began_at_ns, r.timing.rank_began_at_ns);
         o.slowest.rank_answered_at_ns = std::max(o.slowest.rank_answered_at_ns, r.timing.rank_answered_at_ns);
         o.slowest.arrived_at_ns = std::max(o.slowest.arrived_at_ns, r.timing.arrived_at_ns);
+        o.slowest.received_at_ns = std::max(o.slowest.received_at_ns, r.timing.received_at_ns);
         o.slowest.filed_at_ns = std::max(o.slowest.filed_at_ns, r.timing.filed_at_ns);
         o.rank_timing.push_back(r.timing);
         if (r.digest == reference.digest) continue;

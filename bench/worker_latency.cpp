@@ -274,7 +274,7 @@ bool bench_workers(const options& o, bool lane, int64_t& bytes) {
     // Per step, in µs. The last shard's rank began sampling at its answer less its engine step (what
     // follows the engine, a digest of the outputs, takes about a microsecond).
     std::vector<double> delivery, critical, handoff, sampling, collectives, others, to_reply, to_arrival, to_filed,
-        to_settled, to_caller, overhead, overhead_all, arrival_spread, last_read, filing_spread;
+        to_settled, to_caller, overhead, overhead_all, arrival_spread, last_received, last_read, filing_spread;
     for (const auto& [step, caller] : submitted) {
         const auto found = last.find(step);
         if (found == last.end() || static_cast<size_t>(found->second.provider) >= caller.ranks.size()) continue;
@@ -297,6 +297,8 @@ bool bench_workers(const options& o, bool lane, int64_t& bytes) {
             caller.ranks.begin(), caller.ranks.end(),
             [](const ds::step_timing& a, const ds::step_timing& b) { return a.filed_at_ns < b.filed_at_ns; });
         arrival_spread.push_back(us_of(last_arrived->arrived_at_ns - first_arrived->arrived_at_ns));
+        if (last_filed->received_at_ns > 0)
+            last_received.push_back(us_of(last_filed->received_at_ns - last_filed->arrived_at_ns));
         last_read.push_back(us_of(last_filed->filed_at_ns - last_filed->arrived_at_ns));
         filing_spread.push_back(us_of(last_filed->filed_at_ns - first_filed->filed_at_ns));
         to_caller.push_back(us_of(caller.replied_ns - caller.timeline.delivered_at_ns));
@@ -319,6 +321,7 @@ bool bench_workers(const options& o, bool lane, int64_t& bytes) {
     print_row("     of it: the answer's way to this process", to_arrival);
     print_row("     reading, checking and filing it", to_filed);
     print_row("       the ranks' answers: first arrival -> last", arrival_spread);
+    if (!last_received.empty()) print_row("       the last-filed answer: its arrival -> its recv", last_received);
     print_row("       the last-filed answer: its arrival -> filed", last_read);
     print_row("       first answer filed -> last filed", filing_spread);
     print_row("     the board settling the step", to_settled);

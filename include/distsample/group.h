@@ -50,8 +50,10 @@ struct step_timing {
     int64_t rank_began_at_ns = 0;
     int64_t rank_answered_at_ns = 0;
     // Stamped in the coordinator's process: when the result reached it (the answer lane's thread
-    // woke for it, or it was filed) and when it was filed on the step's board (0: never filed).
+    // woke for it, or it was filed), when the lane's recv returned its last bytes (0: it came over
+    // CAF) and when it was filed on the step's board (0: never filed).
     int64_t arrived_at_ns = 0;
+    int64_t received_at_ns = 0;
     int64_t filed_at_ns = 0;
 };
 

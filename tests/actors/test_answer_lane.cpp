@@ -172,7 +172,13 @@ TEST(AnswerLane, EveryRanksAnswerOnTheLaneSettlesTheStepAndAnswersItsCaller) {
         const step_reply reply = step.reply.get();
         EXPECT_EQ(reply.step_id, id);
         EXPECT_EQ(reply.outputs.packed, result_of(0, id).outputs->packed);
-        EXPECT_EQ(reply.rank_timing.size(), static_cast<size_t>(kRanks));
+        ASSERT_EQ(reply.rank_timing.size(), static_cast<size_t>(kRanks));
+        for (const step_timing& t : reply.rank_timing) {
+            // The lane's stamps, in the order they happen: its wake-up, the recv, the filing.
+            EXPECT_GT(t.arrived_at_ns, 0);
+            EXPECT_GE(t.received_at_ns, t.arrived_at_ns);
+            EXPECT_GE(t.filed_at_ns, t.received_at_ns);
+        }
     }
     EXPECT_EQ(lane->filed(), uint64_t{3 * kRanks});
 }
