@@ -8,10 +8,10 @@
 //   sampled rows: the blocks of a row meet at a barrier for the row maximum, then compute their
 //     chunk's masses. Without a top-k/top-p cut the last block to arrive finds the chunk that
 //     holds the target mass and, by the masses each warp summed, the eighth of it that does,
-//     loads that again and draws. With a cut, the blocks also histogram
-//     their weights' float exponents, meet again, list the tokens that can survive the cut (in
-//     token order), and the last block selects the exact cut on that list (a sort, or radix
-//     selection with integer histograms when it is long) and draws.
+//     loads that again and draws. With a cut, the blocks also histogram their weights' float
+//     exponents, meet again, list the tokens that can survive the cut (in token order), and the
+//     last block selects the exact cut on that list (a sort, or radix selection with integer
+//     histograms when it is long) and draws.
 //   top-k rows (1 < top_k <= kLogitTopKLimit) and min-p-only rows: one barrier, no mass pass.
 //     After the row maximum, each block lists the tokens near the row's top on the logits (a
 //     superset of the kept tokens, ties included); the last block to arrive computes masses for

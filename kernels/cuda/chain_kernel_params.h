@@ -94,10 +94,10 @@ struct row_sync {
     uint32_t padding = 0;
 };
 
-// What one block publishes about its chunk.
 // Rows without a cut sum their chunk's masses by this many regions (one per warp of the block).
 constexpr int kMassRegions = 8;
 
+// What one block publishes about its chunk.
 struct chunk_partial {
     float max_logit = 0.0f;
     int32_t max_index = -1;  // -1: nothing allowed in the chunk
