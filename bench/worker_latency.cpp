@@ -205,60 +205,52 @@ void print_row(const std::string& what, const std::vector<double>& us, const std
 
 double us_of(int64_t ns) { return static_cast<double>(ns) * 1e-3; }
 
-// The coordinator's side with TP forked workers, the ranks' answers on the answer lane or over CAF
-// only (`lane`); prints the breakdown and sets `bytes` to what the ranks received over the
-// transport in a step (all ranks). False when no step completed.
-bool bench_workers(const options& o, bool lane, int64_t& bytes) {
-    const uint16_t port = free_port();
-    int pipes[kTp][2];
-    std::vector<pid_t> children;
-    for (int32_t r = 0; r < kTp; ++r) {
-        if (::pipe(pipes[r]) != 0) std::exit(1);
-        const pid_t pid = ::fork();
-        if (pid == 0) {
-            ::close(pipes[r][0]);
-            run_worker(o, r, port, pipes[r][1]);
-        }
-        ::close(pipes[r][1]);
-        children.push_back(pid);
+// What the caller saw of a step, by step id.
+struct caller_record {
+    int64_t submitted_ns, replied_ns, ranks_answered_ns;
+    ds::step_timeline timeline;
+    std::vector<ds::step_timing> ranks;
+};
+
+// What the workers saw of a step: the latest description taken and shard handed in.
+struct worker_latest {
+    int64_t got_ns = 0, provided_ns = 0;
+    int32_t provider = 0;  // the rank whose shard came last
+};
+
+// The coordinator's group over the workers that join on `port`: the measured steps, and in
+// `received_bytes` what all ranks received over the transport in the last one.
+std::map<uint64_t, caller_record> drive_steps(const options& o, bool lane, uint16_t port, int64_t& received_bytes) {
+    std::map<uint64_t, caller_record> submitted;
+    ds::topology_config topology;
+    topology.logits_source = "worker";
+    topology.answer_port = lane ? 0 : -1;
+    std::unique_ptr<ds::group> group;
+    ds::status s = ds::group::create_with_rank_processes(make_config(o, true), topology, "127.0.0.1", port, group);
+    if (s.is_ok()) s = group->wait_for_ranks(std::chrono::seconds(30));
+    const std::vector<ds::sampling_params> params = request_params(o);
+    for (int32_t b = 0; s.is_ok() && b < o.batch; ++b) s = group->register_request(b + 1, params[b]);
+    for (int i = 0; s.is_ok() && i < kWarmup + o.steps; ++i) {
+        const int64_t t0 = ds::steady_now_ns();
+        const ds::step_reply reply = group->step(make_step(o));
+        const int64_t t1 = ds::steady_now_ns();
+        s = reply.result;
+        if (i < kWarmup) continue;
+        submitted[reply.step_id] = {t0, t1, reply.timing.rank_answered_at_ns, reply.timeline, reply.rank_timing};
+        received_bytes = 0;
+        for (const ds::step_timing& t : reply.rank_timing) received_bytes += t.rank_received_bytes;
     }
-    struct caller_record {
-        int64_t submitted_ns, replied_ns, ranks_answered_ns;
-        ds::step_timeline timeline;
-        std::vector<ds::step_timing> ranks;
-    };
-    std::map<uint64_t, caller_record> submitted;  // by step id
-    int64_t received_bytes = 0;                   // by all ranks in the last step (the same every step)
-    {
-        ds::topology_config topology;
-        topology.logits_source = "worker";
-        topology.answer_port = lane ? 0 : -1;
-        std::unique_ptr<ds::group> group;
-        ds::status s = ds::group::create_with_rank_processes(make_config(o, true), topology, "127.0.0.1", port, group);
-        if (s.is_ok()) s = group->wait_for_ranks(std::chrono::seconds(30));
-        const std::vector<ds::sampling_params> params = request_params(o);
-        for (int32_t b = 0; s.is_ok() && b < o.batch; ++b) s = group->register_request(b + 1, params[b]);
-        for (int i = 0; s.is_ok() && i < kWarmup + o.steps; ++i) {
-            const int64_t t0 = ds::steady_now_ns();
-            const ds::step_reply reply = group->step(make_step(o));
-            const int64_t t1 = ds::steady_now_ns();
-            s = reply.result;
-            if (i < kWarmup) continue;
-            submitted[reply.step_id] = {t0, t1, reply.timing.rank_answered_at_ns, reply.timeline, reply.rank_timing};
-            received_bytes = 0;
-            for (const ds::step_timing& t : reply.rank_timing) received_bytes += t.rank_received_bytes;
-        }
-        if (!s.is_ok()) fmt::print(stderr, "workers: {}\n", s.message);
-    }  // the group stops; the workers' ranks leave and they exit
-    struct latest {
-        int64_t got_ns = 0, provided_ns = 0;
-        int32_t provider = 0;  // the rank whose shard came last
-    };
-    std::map<uint64_t, latest> last;  // by step id
+    if (!s.is_ok()) fmt::print(stderr, "workers: {}\n", s.message);
+    return submitted;  // the group stops; the workers' ranks leave and they exit
+}
+
+// Every worker's records from its pipe, by step id; the workers reaped.
+std::map<uint64_t, worker_latest> collect_workers(const int (&pipes)[kTp][2], const std::vector<pid_t>& children) {
+    std::map<uint64_t, worker_latest> last;
     for (int32_t r = 0; r < kTp; ++r) {
         worker_record record;
         while (::read(pipes[r][0], &record, sizeof record) == static_cast<ssize_t>(sizeof record)) {
-            latest& l = last[record.step];
+            worker_latest& l = last[record.step];
             l.got_ns = std::max(l.got_ns, record.got_ns);
             if (record.provided_ns > l.provided_ns) {
                 l.provided_ns = record.provided_ns;
@@ -271,14 +263,26 @@ bool bench_workers(const options& o, bool lane, int64_t& bytes) {
         ::kill(pid, SIGTERM);
         ::waitpid(pid, nullptr, 0);
     }
-    // Per step, in µs. The last shard's rank began sampling at its answer less its engine step (what
-    // follows the engine, a digest of the outputs, takes about a microsecond).
+    return last;
+}
+
+// Per step, in µs, the hops of the critical path; false when no step has both sides' records.
+bool print_breakdown(const options& o, bool lane, const std::map<uint64_t, caller_record>& submitted,
+                     const std::map<uint64_t, worker_latest>& last) {
+    // The last shard's rank began sampling at its answer less its engine step (what follows the
+    // engine, a digest of the outputs, takes about a microsecond).
     std::vector<double> delivery, critical, handoff, sampling, collectives, others, to_reply, to_arrival, to_filed,
         to_settled, to_caller, overhead, overhead_all, arrival_spread, last_received, last_read, filing_spread;
+    const auto by_arrival = [](const ds::step_timing& a, const ds::step_timing& b) {
+        return a.arrived_at_ns < b.arrived_at_ns;
+    };
+    const auto by_filing = [](const ds::step_timing& a, const ds::step_timing& b) {
+        return a.filed_at_ns < b.filed_at_ns;
+    };
     for (const auto& [step, caller] : submitted) {
         const auto found = last.find(step);
         if (found == last.end() || static_cast<size_t>(found->second.provider) >= caller.ranks.size()) continue;
-        const latest& l = found->second;
+        const worker_latest& l = found->second;
         const ds::step_timing& provider = caller.ranks[static_cast<size_t>(l.provider)];
         delivery.push_back(us_of(l.got_ns - caller.submitted_ns));
         critical.push_back(us_of(caller.replied_ns - l.provided_ns));
@@ -290,12 +294,9 @@ bool bench_workers(const options& o, bool lane, int64_t& bytes) {
         to_arrival.push_back(us_of(caller.timeline.result_arrived_at_ns - caller.ranks_answered_ns));
         to_filed.push_back(us_of(caller.timeline.results_in_at_ns - caller.timeline.result_arrived_at_ns));
         to_settled.push_back(us_of(caller.timeline.delivered_at_ns - caller.timeline.results_in_at_ns));
-        const auto [first_arrived, last_arrived] = std::minmax_element(
-            caller.ranks.begin(), caller.ranks.end(),
-            [](const ds::step_timing& a, const ds::step_timing& b) { return a.arrived_at_ns < b.arrived_at_ns; });
-        const auto [first_filed, last_filed] = std::minmax_element(
-            caller.ranks.begin(), caller.ranks.end(),
-            [](const ds::step_timing& a, const ds::step_timing& b) { return a.filed_at_ns < b.filed_at_ns; });
+        const auto [first_arrived, last_arrived] =
+            std::minmax_element(caller.ranks.begin(), caller.ranks.end(), by_arrival);
+        const auto [first_filed, last_filed] = std::minmax_element(caller.ranks.begin(), caller.ranks.end(), by_filing);
         arrival_spread.push_back(us_of(last_arrived->arrived_at_ns - first_arrived->arrived_at_ns));
         if (last_filed->received_at_ns > 0)
             last_received.push_back(us_of(last_filed->received_at_ns - last_filed->arrived_at_ns));
@@ -305,10 +306,7 @@ bool bench_workers(const options& o, bool lane, int64_t& bytes) {
         overhead.push_back(handoff.back() + to_reply.back());
         overhead_all.push_back(critical.back() - sampling.back());
     }
-    if (delivery.empty()) {
-        fmt::print(stderr, "workers: no step completed\n");
-        return false;
-    }
+    if (delivery.empty()) return false;
     fmt::print("| **the ranks' answers {}** | | |\n", lane ? "on the answer lane" : "over CAF only (no answer lane)");
     print_row("workers: submit -> the last worker holds the plan", delivery,
               fmt::format("(the forward takes {} us)", o.forward_us));
@@ -330,7 +328,31 @@ bool bench_workers(const options& o, bool lane, int64_t& bytes) {
     print_row("overhead: the hand-off + last answer -> reply", overhead,
               fmt::format("target <= 50 us at p50: {}", over.p50 <= 50.0 ? "met" : "NOT met"));
     print_row("critical path - that rank's kernels + collectives", overhead_all, "(also counts the other ranks' tail)");
-    bytes = received_bytes;
+    return true;
+}
+
+// The coordinator's side with TP forked workers, the ranks' answers on the answer lane or over CAF
+// only (`lane`); prints the breakdown and sets `bytes` to what the ranks received over the
+// transport in a step (all ranks). False when no step completed.
+bool bench_workers(const options& o, bool lane, int64_t& bytes) {
+    const uint16_t port = free_port();
+    int pipes[kTp][2];
+    std::vector<pid_t> children;
+    for (int32_t r = 0; r < kTp; ++r) {
+        if (::pipe(pipes[r]) != 0) std::exit(1);
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            ::close(pipes[r][0]);
+            run_worker(o, r, port, pipes[r][1]);
+        }
+        ::close(pipes[r][1]);
+        children.push_back(pid);
+    }
+    const std::map<uint64_t, caller_record> submitted = drive_steps(o, lane, port, bytes);
+    if (!print_breakdown(o, lane, submitted, collect_workers(pipes, children))) {
+        fmt::print(stderr, "workers: no step completed\n");
+        return false;
+    }
     return true;
 }
 
