@@ -1,7 +1,7 @@
 #include "actors/answer_lane.h"
 
-#include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -30,6 +30,8 @@ constexpr int64_t kFrameWaitNs = std::chrono::nanoseconds(kFrameWait).count();
 constexpr std::chrono::milliseconds kGreetingWait{1000};
 // The longest the thread sleeps in poll before it looks at stopping_.
 constexpr int kIdlePollMs = 100;
+// How soon the lane's thread reads again after a caller that read the lane leaves.
+constexpr int kReaderBackMs = 1;
 
 size_t body_bytes(int64_t bs, int64_t n) {
     return kHeaderBytes + static_cast<size_t>(bs * n + bs) * 4 + static_cast<size_t>(bs * n) * 8 +
@@ -158,20 +160,23 @@ status answer_lane::open(const std::string& host, uint16_t port, const group_con
     uint16_t bound = 0;
     if (status s = net::listen_tcp(host, port, listener, bound); !s.is_ok())
         return {s.code, fmt::format("answer lane: {}", s.message)};
-    int wake[2];
-    if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) return net::io_error("answer lane: pipe");
+    auto wake = std::make_shared<bell>();
+    wake->fd = net::unique_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (wake->fd.get() < 0) return net::io_error("answer lane: eventfd");
     std::shared_ptr<answer_lane> lane(new answer_lane(config, std::move(listener), bound));
-    lane->wake_read_ = net::unique_fd(wake[0]);
-    lane->wake_write_ = net::unique_fd(wake[1]);
+    lane->bell_ = std::move(wake);
     lane->thread_ = std::thread([raw = lane.get()] { raw->serve(); });
     out = std::move(lane);
     return status::success();
 }
 
 answer_lane::~answer_lane() {
-    stopping_.store(true, std::memory_order_release);
-    const char byte = 0;
-    [[maybe_unused]] const ssize_t n = ::write(wake_write_.get(), &byte, 1);
+    {
+        std::lock_guard<std::mutex> lock(stop_mutex_);
+        stopping_.store(true, std::memory_order_release);
+    }
+    stop_.notify_one();
+    bell_->ring();
     if (thread_.joinable()) thread_.join();
 }
 
@@ -185,8 +190,7 @@ void answer_lane::expect(const std::shared_ptr<step_board>& board) {
     }
     if (spin_.count() == 0) return;
     spin_until_ns_.store(steady_now_ns() + std::chrono::nanoseconds(spin_).count(), std::memory_order_release);
-    const char byte = 0;
-    [[maybe_unused]] const ssize_t n = ::write(wake_write_.get(), &byte, 1);  // the thread starts spinning now
+    bell_->ring();  // the reader starts spinning now
 }
 
 std::shared_ptr<step_board> answer_lane::board_of(uint64_t step_id) {
@@ -196,30 +200,87 @@ std::shared_ptr<step_board> answer_lane::board_of(uint64_t step_id) {
 }
 
 void answer_lane::serve() {
-    std::vector<pollfd> polled;
     while (!stopping_.load(std::memory_order_acquire)) {
-        polled.assign({pollfd{wake_read_.get(), POLLIN, 0}, pollfd{listener_.get(), POLLIN, 0}});
-        for (const connection& c : connections_) polled.push_back(pollfd{c.fd.get(), POLLIN, 0});
-        const bool spinning = steady_now_ns() < spin_until_ns_.load(std::memory_order_acquire);
-        if (::poll(polled.data(), polled.size(), spinning ? 0 : idle_poll_ms()) <= 0) {
-            drop_closed_and_silent();
+        if (guests_.load(std::memory_order_acquire) > 0) {
+            // A caller that leaves does not wake this thread (on its way back to its own caller, a
+            // wake-up could take its core): the thread looks again every kReaderBackMs.
+            std::unique_lock<std::mutex> lock(stop_mutex_);
+            stop_.wait_for(lock, std::chrono::milliseconds(kReaderBackMs), [&] {
+                return guests_.load(std::memory_order_acquire) == 0 || stopping_.load(std::memory_order_acquire);
+            });
             continue;
         }
-        const int64_t woke_at_ns = steady_now_ns();
-        if (polled[0].revents != 0) {
-            char drained[64];
-            while (::read(wake_read_.get(), drained, sizeof drained) > 0) {
-            }
-        }
-        if (polled[1].revents != 0) accept_connection();
-        // Connections accepted just now are not in `polled`: they are read on the next round.
-        for (size_t i = 0; i + 2 < polled.size(); ++i) {
-            connection& c = connections_[i];
-            if (polled[i + 2].revents == 0 || c.fd.get() < 0) continue;
-            if (!(c.rank < 0 ? read_greeting(c) : read_answers(c, woke_at_ns))) c.fd = net::unique_fd();
-        }
-        drop_closed_and_silent();
+        std::lock_guard<std::mutex> reading(reading_);
+        round(kIdlePollMs, nullptr);
     }
+}
+
+bool answer_lane::read_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline) {
+    if (done()) return false;  // the lane's thread keeps reading, undisturbed
+    guests_.fetch_add(1, std::memory_order_acq_rel);
+    bell_->ring();  // the lane's thread ends its round and lets go of reading_
+    std::unique_lock<std::mutex> reading(reading_, std::defer_lock);
+    while (!reading.try_lock()) {
+        // Another caller keeps the role it has: this one waits on its reply as without a lane.
+        if (bell_->reader.load() != std::thread::id() || done() || std::chrono::steady_clock::now() >= deadline) break;
+        std::this_thread::yield();
+    }
+    if (reading.owns_lock()) {
+        // Sequentially consistent with the nudger's load: either it sees this reader and rings, or
+        // the reply it set is seen by the done() below.
+        bell_->reader.store(std::this_thread::get_id());
+        while (!done()) {
+            const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+            if (left.count() <= 0) break;
+            round(static_cast<int>(std::min<int64_t>(left.count(), kIdlePollMs)), &done);
+        }
+        bell_->reader.store(std::thread::id());
+    }
+    const bool did_read = reading.owns_lock();
+    if (did_read) reading.unlock();
+    guests_.fetch_sub(1, std::memory_order_acq_rel);
+    return did_read;
+}
+
+std::function<void()> answer_lane::nudger() const {
+    return [wake = bell_] {
+        std::atomic_thread_fence(std::memory_order_seq_cst);  // the reply set before, the reader looked up after
+        const std::thread::id reader = wake->reader.load();
+        if (reader != std::thread::id() && reader != std::this_thread::get_id()) wake->ring();
+    };
+}
+
+void answer_lane::bell::ring() const {
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(fd.get(), &one, sizeof one);
+}
+
+void answer_lane::bell::drain() const {
+    uint64_t count = 0;
+    [[maybe_unused]] const ssize_t n = ::read(fd.get(), &count, sizeof count);
+}
+
+void answer_lane::round(int max_wait_ms, const std::function<bool()>* done) {
+    std::vector<pollfd>& polled = polled_;
+    polled.assign({pollfd{bell_->fd.get(), POLLIN, 0}, pollfd{listener_.get(), POLLIN, 0}});
+    for (const connection& c : connections_) polled.push_back(pollfd{c.fd.get(), POLLIN, 0});
+    const bool spinning = steady_now_ns() < spin_until_ns_.load(std::memory_order_acquire);
+    if (::poll(polled.data(), polled.size(), spinning ? 0 : std::min(max_wait_ms, idle_poll_ms())) <= 0) {
+        drop_closed_and_silent();
+        return;
+    }
+    const int64_t woke_at_ns = steady_now_ns();
+    if (polled[0].revents != 0) bell_->drain();
+    if (polled[1].revents != 0) accept_connection();
+    // Connections accepted just now are not in `polled`: they are read on the next round.
+    for (size_t i = 0; i + 2 < polled.size(); ++i) {
+        connection& c = connections_[i];
+        if (polled[i + 2].revents == 0 || c.fd.get() < 0) continue;
+        if (!(c.rank < 0 ? read_greeting(c) : read_answers(c, woke_at_ns))) c.fd = net::unique_fd();
+        // A caller whose step is settled returns now; the next reader takes what is left.
+        if (done != nullptr && (*done)()) return;
+    }
+    drop_closed_and_silent();
 }
 
 int answer_lane::idle_poll_ms() const {

@@ -1,11 +1,12 @@
 // The answer lane (docs/architecture.md, The answer lane): a rank process's successful step result
-// travels to the coordinator's process over a TCP connection of its own, read by a thread that
-// files it on the step's board (step_board.h), where the set's last filing answers a library
-// caller on the spot. The same result still comes back over CAF, which the coordinator needs for
-// its commits and the next job, and a second filing for a rank is ignored: the lane only takes
-// CAF's middleman hops (a wake-up of each process's multiplexer and of the scheduled membership
-// actor, hundreds of microseconds on loopback) off the step's critical path. A lane that fails
-// costs nothing but that speed: the rank drops it until the next epoch and CAF answers alone.
+// travels to the coordinator's process over a TCP connection of its own, read by a thread (the
+// lane's own, or a caller waiting for its step) that files it on the step's board (step_board.h),
+// where the set's last filing answers a library caller on the spot. The same result still comes
+// back over CAF, which the coordinator needs for its commits and the next job, and a second filing
+// for a rank is ignored: the lane only takes CAF's middleman hops (a wake-up of each process's
+// multiplexer and of the scheduled membership actor, hundreds of microseconds on loopback) off the
+// step's critical path. A lane that fails costs nothing but that speed: the rank drops it until
+// the next epoch and CAF answers alone.
 //
 // Wire format (host byte order: both ends are processes of one build), per connection:
 //   rank -> coordinator, once:  u32 magic "dsal", i32 rank, u64 secret (from the form_msg)
@@ -19,9 +20,13 @@
 // answers then come over CAF only.
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -68,6 +73,18 @@ class answer_lane {
     // Answers filed on a board so far.
     uint64_t filed() const { return filed_.load(std::memory_order_relaxed); }
 
+    // The calling thread does the lane's reading itself until `done()` or `deadline`, while the
+    // lane's thread waits: a caller that waits for its step here is the thread the step's last
+    // answer wakes, and it settles the step on the spot, one thread wake-up fewer than being woken
+    // by the lane's thread (each is tens of microseconds on the GPU machines' VMs). False at once,
+    // reading nothing, when `done()` holds already or another caller reads. `done` is asked after
+    // every round; another thread that makes it true calls a nudger().
+    bool read_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
+    // Ends the reading caller's current wait in poll, so that it asks `done` again (a no-op on the
+    // reading thread itself, or when nobody reads). It holds the lane's wake-up descriptor, not
+    // the lane, so it may outlive the lane and run on any thread.
+    std::function<void()> nudger() const;
+
    private:
     struct connection {
         net::unique_fd fd;
@@ -81,7 +98,21 @@ class answer_lane {
     };
 
     answer_lane(const group_config& config, net::unique_fd listener, uint16_t port);
+    // The lane's thread: rounds while no caller reads.
     void serve();
+    // One poll of the bell, the listener and every connection (bounded by `max_wait_ms`), then
+    // what they hold: accepted, greeted, answers filed; it ends early once `done` (if given)
+    // holds. Under reading_.
+    void round(int max_wait_ms, const std::function<bool()>* done);
+
+    // What wakes the reader from its poll: an eventfd, and which caller reads (none: the lane's
+    // thread, or nobody).
+    struct bell {
+        net::unique_fd fd;
+        std::atomic<std::thread::id> reader{};
+        void ring() const;
+        void drain() const;
+    };
     void accept_connection();
     // False: the connection is to be closed.
     bool read_greeting(connection& c);
@@ -102,11 +133,19 @@ class answer_lane {
     const net::unique_fd listener_;
     const uint16_t port_;
     const uint64_t secret_;
-    net::unique_fd wake_read_, wake_write_;
+    std::shared_ptr<bell> bell_;
     std::atomic<bool> stopping_{false};
     std::atomic<int64_t> spin_until_ns_{0};
     std::atomic<uint64_t> filed_{0};
-    std::vector<connection> connections_;  // the thread's own
+    // Whoever reads: the lane's thread, or a caller in read_until.
+    std::mutex reading_;
+    std::vector<connection> connections_;  // under reading_
+    std::vector<pollfd> polled_;           // under reading_: a round's descriptors
+    // Callers in read_until; the lane's thread waits on stop_ while there are any, looking again
+    // every kReaderBackMs.
+    std::mutex stop_mutex_;
+    std::condition_variable stop_;
+    std::atomic<int> guests_{0};
     std::mutex mutex_;
     std::map<uint64_t, std::weak_ptr<step_board>> boards_;  // by step id, under mutex_
     std::thread thread_;

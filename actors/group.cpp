@@ -10,6 +10,7 @@
 
 #include <thread>
 
+#include "actors/answer_lane.h"
 #include "actors/coordinator_actor.h"
 #include "actors/messages.h"
 #include "actors/rank_actor.h"
@@ -44,6 +45,7 @@ struct group::impl {
     uint16_t rank_port = 0;              // rank processes only: where they join
     logits_origin logits = logits_origin::in_step;
     coordinator_actor_type coordinator;
+    std::shared_ptr<answer_lane> lane;  // rank processes' answers, read by a waiting caller (null: none)
     std::shared_ptr<wakeable_sleep> fault_delays = std::make_shared<wakeable_sleep>();  // the ranks' injected delays
 
     // Rank threads.
@@ -100,6 +102,7 @@ status group::create_with_rank_processes(const group_config& config, const topol
     state->ranks = std::move(remote.proxies);
     state->membership = std::move(remote.membership);
     state->rank_port = remote.port;
+    state->lane = std::move(remote.lane);
     state->logits = topology.ranks_make_logits() ? logits_origin::made_by_ranks : logits_origin::in_step;
     state->coordinator = spawn_coordinator_actor(state->system, config, state->ranks, *state->transport, state->logits);
     out.reset(new group(std::move(state)));
@@ -148,6 +151,7 @@ status group::release(int32_t slot) {
 std::future<step_reply> group::submit(step_request step) {
     auto sink = std::make_shared<step_reply_sink>();
     std::future<step_reply> future = sink->future();
+    if (impl_->lane) sink->on_answer(impl_->lane->nudger());  // a caller reading the lane looks again
     // High priority: taken before the previous step's rank answers still in the coordinator's
     // mailbox (the step's board has answered the caller already). Steps keep their order among
     // themselves; registrations are waited for (ask), so a step never overtakes one.
@@ -156,15 +160,21 @@ std::future<step_reply> group::submit(step_request step) {
     return future;
 }
 
-step_reply group::step(step_request step) {
-    std::future<step_reply> reply = submit(std::move(step));
+step_reply group::wait(std::future<step_reply>& reply) {
+    auto ready = [&reply] { return reply.wait_for(std::chrono::seconds(0)) == std::future_status::ready; };
+    const auto now = std::chrono::steady_clock::now();
+    // The coordinator answers within its step timeout; the margin only guards against one that is gone.
+    if (impl_->lane) impl_->lane->read_until(ready, now + impl_->config.distribution.step_timeout + kReplyMargin);
     // Polling first spares the wake-up of a thread asleep on the future when the answer is near.
-    const auto poll_until =
-        std::chrono::steady_clock::now() + std::chrono::microseconds(impl_->config.tuning.reply_spin_us);
-    while (std::chrono::steady_clock::now() < poll_until &&
-           reply.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    const auto poll_until = now + std::chrono::microseconds(impl_->config.tuning.reply_spin_us);
+    while (std::chrono::steady_clock::now() < poll_until && !ready()) {
     }
     return reply.get();
+}
+
+step_reply group::step(step_request step) {
+    std::future<step_reply> reply = submit(std::move(step));
+    return wait(reply);
 }
 
 status group::health() {

@@ -26,6 +26,7 @@ void step_reply_sink::answer(step_reply reply) {
     if (answered_) return;
     answered_ = true;
     promise_.set_value(std::move(reply));
+    if (on_answer_) on_answer_();
 }
 
 void step_reply_sink::fail(status why) {

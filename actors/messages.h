@@ -11,6 +11,7 @@
 #include <caf/all.hpp>
 
 #include <cstring>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -93,11 +94,15 @@ class step_reply_sink {
     ~step_reply_sink();
 
     std::future<step_reply> future() { return promise_.get_future(); }
+    // Called on the answering thread once the reply is set: a caller that waits elsewhere than
+    // on the future (actors/answer_lane.h, read_until) is told to look. Set before submission.
+    void on_answer(std::function<void()> hook) { on_answer_ = std::move(hook); }
     void answer(step_reply reply);
     void fail(status why);
 
    private:
     std::promise<step_reply> promise_;
+    std::function<void()> on_answer_;
     bool answered_ = false;
 };
 

@@ -77,6 +77,7 @@ status publish_remote_ranks(caf::actor_system& system, const group_config& confi
     if (topology.answer_port >= 0) {
         DS_TRY(answer_lane::open(host, static_cast<uint16_t>(topology.answer_port), config, lane));
     }
+    out.lane = lane;
     out.membership =
         spawn_membership_actor(system, config, host, static_cast<uint16_t>(topology.rendezvous_port), std::move(lane));
     auto published = system.middleman().publish(out.membership, port, host.c_str(), true);

@@ -22,6 +22,8 @@
 
 namespace ds {
 
+class answer_lane;
+
 // Loads the middleman and sets its heartbeat and connection timeout from the topology (Debian's
 // CAF has heartbeats off, and a dead peer would then only be noticed when its connection resets);
 // the shared scheduler as configure_actor_system sets it (a coordinator process: the group's tuning).
@@ -36,6 +38,8 @@ struct remote_ranks {
     std::unique_ptr<transport_group> transport;
     caf::actor membership;
     uint16_t port = 0;  // where the membership actor is published
+    // Where the ranks' answers also come (null: CAF only); a waiting caller reads it itself.
+    std::shared_ptr<answer_lane> lane;
 };
 
 // Publishes the membership actor on host:port (port 0: any free port). The rendezvous of each

@@ -14,7 +14,9 @@
 //                      caller's wake-up);
 //   overhead           the hand-off + the last answer -> the reply (target: <= 50 us at p50), and
 //                      critical path - that rank's sampling, which also counts the other ranks' tail;
-// first with the ranks' answers on the answer lane (actors/answer_lane.h), then over CAF only;
+// three times: the ranks' answers on the answer lane (actors/answer_lane.h) read by the caller's
+// thread waiting in group::step, then read by the lane's own thread (the caller waits on
+// group::submit's future), then over CAF only;
 // and, in the same run, the same step on rank threads of one process (local transport, the rows
 // handed in by the caller), submit -> reply, with its ranks' sampling time. All processes run on
 // this host, so their steady clocks agree. With --backend cuda the ranks sample on the GPU and each
@@ -35,6 +37,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <map>
 #include <string>
 #include <thread>
@@ -205,6 +208,32 @@ void print_row(const std::string& what, const std::vector<double>& us, const std
 
 double us_of(int64_t ns) { return static_cast<double>(ns) * 1e-3; }
 
+// How the ranks' answers reach the caller.
+enum class answer_path {
+    caller_reads_lane,  // the answer lane, read by the caller's thread in group::step
+    lane_thread,        // the answer lane, read by its own thread; the caller waits on the future
+    caf_only,           // no answer lane
+};
+
+const char* path_name(answer_path path) {
+    switch (path) {
+        case answer_path::caller_reads_lane: return "on the answer lane, read by the caller's thread";
+        case answer_path::lane_thread: return "on the answer lane, read by its own thread";
+        case answer_path::caf_only: return "over CAF only (no answer lane)";
+    }
+    return "";
+}
+
+// group::step without the caller reading the lane: submit, poll the future for reply_spin_us, wait.
+ds::step_reply submit_and_wait(ds::group& group, const options& o) {
+    std::future<ds::step_reply> reply = group.submit(make_step(o));
+    const auto poll_until = std::chrono::steady_clock::now() + std::chrono::microseconds(o.reply_spin_us);
+    while (std::chrono::steady_clock::now() < poll_until &&
+           reply.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    }
+    return reply.get();
+}
+
 // What the caller saw of a step, by step id.
 struct caller_record {
     int64_t submitted_ns, replied_ns, ranks_answered_ns;
@@ -220,11 +249,12 @@ struct worker_latest {
 
 // The coordinator's group over the workers that join on `port`: the measured steps, and in
 // `received_bytes` what all ranks received over the transport in the last one.
-std::map<uint64_t, caller_record> drive_steps(const options& o, bool lane, uint16_t port, int64_t& received_bytes) {
+std::map<uint64_t, caller_record> drive_steps(const options& o, answer_path path, uint16_t port,
+                                              int64_t& received_bytes) {
     std::map<uint64_t, caller_record> submitted;
     ds::topology_config topology;
     topology.logits_source = "worker";
-    topology.answer_port = lane ? 0 : -1;
+    topology.answer_port = path == answer_path::caf_only ? -1 : 0;
     std::unique_ptr<ds::group> group;
     ds::status s = ds::group::create_with_rank_processes(make_config(o, true), topology, "127.0.0.1", port, group);
     if (s.is_ok()) s = group->wait_for_ranks(std::chrono::seconds(30));
@@ -232,7 +262,8 @@ std::map<uint64_t, caller_record> drive_steps(const options& o, bool lane, uint1
     for (int32_t b = 0; s.is_ok() && b < o.batch; ++b) s = group->register_request(b + 1, params[b]);
     for (int i = 0; s.is_ok() && i < kWarmup + o.steps; ++i) {
         const int64_t t0 = ds::steady_now_ns();
-        const ds::step_reply reply = group->step(make_step(o));
+        const ds::step_reply reply =
+            path == answer_path::lane_thread ? submit_and_wait(*group, o) : group->step(make_step(o));
         const int64_t t1 = ds::steady_now_ns();
         s = reply.result;
         if (i < kWarmup) continue;
@@ -267,7 +298,7 @@ std::map<uint64_t, worker_latest> collect_workers(const int (&pipes)[kTp][2], co
 }
 
 // Per step, in µs, the hops of the critical path; false when no step has both sides' records.
-bool print_breakdown(const options& o, bool lane, const std::map<uint64_t, caller_record>& submitted,
+bool print_breakdown(const options& o, answer_path path, const std::map<uint64_t, caller_record>& submitted,
                      const std::map<uint64_t, worker_latest>& last) {
     // The last shard's rank began sampling at its answer less its engine step (what follows the
     // engine, a digest of the outputs, takes about a microsecond).
@@ -307,7 +338,7 @@ bool print_breakdown(const options& o, bool lane, const std::map<uint64_t, calle
         overhead_all.push_back(critical.back() - sampling.back());
     }
     if (delivery.empty()) return false;
-    fmt::print("| **the ranks' answers {}** | | |\n", lane ? "on the answer lane" : "over CAF only (no answer lane)");
+    fmt::print("| **the ranks' answers {}** | | |\n", path_name(path));
     print_row("workers: submit -> the last worker holds the plan", delivery,
               fmt::format("(the forward takes {} us)", o.forward_us));
     print_row("workers: last provide_logits -> reply (critical path)", critical);
@@ -331,10 +362,9 @@ bool print_breakdown(const options& o, bool lane, const std::map<uint64_t, calle
     return true;
 }
 
-// The coordinator's side with TP forked workers, the ranks' answers on the answer lane or over CAF
-// only (`lane`); prints the breakdown and sets `bytes` to what the ranks received over the
-// transport in a step (all ranks). False when no step completed.
-bool bench_workers(const options& o, bool lane, int64_t& bytes) {
+// The coordinator's side with TP forked workers, the ranks' answers taken as `path` says; prints the breakdown and sets
+// `bytes` to what the ranks received over the transport in a step (all ranks). False when no step completed.
+bool bench_workers(const options& o, answer_path path, int64_t& bytes) {
     const uint16_t port = free_port();
     int pipes[kTp][2];
     std::vector<pid_t> children;
@@ -348,8 +378,8 @@ bool bench_workers(const options& o, bool lane, int64_t& bytes) {
         ::close(pipes[r][1]);
         children.push_back(pid);
     }
-    const std::map<uint64_t, caller_record> submitted = drive_steps(o, lane, port, bytes);
-    if (!print_breakdown(o, lane, submitted, collect_workers(pipes, children))) {
+    const std::map<uint64_t, caller_record> submitted = drive_steps(o, path, port, bytes);
+    if (!print_breakdown(o, path, submitted, collect_workers(pipes, children))) {
         fmt::print(stderr, "workers: no step completed\n");
         return false;
     }
@@ -441,7 +471,9 @@ int main(int argc, char** argv) {
     fmt::print("| {:<54} | {:>9} | {:>9} |\n|---|---:|---:|\n", "per step (µs)", "p50", "p99");
     int64_t bytes = 0;
     // Forks first, while this process has no threads (each group's threads end with the group).
-    const bool workers = bench_workers(o, true, bytes) && bench_workers(o, false, bytes);
+    bool workers = true;
+    for (const answer_path path : {answer_path::caller_reads_lane, answer_path::lane_thread, answer_path::caf_only})
+        workers = workers && bench_workers(o, path, bytes);
     const bool threads = bench_threads(o);
     fmt::print("\nbytes the worker ranks received per step over the transport (all ranks): {}\n", bytes);
     return workers && threads ? 0 : 1;

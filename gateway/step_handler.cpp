@@ -42,7 +42,7 @@ void request_handlers::submit_step(const connection_ptr& conn, uint64_t seq, req
     auto future = std::make_shared<std::future<step_reply>>(ranks_.submit(step->request));
     // `step` keeps the logits alive until the ranks have answered.
     completer_.push([this, conn, seq, id, step, future, arrived, step_ledger] {
-        const step_reply reply = future->get();
+        const step_reply reply = ranks_.wait(*future);
         const uint64_t step_id = faults_.record(*step_ledger, reply, arrived, metrics_);
         answer_step(conn, seq, id, *step, reply, *step_ledger, step_id, arrived);
     });

@@ -122,7 +122,11 @@ class group {
 
     // Submits a step; replies arrive in submission order. `step.shards` must stay valid until then.
     std::future<step_reply> submit(step_request step);
-    // submit() and wait (bounded by the step timeout and a margin).
+    // The reply of a submitted step, once it is there. With rank processes the waiting thread
+    // reads the ranks' answers itself meanwhile, so it is the thread the last answer wakes (one
+    // thread wake-up sooner than reply.get(); docs/architecture.md, The answer lane).
+    step_reply wait(std::future<step_reply>& reply);
+    // submit() and wait().
     step_reply step(step_request step);
 
     // Ok when every rank answers and its backend works; else the first rank's error.

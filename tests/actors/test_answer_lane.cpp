@@ -1,6 +1,7 @@
 // The answer lane (actors/answer_lane.h): a rank's result survives the frame bit for bit, ranks'
 // answers over the lane settle a step's board and answer its caller however their frames arrive
-// (several at once, in pieces), and connections that are not the group's ranks, send what no rank
+// (several at once, in pieces), on the lane's thread or on a caller's that reads the lane itself,
+// and connections that are not the group's ranks, send what no rank
 // sends or leave a frame unfinished are closed without harm to the others.
 #include <gtest/gtest.h>
 
@@ -181,6 +182,98 @@ TEST(AnswerLane, EveryRanksAnswerOnTheLaneSettlesTheStepAndAnswersItsCaller) {
         }
     }
     EXPECT_EQ(lane->filed(), uint64_t{3 * kRanks});
+}
+
+// Every rank's answer to step `id` over `senders`, from another thread after `delay`.
+std::thread send_later(std::vector<std::unique_ptr<answer_sender>>& senders, uint64_t id,
+                       std::chrono::milliseconds delay) {
+    return std::thread([&senders, id, delay] {
+        std::this_thread::sleep_for(delay);
+        for (int32_t r = 0; r < kRanks; ++r)
+            EXPECT_TRUE(senders[static_cast<size_t>(r)]->send(result_of(r, id)).is_ok());
+    });
+}
+
+// The thread that answers `step`'s caller, once it has.
+std::future<std::thread::id> answering_thread(step_under_test& step) {
+    auto thread = std::make_shared<std::promise<std::thread::id>>();
+    step.caller->on_answer([thread] { thread->set_value(std::this_thread::get_id()); });
+    return thread->get_future();
+}
+
+TEST(AnswerLane, ACallerReadingTheLaneSettlesItsStepOnItsOwnThreadAndTheLaneReadsAgainAfterIt) {
+    std::shared_ptr<answer_lane> lane;
+    ASSERT_TRUE(answer_lane::open("127.0.0.1", 0, lane_config(), lane).is_ok());
+    std::vector<std::unique_ptr<answer_sender>> senders;
+    for (int32_t r = 0; r < kRanks; ++r) senders.push_back(sender_of(*lane, r));
+    step_under_test step(1);
+    std::future<std::thread::id> answered_on = answering_thread(step);
+    lane->expect(step.board);
+    std::thread ranks = send_later(senders, 1, std::chrono::milliseconds(20));
+    const bool read = lane->read_until([&] { return step.answered_within(std::chrono::milliseconds(0)); },
+                                       std::chrono::steady_clock::now() + kTimeout);
+    ranks.join();
+    EXPECT_TRUE(read);
+    ASSERT_TRUE(step.answered_within(std::chrono::milliseconds(0)));
+    EXPECT_EQ(answered_on.get(), std::this_thread::get_id()) << "the lane's thread settled the step, not the caller";
+    EXPECT_EQ(step.reply.get().outputs.packed, result_of(0, 1).outputs->packed);
+    // No caller reads now: the lane's own thread does.
+    step_under_test next(2);
+    std::future<std::thread::id> next_answered_on = answering_thread(next);
+    lane->expect(next.board);
+    send_later(senders, 2, std::chrono::milliseconds(0)).join();
+    ASSERT_TRUE(next.answered_within(kTimeout)) << "the lane's thread did not read again";
+    EXPECT_NE(next_answered_on.get(), std::this_thread::get_id());
+    EXPECT_EQ(lane->filed(), uint64_t{2 * kRanks});
+}
+
+TEST(AnswerLane, OfTwoCallersOneReadsAndTheOtherWaitsOnItsReply) {
+    std::shared_ptr<answer_lane> lane;
+    ASSERT_TRUE(answer_lane::open("127.0.0.1", 0, lane_config(), lane).is_ok());
+    std::vector<std::unique_ptr<answer_sender>> senders;
+    for (int32_t r = 0; r < kRanks; ++r) senders.push_back(sender_of(*lane, r));
+    step_under_test first(1), second(2);
+    lane->expect(first.board);
+    lane->expect(second.board);
+    auto caller = [&lane](step_under_test& step) {
+        const bool read = lane->read_until([&step] { return step.answered_within(std::chrono::milliseconds(0)); },
+                                           std::chrono::steady_clock::now() + kTimeout);
+        EXPECT_TRUE(step.answered_within(kTimeout));
+        return read;
+    };
+    std::future<bool> first_read = std::async(std::launch::async, caller, std::ref(first));
+    std::future<bool> second_read = std::async(std::launch::async, caller, std::ref(second));
+    // Both callers are in read_until before any answer comes, and each step needs its own.
+    send_later(senders, 2, std::chrono::milliseconds(50)).join();
+    send_later(senders, 1, std::chrono::milliseconds(20)).join();
+    EXPECT_EQ(int{first_read.get()} + int{second_read.get()}, 1) << "exactly one caller reads at a time";
+    EXPECT_EQ(lane->filed(), uint64_t{2 * kRanks});
+}
+
+TEST(AnswerLane, AReadingCallerWhoseStepIsSettledElsewhereIsNudgedOutOfItsWait) {
+    std::shared_ptr<answer_lane> lane;
+    ASSERT_TRUE(answer_lane::open("127.0.0.1", 0, lane_config(), lane).is_ok());
+    // Each step is settled by filings on its board from another thread (as the coordinator files
+    // CAF's answers), which nudge the reading caller; without the nudge each wait would last the
+    // reader's whole poll (100 ms).
+    constexpr int kSteps = 10;
+    const auto began = std::chrono::steady_clock::now();
+    for (uint64_t id = 1; id <= kSteps; ++id) {
+        step_under_test step(id);
+        step.caller->on_answer(lane->nudger());
+        lane->expect(step.board);
+        std::thread coordinator([&step, id] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            for (int32_t r = 0; r < kRanks; ++r) step.board->file(result_of(r, id));
+        });
+        EXPECT_TRUE(lane->read_until([&step] { return step.answered_within(std::chrono::milliseconds(0)); },
+                                     std::chrono::steady_clock::now() + kTimeout));
+        coordinator.join();
+        EXPECT_TRUE(step.answered_within(std::chrono::milliseconds(0)));
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::milliseconds(kSteps * 60))
+        << "the reading caller slept through the nudges";
+    EXPECT_EQ(lane->filed(), 0u);
 }
 
 TEST(AnswerLane, AnAnswerAfterItsStepIsDoneIsDroppedAndTheConnectionKept) {
