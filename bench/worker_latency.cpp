@@ -35,6 +35,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -45,161 +46,27 @@
 
 #include "bench/loopback_port.h"
 #include "bench/percentiles.h"
+#include "bench/worker_latency_workload.h"
 #include "config/choices.h"
 #include "core/clock.h"
 #include "examples/tp_workers/worker_rows.h"
-#include "kernels/device_memory.h"
 
 namespace {
 
 using ds::bench::of;
 using ds::bench::percentiles;
 
-constexpr int32_t kTp = 4;
+using ds::bench::kWorkerTp;
+using ds::bench::make_config;
+using ds::bench::make_model;
+using ds::bench::make_step;
+using ds::bench::request_params;
+using ds::bench::run_worker;
+using ds::bench::shard_memory;
+using ds::bench::worker_record;
+using options = ds::bench::worker_options;
+
 constexpr int kWarmup = 20;
-
-struct options {
-    int steps = 300;
-    std::string mode = "sharded";
-    int32_t batch = 4;
-    int32_t n = 4;
-    int32_t vocab = 4096;
-    int64_t forward_us = 2000;
-    ds::backend_kind backend = ds::backend_kind::cpu;
-    // tuning.rank_spin_us (the ranks and the answer lane's thread), reply_spin_us (the caller) and
-    // scheduler_spin_us (CAF's scheduler threads): --spin-us sets all three, the others one each.
-    int32_t rank_spin_us = 0;
-    int32_t reply_spin_us = 0;
-    int32_t scheduler_spin_us = 0;
-};
-
-// What a worker reports per step, on steady_clock (one clock for every process of the host).
-struct worker_record {
-    uint64_t step = 0;
-    int64_t got_ns = 0;       // next_step returned the description
-    int64_t provided_ns = 0;  // provide_logits was called
-};
-
-ds::group_config make_config(const options& o, bool workers) {
-    ds::group_config config;
-    config.distribution.tp = kTp;
-    config.limits.vocab_size = o.vocab;
-    config.limits.max_batch = o.batch;
-    config.limits.max_tokens_per_req = o.n;
-    config.limits.max_slots = o.batch + 1;
-    config.transport.kind = workers ? ds::transport_kind::ucx : ds::transport_kind::local;
-    config.backend = o.backend;
-    config.tuning.rank_spin_us = o.rank_spin_us;
-    config.tuning.reply_spin_us = o.reply_spin_us;
-    config.tuning.scheduler_spin_us = o.scheduler_spin_us;
-    const ds::result<ds::dist_mode> mode = ds::parse_mode(o.mode);
-    if (!mode.is_ok()) {
-        fmt::print(stderr, "{}\n", mode.error().message);
-        std::exit(2);
-    }
-    config.distribution.mode = *mode;
-    return config;
-}
-
-ds::synthetic_lm make_model(const options& o) {
-    ds::synthetic_lm_config lm;
-    lm.vocab_size = o.vocab;
-    return ds::synthetic_lm(lm);
-}
-
-// Where a worker's forward leaves its shard: the host rows themselves (CPU backend) or a copy in
-// device memory (CUDA backend), `rows` x `shard_vocab` floats.
-class shard_memory {
-   public:
-    ds::status prepare(const options& o, int64_t max_rows, int32_t shard_vocab) {
-        if (o.backend != ds::backend_kind::cuda) return ds::status::success();
-        return ds::cuda_allocation::allocate(
-            ds::cuda_memory_kind::device,
-            static_cast<size_t>(max_rows) * static_cast<size_t>(shard_vocab) * sizeof(float), device_);
-    }
-
-    // The shard of `rows` (full rows of `vocab` floats) that begins at token `first`.
-    ds::status place(const float* rows, int64_t count, int32_t vocab, int32_t first, int32_t shard_vocab,
-                     ds::logits_view& shard) {
-        shard = ds::logits_view{rows + first, ds::logits_dtype::f32, count, shard_vocab, vocab, false};
-        if (device_.data() == nullptr) return ds::status::success();
-        const size_t row_bytes = static_cast<size_t>(shard_vocab) * sizeof(float);
-        DS_TRY(ds::copy_rows(device_.data(), row_bytes, rows + first, static_cast<size_t>(vocab) * sizeof(float),
-                             row_bytes, static_cast<size_t>(count)));
-        shard = ds::logits_view{device_.data(), ds::logits_dtype::f32, count, shard_vocab, shard_vocab, true};
-        return ds::status::success();
-    }
-
-   private:
-    ds::cuda_allocation device_;
-};
-
-// A worker process: serves steps until its rank leaves the group, writing a record per step to `out`.
-[[noreturn]] void run_worker(const options& o, int32_t rank, uint16_t port, int out) {
-    ds::worker_rank_config c;
-    c.group = make_config(o, true);
-    c.topology.logits_source = "worker";
-    c.coordinator = fmt::format("127.0.0.1:{}", port);
-    c.rank = rank;
-    std::unique_ptr<ds::worker_rank> worker;
-    if (ds::status s = ds::worker_rank::join(c, worker); !s.is_ok()) {
-        fmt::print(stderr, "worker {}: {}\n", rank, s.message);
-        ::_exit(1);
-    }
-    const ds::synthetic_lm model = make_model(o);
-    shard_memory memory;
-    if (ds::status s = memory.prepare(o, int64_t{o.batch} * o.n, o.vocab / kTp); !s.is_ok()) {
-        fmt::print(stderr, "worker {}: {}\n", rank, s.message);
-        ::_exit(1);
-    }
-    for (;;) {
-        ds::worker_step step;
-        if (!worker->next_step(std::chrono::milliseconds(500), step).is_ok()) break;  // the group is gone
-        if (step.id == 0) continue;
-        worker_record record{step.id, ds::steady_now_ns(), 0};
-        std::this_thread::sleep_for(std::chrono::microseconds(o.forward_us));
-        const std::vector<float> rows =
-            ds::example::model_rows(model, step.slots, step.positions, step.candidates, step.tokens_per_req);
-        ds::logits_view shard;
-        if (!memory
-                 .place(rows.data(), int64_t{step.batch_size} * step.tokens_per_req, o.vocab, step.vocab_begin,
-                        step.shard_vocab, shard)
-                 .is_ok())
-            continue;
-        record.provided_ns = ds::steady_now_ns();
-        ds::step_outputs outputs;
-        if (!worker->provide_logits(step.id, shard).is_ok() ||
-            !worker->outputs(step.id, std::chrono::seconds(10), outputs).is_ok())
-            continue;
-        if (::write(out, &record, sizeof record) != static_cast<ssize_t>(sizeof record)) break;
-    }
-    ::_exit(0);
-}
-
-std::vector<ds::sampling_params> request_params(const options& o) {
-    std::vector<ds::sampling_params> params;
-    for (int32_t b = 0; b < o.batch; ++b) {
-        ds::sampling_params p;
-        p.temperature = b % 4 == 0 ? 0.0f : 0.8f;
-        p.top_p = b % 3 == 0 ? 0.9f : 1.0f;
-        p.seed = static_cast<uint64_t>(b + 1);
-        params.push_back(p);
-    }
-    return params;
-}
-
-// The verify step every run submits: slots 1..bs, drafts from the model's own argmax chain.
-ds::step_request make_step(const options& o) {
-    ds::step_request r;
-    r.kind = o.n > 1 ? ds::step_kind::verify : ds::step_kind::sample;
-    r.tokens_per_req = o.n;
-    for (int32_t b = 0; b < o.batch; ++b) {
-        r.slots.push_back(b + 1);
-        r.positions.push_back(100 + b);
-        for (int32_t j = 0; j < o.n && o.n > 1; ++j) r.candidates.push_back((b * 7 + j * 13) % o.vocab);
-    }
-    return r;
-}
 
 void print_row(const std::string& what, const std::vector<double>& us, const std::string& note = "") {
     const percentiles p = of(us);
@@ -276,9 +143,10 @@ std::map<uint64_t, caller_record> drive_steps(const options& o, answer_path path
 }
 
 // Every worker's records from its pipe, by step id; the workers reaped.
-std::map<uint64_t, worker_latest> collect_workers(const int (&pipes)[kTp][2], const std::vector<pid_t>& children) {
+std::map<uint64_t, worker_latest> collect_workers(const int (&pipes)[kWorkerTp][2],
+                                                  const std::vector<pid_t>& children) {
     std::map<uint64_t, worker_latest> last;
-    for (int32_t r = 0; r < kTp; ++r) {
+    for (int32_t r = 0; r < kWorkerTp; ++r) {
         worker_record record;
         while (::read(pipes[r][0], &record, sizeof record) == static_cast<ssize_t>(sizeof record)) {
             worker_latest& l = last[record.step];
@@ -359,16 +227,18 @@ bool print_breakdown(const options& o, answer_path path, const std::map<uint64_t
     print_row("overhead: the hand-off + last answer -> reply", overhead,
               fmt::format("target <= 50 us at p50: {}", over.p50 <= 50.0 ? "met" : "NOT met"));
     print_row("critical path - that rank's kernels + collectives", overhead_all, "(also counts the other ranks' tail)");
+    std::fflush(stdout);  // before the next group's log lines, which do not go through this buffer
     return true;
 }
 
-// The coordinator's side with TP forked workers, the ranks' answers taken as `path` says; prints the breakdown and sets
-// `bytes` to what the ranks received over the transport in a step (all ranks). False when no step completed.
+// The coordinator's side with TP forked workers, the ranks' answers taken as `path` says; prints
+// the breakdown and sets `bytes` to what the ranks received over the transport in a step (all
+// ranks). False when no step completed.
 bool bench_workers(const options& o, answer_path path, int64_t& bytes) {
     const uint16_t port = free_port();
-    int pipes[kTp][2];
+    int pipes[kWorkerTp][2];
     std::vector<pid_t> children;
-    for (int32_t r = 0; r < kTp; ++r) {
+    for (int32_t r = 0; r < kWorkerTp; ++r) {
         if (::pipe(pipes[r]) != 0) std::exit(1);
         const pid_t pid = ::fork();
         if (pid == 0) {
@@ -392,10 +262,10 @@ bool bench_threads(const options& o) {
     const ds::synthetic_lm model = make_model(o);
     ds::step_request step = make_step(o);
     const std::vector<float> rows = ds::example::model_rows(model, step.slots, step.positions, step.candidates, o.n);
-    const int32_t shard_vocab = o.vocab / kTp;
-    std::vector<shard_memory> memory(kTp);
+    const int32_t shard_vocab = o.vocab / kWorkerTp;
+    std::vector<shard_memory> memory(kWorkerTp);
     ds::status s = ds::status::success();
-    for (int32_t r = 0; s.is_ok() && r < kTp; ++r) {
+    for (int32_t r = 0; s.is_ok() && r < kWorkerTp; ++r) {
         ds::logits_view shard;
         s = memory[r].prepare(o, int64_t{o.batch} * o.n, shard_vocab);
         if (s.is_ok())
@@ -441,7 +311,7 @@ int main(int argc, char** argv) {
         else if (flag == "--n")
             o.n = std::max(1, std::atoi(value));
         else if (flag == "--vocab")
-            o.vocab = std::max(kTp, std::atoi(value) / kTp * kTp);
+            o.vocab = std::max(kWorkerTp, std::atoi(value) / kWorkerTp * kWorkerTp);
         else if (flag == "--forward-us")
             o.forward_us = std::max<int64_t>(0, std::atoll(value));
         else if (flag == "--spin-us")
@@ -464,7 +334,7 @@ int main(int argc, char** argv) {
     fmt::print(
         "TP = {} worker processes (rank API, UCX, {} backend{}), {} mode, bs = {}, N = {}, V = {}, {} steps "
         "after {} warm-up, spin (rank, reply, scheduler) {}, {}, {} us, {} cores\n\n",
-        kTp, ds::backend_name(o.backend),
+        kWorkerTp, ds::backend_name(o.backend),
         o.backend == ds::backend_kind::cuda ? ", shards handed in from device memory" : "", o.mode, o.batch, o.n,
         o.vocab, o.steps, kWarmup, o.rank_spin_us, o.reply_spin_us, o.scheduler_spin_us,
         std::thread::hardware_concurrency());
