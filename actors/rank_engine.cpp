@@ -46,14 +46,15 @@ ucx_endpoint_options rank_ucx_options(const group_config& config) {
 
 namespace {
 
-// Runs `phase`, a failed allocation becoming a status that says what it was allocating: a rank
-// out of memory answers with that (its actor adds its name) instead of dying unanswered.
-template <class Phase>
-status allocating(const std::string& what, Phase&& phase) {
+// Runs `phase`, a failed allocation becoming a status that says what it was allocating (`what()`,
+// formatted only then: a step's path formats no string): a rank out of memory answers with that
+// (its actor adds its name) instead of dying unanswered.
+template <class Describe, class Phase>
+status allocating(Describe&& what, Phase&& phase) {
     try {
         return phase();
     } catch (const std::bad_alloc&) {
-        return {status_code::internal, fmt::format("out of memory allocating {}", what)};
+        return {status_code::internal, fmt::format("out of memory allocating {}", what())};
     }
 }
 
@@ -62,11 +63,14 @@ status allocating(const std::string& what, Phase&& phase) {
 rank_engine::rank_engine(const group_config& config, int32_t rank, transport& endpoint)
     : config_(config), rank_(rank), endpoint_(endpoint) {
     const group_limits& limits = config.limits;
-    init_status_ =
-        allocating(fmt::format("its backend and buffers (max_slots = {}, max_batch = {}, "
-                               "max_tokens_per_req = {}, vocab_size = {})",
-                               limits.max_slots, limits.max_batch, limits.max_tokens_per_req, limits.vocab_size),
-                   [&] { return build(); });
+    init_status_ = allocating(
+        [&] {
+            return fmt::format(
+                "its backend and buffers (max_slots = {}, max_batch = {}, max_tokens_per_req = {}, "
+                "vocab_size = {})",
+                limits.max_slots, limits.max_batch, limits.max_tokens_per_req, limits.vocab_size);
+        },
+        [&] { return build(); });
 }
 
 status rank_engine::build() {
@@ -117,9 +121,9 @@ param_pool& rank_engine::pool() { return backend_ ? backend_->pool() : *shard_po
 
 status rank_engine::register_request(int32_t slot, const sampling_params& params, const std::vector<int32_t>& history) {
     if (!init_status_.is_ok()) return init_status_;
-    return allocating(fmt::format("the registration of slot {} ({} history tokens)", slot, history.size()), [&] {
-        return pool().register_request(slot, params, history.data(), static_cast<int32_t>(history.size()));
-    });
+    return allocating(
+        [&] { return fmt::format("the registration of slot {} ({} history tokens)", slot, history.size()); },
+        [&] { return pool().register_request(slot, params, history.data(), static_cast<int32_t>(history.size())); });
 }
 
 status rank_engine::release(int32_t slot) {
@@ -130,9 +134,12 @@ status rank_engine::release(int32_t slot) {
 status rank_engine::run(const dist_step& step, const logits_view& shard, step_outputs& out) {
     if (!init_status_.is_ok()) return init_status_;
     const cuda_device_scope on_device(device_);
-    return allocating(fmt::format("step {} (bs = {}, N = {}, vocab_size = {})", step.id, step.plan.bs,
-                                  step.plan.tokens_per_req, config_.limits.vocab_size),
-                      [&] { return run_allocating(step, shard, out); });
+    return allocating(
+        [&] {
+            return fmt::format("step {} (bs = {}, N = {}, vocab_size = {})", step.id, step.plan.bs,
+                               step.plan.tokens_per_req, config_.limits.vocab_size);
+        },
+        [&] { return run_allocating(step, shard, out); });
 }
 
 status rank_engine::run_allocating(const dist_step& step, const logits_view& handed, step_outputs& out) {
