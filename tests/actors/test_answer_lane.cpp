@@ -235,15 +235,19 @@ TEST(AnswerLane, OfTwoCallersOneReadsAndTheOtherWaitsOnItsReply) {
     step_under_test first(1), second(2);
     lane->expect(first.board);
     lane->expect(second.board);
-    auto caller = [&lane](step_under_test& step) {
+    auto caller = [&lane](step_under_test& step, std::promise<void>& started) {
+        started.set_value();
         const bool read = lane->read_until([&step] { return step.answered_within(std::chrono::milliseconds(0)); },
                                            std::chrono::steady_clock::now() + kTimeout);
         EXPECT_TRUE(step.answered_within(kTimeout));
         return read;
     };
-    std::future<bool> first_read = std::async(std::launch::async, caller, std::ref(first));
-    std::future<bool> second_read = std::async(std::launch::async, caller, std::ref(second));
+    std::promise<void> first_started, second_started;
+    std::future<bool> first_read = std::async(std::launch::async, caller, std::ref(first), std::ref(first_started));
+    std::future<bool> second_read = std::async(std::launch::async, caller, std::ref(second), std::ref(second_started));
     // Both callers are in read_until before any answer comes, and each step needs its own.
+    first_started.get_future().wait();
+    second_started.get_future().wait();
     send_later(senders, 2, std::chrono::milliseconds(50)).join();
     send_later(senders, 1, std::chrono::milliseconds(20)).join();
     EXPECT_EQ(int{first_read.get()} + int{second_read.get()}, 1) << "exactly one caller reads at a time";
