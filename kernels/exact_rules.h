@@ -46,33 +46,49 @@ DS_HD float exp2_reduced(float r) {
     return fmaf(p, r, 1.0f);
 }
 
-// The exponent x of a token's weight 2^x, into [-64, 0] so every shift of token_mass is defined:
-// NaN and -inf become -64 (mass 0), a logit above the maximum (never the case in a row) 0. Q is a
-// function of x alone (but for the row's maximum itself, which has 2^40), and Q in [a, b) for
-// integers a < b needs x in [log2(a) - 40 - e, log2(b) - 40 + e) with e < 1e-6 (the error of
-// 2^r below): kernels may select tokens on x before they compute masses.
+// Exponents below this have mass 0 (as does everything below -41); clamping there keeps every
+// shift of mass_at_exponent below 64 without a clamp of its own.
+constexpr float kLowestExponent = -56.0f;
+
+// The exponent x of a token's weight 2^x, into [kLowestExponent, 0]: NaN and -inf become the
+// lowest (mass 0), a logit above the maximum (never the case in a row) 0. Q is a function of x
+// alone (but for the row's maximum itself, which has 2^40), and Q in [a, b) for integers a < b
+// needs x in [log2(a) - 40 - e, log2(b) - 40 + e) with e < 1e-6 (the error of 2^r below):
+// kernels may select tokens on x before they compute masses.
 DS_HD float mass_exponent(float l, float max_logit, float scale) {
-    return fminf(fmaxf((l - max_logit) * scale, -64.0f), 0.0f);
+    return fminf(fmaxf((l - max_logit) * scale, kLowestExponent), 0.0f);
 }
 
-// Q = floor(2^((l - max_logit) * scale) * 2^40) for l <= max_logit; 2^40 for l >= max_logit
-// (also when both are +inf); 0 for -inf and NaN and for weights below 2^-40 of the top token's.
-// No division and no float-to-integer conversion: the integer part of x comes from the bits of
-// x + 1.5 * 2^23 (round to nearest), and Q is the 24-bit mantissa of 2^r shifted into place.
-DS_HD uint64_t token_mass(float l, float max_logit, float scale) {
-    constexpr float kRoundingShift = 12582912.0f;  // 1.5 * 2^23
-    const float x = mass_exponent(l, max_logit, scale);
+// Q = floor(2^x * 2^40) for an exponent x in [kLowestExponent, 0], without a division or a
+// float-to-integer conversion: the integer part of x comes from the bits of x + 1.5 * 2^23 (round
+// to nearest), and Q is the 24-bit mantissa of 2^r shifted into place. 2^40 at x = 0 (2^0 is
+// exactly 1).
+DS_HD uint64_t mass_at_exponent(float x) {
+    constexpr float kRoundingShift = 12582912.0f;    // 1.5 * 2^23
     const float shifted = x + kRoundingShift;        // the nearest integer n, in its low bits
     const float r = x - (shifted - kRoundingShift);  // exact, in [-0.5, 0.5]
     const int32_t n = static_cast<int32_t>(dm::float_as_bits(shifted) - 0x4B400000u);
     // 2^r = mantissa * 2^(e - 23) with e in {-1, 0}, so Q = floor(mantissa * 2^(n + e + 17)): the
-    // mantissa placed 23 bits up, then shifted down by 6 - n - e (in [6, 71]; 63 already clears it).
+    // mantissa placed 23 bits up, then shifted down by 6 - n - e, in [6, 63] for n >= -56.
     const uint32_t bits = dm::float_as_bits(exp2_reduced(r));
     const uint64_t placed = static_cast<uint64_t>((bits & 0x007FFFFFu) | 0x00800000u) << 23;
     const int32_t down = 6 - n - (static_cast<int32_t>(bits >> 23) - 127);
-    const uint64_t q = placed >> (down < 63 ? down : 63);
+    return placed >> down;
+}
+
+// Q = floor(2^((l - max_logit) * scale) * 2^40) for l <= max_logit; 2^40 for l >= max_logit
+// (also when both are +inf); 0 for -inf and NaN and for weights below 2^-40 of the top token's.
+DS_HD uint64_t token_mass(float l, float max_logit, float scale) {
     // Selected rather than branched on, so a GPU warp never diverges here.
-    return l == max_logit ? kMassOne : q;
+    return l == max_logit ? kMassOne : mass_at_exponent(mass_exponent(l, max_logit, scale));
+}
+
+// token_mass of a row whose maximum is finite, for its logits (all at or below the maximum, or
+// NaN): the same value with fewer operations, for the kernels' passes over every token. There
+// (l - max_logit) * scale is at most 0, and exactly 0 at the maximum, where 2^0 gives 2^40, so
+// neither the clamp at 0 nor the select for the maximum changes a result.
+DS_HD uint64_t token_mass_under_finite_max(float l, float max_logit, float scale) {
+    return mass_at_exponent(fmaxf((l - max_logit) * scale, kLowestExponent));
 }
 
 // ceil(min_p * 2^40), at least 1: tokens below it are dropped (min_p in [0, 1]).

@@ -107,6 +107,18 @@ __device__ __forceinline__ uint64_t mass_of(float logit, float max_logit, float 
     return exact::token_mass(logit, max_logit, scale);
 }
 
+// Calls pass(mass) with the row's per-token mass, a function of the logit: the shorter form of a
+// finite maximum (every row but one holding +inf), token_mass otherwise; the same values. For the
+// passes over every token of a chunk, so the choice is made once per pass, not per token.
+template <class Pass>
+__device__ __forceinline__ void with_row_mass(float max_logit, float scale, const Pass& pass) {
+    if (max_logit < HUGE_VALF) {
+        pass([=](float logit) { return exact::token_mass_under_finite_max(logit, max_logit, scale); });
+    } else {
+        pass([=](float logit) { return exact::token_mass(logit, max_logit, scale); });
+    }
+}
+
 // The unit-temperature weight of a token relative to `max_logit` (logprob normalisers).
 __device__ __forceinline__ double unit_weight(float logit, float max_logit) {
     return exact::mass_weight(exact::token_mass(logit, max_logit, exact::kUnitScale));

@@ -42,26 +42,33 @@ namespace ds::cuda {
 
 namespace {
 
-// A chunk's largest value (NaN ignored) and the sum of its unit-temperature weights below it.
-__device__ void chunk_softmax(const float* chunk_logits, int32_t count, int32_t first, kernel_shared& sh,
-                              float& chunk_max, int32_t& index, double& weight_sum, bool with_sum) {
-    float best = -HUGE_VALF;
+// A chunk's largest value (NaN ignored), its token, and the sum of its unit-temperature weights
+// below it; and this thread's own largest value, which a top-k row's reach starts from.
+struct chunk_summary {
+    float max_logit = 0.0f;  // 0 when nothing in the chunk is above -inf
+    int32_t index = -1;      // -1 then
+    double weight_sum = 0.0;
+    float thread_max = -HUGE_VALF;
+};
+
+__device__ chunk_summary summarise_chunk(const float* chunk_logits, int32_t count, int32_t first, kernel_shared& sh,
+                                         bool with_sum) {
+    chunk_summary out;
     int32_t best_index = -1;
     for_each_slice(chunk_logits, count, [&](int, int32_t at_token, const float(&values)[kSliceTokens]) {
-#pragma unroll
-        for (int k = 0; k < kSliceTokens; ++k) keep_if_larger(values[k], first + at_token + k, best, best_index);
+        keep_vector_if_larger(values, first + at_token, out.thread_max, best_index);
     });
-    chunk_max = 0.0f;
-    index = block_argmax(best, best_index, chunk_max, sh.scratch);
-    weight_sum = 0.0;
-    if (with_sum && index >= 0) {
+    out.index = block_argmax(out.thread_max, best_index, out.max_logit, sh.scratch);
+    if (with_sum && out.index >= 0) {
         uint64_t mass = 0;
         for_each_slice(chunk_logits, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
 #pragma unroll
-            for (int k = 0; k < kSliceTokens; ++k) mass += exact::token_mass(values[k], chunk_max, exact::kUnitScale);
+            for (int k = 0; k < kSliceTokens; ++k)
+                mass += exact::token_mass(values[k], out.max_logit, exact::kUnitScale);
         });
-        weight_sum = exact::mass_weight(block_sum(mass, sh.scratch));
+        out.weight_sum = exact::mass_weight(block_sum(mass, sh.scratch));
     }
+    return out;
 }
 
 // Phase 2 of a sampled row with a cut or min_p: the chunk's masses at the row's maximum, summed
@@ -74,14 +81,16 @@ __device__ void publish_masses(const row_context& ctx, const float* chunk_logits
         __syncthreads();
     }
     mass_sums sums;
-    const float max_logit = sh.totals.max_logit;  // in a register: the histogram's atomics would reload it
-    for_each_slice(chunk_logits, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
+    // The maximum in a register: the histogram's atomics would reload it.
+    with_row_mass(sh.totals.max_logit, ctx.scale, [&](auto mass) {
+        for_each_slice(chunk_logits, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
 #pragma unroll
-        for (int k = 0; k < kSliceTokens; ++k) {
-            const uint64_t q = mass_of(values[k], max_logit, ctx.scale);
-            sums.add(q, ctx.min_mass);
-            if (kHistogram && q > 0) atomicAdd(&sh.histogram[mass_bin(q)], 1u);
-        }
+            for (int k = 0; k < kSliceTokens; ++k) {
+                const uint64_t q = mass(values[k]);
+                sums.add(q, ctx.min_mass);
+                if (kHistogram && q > 0) atomicAdd(&sh.histogram[mass_bin(q)], 1u);
+            }
+        });
     });
     const uint64_t mass_total = block_sum(sums.total, sh.scratch);
     const uint64_t nonzero = block_sum(sums.nonzero, sh.scratch);
@@ -104,19 +113,19 @@ __device__ void publish_masses(const row_context& ctx, const float* chunk_logits
 // its own, so the row's draw loads and walks only the region that holds it.
 __device__ void publish_region_masses(const row_context& ctx, const float* chunk_logits, int32_t count,
                                       chunk_partial& mine, kernel_shared& sh) {
-    const float max_logit = sh.totals.max_logit;
     const warp_region region = region_of_warp(count);
     uint64_t sum = 0;
+    with_row_mass(sh.totals.max_logit, ctx.scale, [&](auto mass) {
 #pragma unroll 4
-    for (int32_t i = region.begin + 4 * static_cast<int32_t>(threadIdx.x & 31); i < region.end; i += 128) {
-        if (i + 4 <= region.end) {
-            const float4 v = *reinterpret_cast<const float4*>(chunk_logits + i);
-            sum += mass_of(v.x, max_logit, ctx.scale) + mass_of(v.y, max_logit, ctx.scale) +
-                   mass_of(v.z, max_logit, ctx.scale) + mass_of(v.w, max_logit, ctx.scale);
-        } else {
-            for (int32_t k = i; k < region.end; ++k) sum += mass_of(chunk_logits[k], max_logit, ctx.scale);
+        for (int32_t i = region.begin + 4 * static_cast<int32_t>(threadIdx.x & 31); i < region.end; i += 128) {
+            if (i + 4 <= region.end) {
+                const float4 v = *reinterpret_cast<const float4*>(chunk_logits + i);
+                sum += mass(v.x) + mass(v.y) + mass(v.z) + mass(v.w);
+            } else {
+                for (int32_t k = i; k < region.end; ++k) sum += mass(chunk_logits[k]);
+            }
         }
-    }
+    });
     const uint64_t region_mass = warp_sum(sum);
     if ((threadIdx.x & 31) == 0) {
         mine.region_mass[threadIdx.x >> 5] = region_mass;
@@ -131,7 +140,10 @@ __device__ void publish_region_masses(const row_context& ctx, const float* chunk
 }
 
 // A sampled row after its maximum is known: masses, then the draw with or without a cut.
-__device__ void sample_row(const row_context& ctx, int32_t first, int32_t count, kernel_shared& sh) {
+// Inlined by force: outlined (the compiler did so once the finite-maximum passes made it larger),
+// it takes the row's context through local memory with a copy of the kernel's parameters, and
+// every case of the chain kernel took 77-97 us longer on an H100.
+__device__ __forceinline__ void sample_row(const row_context& ctx, int32_t first, int32_t count, kernel_shared& sh) {
     const request_view& r = ctx.r;
     const int32_t chunk = first / kChunkTokens;
     row_sync& sync = ctx.p.workspace.sync[ctx.row];
@@ -196,29 +208,21 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
     // ---- 1. Load, argmax, and the chunk's softmax sums (relative to the chunk's maxima) --------
     load_raw_chunk(p, row, first, count, chunk_logits);
     if (needs.raw) {
-        float raw_max = 0.0f;
-        int32_t raw_index = -1;
-        double raw_sum = 0.0;
-        chunk_softmax(chunk_logits, count, first, sh, raw_max, raw_index, raw_sum, true);
+        const chunk_summary raw = summarise_chunk(chunk_logits, count, first, sh, true);
         if (threadIdx.x == 0) {
-            mine.raw_max = raw_index >= 0 ? raw_max : -HUGE_VALF;
-            mine.raw_sum = raw_sum;
+            mine.raw_max = raw.index >= 0 ? raw.max_logit : -HUGE_VALF;
+            mine.raw_sum = raw.weight_sum;
         }
     }
     process_chunk(mask_of(p, row), r, drafts_of(p, b, j), first, count, chunk_logits);
     if (draft >= first && draft < first + count && threadIdx.x == 0) sync.draft_logit = chunk_logits[draft - first];
-    float chunk_max = 0.0f;  // -inf when nothing in the chunk is allowed
-    {
-        int32_t index = -1;
-        double softmax = 0.0;
-        chunk_softmax(chunk_logits, count, first, sh, chunk_max, index, softmax, needs.softmax);
-        if (threadIdx.x == 0) {
-            mine.max_logit = chunk_max;
-            mine.max_index = index;
-            mine.softmax_sum = softmax;
-        }
-        if (index < 0) chunk_max = -HUGE_VALF;
+    const chunk_summary summary = summarise_chunk(chunk_logits, count, first, sh, needs.softmax);
+    if (threadIdx.x == 0) {
+        mine.max_logit = summary.max_logit;
+        mine.max_index = summary.index;
+        mine.softmax_sum = summary.weight_sum;
     }
+    const float chunk_max = summary.index >= 0 ? summary.max_logit : -HUGE_VALF;
     const chunk_partial* row_partials = ws.partials + row * chunks;
     if (r.greedy()) {
         // Greedy rows need no barrier: the last block of the row to arrive combines the chunks.
@@ -226,9 +230,10 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
     } else {
         const float scale = exact::mass_scale(r.temperature);
         if (lists_top_k(r)) {
-            const float reach = chunk_max > -HUGE_VALF && chunk_max < HUGE_VALF
-                                    ? chunk_top_k_reach(chunk_logits, count, chunk_max, scale, r.top_k, sh)
-                                    : 0.0f;
+            const float reach =
+                chunk_max > -HUGE_VALF && chunk_max < HUGE_VALF
+                    ? chunk_top_k_reach(chunk_logits, count, chunk_max, summary.thread_max, scale, r.top_k, sh)
+                    : 0.0f;
             if (threadIdx.x == 0) mine.top_k_reach = reach;
         }
         arrive(&sync.maxima_arrived, static_cast<uint32_t>(chunks), p);

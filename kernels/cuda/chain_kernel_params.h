@@ -43,8 +43,9 @@ struct exponent_band {
 DS_HD exponent_band band_of_bin(int bin) {
     constexpr double kBandMargin = 1e-3;
     // Bin 1 holds no mass (q = 1 is bin 0, q = 2 and 3 bins 2 and 3): the lowest bins take every
-    // exponent that can have mass, not -64 itself (NaN, -inf, and a chunk's tokens past its end).
-    if (bin < 2) return {-63.0f, 1.0f};
+    // exponent that can have mass (above -41), not the lowest itself (NaN, -inf, and a chunk's
+    // tokens past its end).
+    if (bin < 2) return {ds::exact::kLowestExponent + 1.0f, 1.0f};
     const double low = log2(static_cast<double>(least_mass_of_bin(bin))) - ds::exact::kMassBits - kBandMargin;
     const double high = log2(static_cast<double>(least_mass_of_bin(bin + 1))) - ds::exact::kMassBits + kBandMargin;
     return {static_cast<float>(low), static_cast<float>(high)};

@@ -56,19 +56,15 @@ __device__ void clear_nearness(kernel_shared& sh) {
 
 // Before the row's barrier, top-k rows: D for this chunk, the far edge of the bin (of d relative to
 // the chunk's maximum) in which the count of the chunk's tokens reaches k, or past every bin.
-// First the threads' own maxima are binned: k of them within an edge E0 are k distinct tokens,
-// so the chunk's k-th token lies below E0, and only tokens below E0 need binning to find it (a
-// few times k of the chunk's tokens, instead of one shared atomic per token).
-__device__ float chunk_top_k_reach(const float* chunk_logits, int32_t count, float chunk_max, float scale,
-                                   int32_t top_k, kernel_shared& sh) {
+// First the threads' own maxima (`thread_max`, each thread's largest value over its tokens of
+// for_each_slice) are binned: k of them within an edge E0 are k distinct tokens, so the chunk's
+// k-th token lies below E0, and only tokens below E0 need binning to find it (a few times k of the
+// chunk's tokens, instead of one shared atomic per token).
+__device__ float chunk_top_k_reach(const float* chunk_logits, int32_t count, float chunk_max, float thread_max,
+                                   float scale, int32_t top_k, kernel_shared& sh) {
     const auto k = static_cast<uint64_t>(top_k);
     auto bin_of = [&](float logit) { return (chunk_max - logit) * scale * kNearnessPerUnit; };
     clear_nearness(sh);
-    float thread_max = -HUGE_VALF;
-    for_each_slice(chunk_logits, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
-#pragma unroll
-        for (int t = 0; t < kSliceTokens; ++t) thread_max = fmaxf(thread_max, values[t]);
-    });
     const float own_bin = bin_of(thread_max);
     if (own_bin < static_cast<float>(kNearnessBins)) atomicAdd(&sh.nearness[static_cast<int>(own_bin)], 1u);
     __syncthreads();

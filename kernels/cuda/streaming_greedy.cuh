@@ -4,10 +4,9 @@
 // and keeps its running argmax (and, for logprobs, a running softmax sum) in registers; one block
 // reduction at the end of the segment, and the row's last block combines the segments.
 //
-// A vector is reduced with a float maximum first; only a vector whose maximum beats the thread's
-// running best looks for the token that holds it, so the common vector costs a few instructions
-// and the kernel reads at memory speed. The lowest index still wins ties, as keep_if_larger's
-// strict comparison in token order does (docs/semantics.md, Greedy).
+// A vector is reduced with a float maximum first (keep_vector_if_larger), so the common vector
+// costs a few instructions and the kernel reads at memory speed; the lowest index still wins
+// ties (docs/semantics.md, Greedy).
 #pragma once
 
 #include "kernels/cuda/row_combine.cuh"
@@ -98,16 +97,7 @@ struct stream_state {
 template <int Tokens>
 __device__ __forceinline__ void visit_vector(const float (&v)[Tokens], int32_t at, int32_t end, int32_t draft,
                                              bool with_softmax, stream_state& s) {
-    float top = v[0];
-#pragma unroll
-    for (int k = 1; k < Tokens; ++k) top = fmaxf(top, v[k]);  // NaN ignored unless all are
-    if (top > s.best) {
-        // The first token equal to the maximum: the lowest index among ties.
-#pragma unroll
-        for (int k = Tokens - 1; k >= 0; --k) {
-            if (v[k] == top) s.best_index = at + k, s.best = v[k];
-        }
-    }
+    keep_vector_if_larger(v, at, s.best, s.best_index);
     if (static_cast<uint32_t>(draft - at) < static_cast<uint32_t>(Tokens) && draft < end) {
 #pragma unroll
         for (int k = 0; k < Tokens; ++k) {

@@ -53,19 +53,20 @@ __device__ void publish_bin_masses(const row_context& ctx, int32_t chunk, int32_
     }
     __syncthreads();
     const int warp = static_cast<int>(threadIdx.x / 32);
-    const float max_logit = sh.totals.max_logit;
     uint64_t total = 0;
-    for_each_slice(sh.data.chunk, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
+    with_row_mass(sh.totals.max_logit, ctx.scale, [&](auto mass) {
+        for_each_slice(sh.data.chunk, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
 #pragma unroll
-        for (int k = 0; k < kSliceTokens; ++k) {
-            const uint64_t q = mass_of(values[k], max_logit, ctx.scale);
-            total += q;
-            if (q > 0) {
-                const int bin = mass_bin(q);
-                atomicAdd(&parts.high[warp][bin], static_cast<uint32_t>(q >> 20));
-                atomicAdd(&parts.low[warp][bin], static_cast<uint32_t>(q & 0xFFFFF));
+            for (int k = 0; k < kSliceTokens; ++k) {
+                const uint64_t q = mass(values[k]);
+                total += q;
+                if (q > 0) {
+                    const int bin = mass_bin(q);
+                    atomicAdd(&parts.high[warp][bin], static_cast<uint32_t>(q >> 20));
+                    atomicAdd(&parts.low[warp][bin], static_cast<uint32_t>(q & 0xFFFFF));
+                }
             }
-        }
+        });
     });
     const uint64_t chunk_total = block_sum(total, sh.scratch);  // also orders the bins' atomics
     uint64_t* published = chunk_bin_masses_of(ctx, chunk);

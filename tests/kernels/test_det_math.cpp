@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 
 #include "kernels/det_math.h"
 #include "kernels/exact_rules.h"
@@ -85,6 +86,31 @@ TEST(TokenMass, EdgeCases) {
     EXPECT_EQ(ex::min_p_mass_threshold(1.0f), ex::kMassOne);
     EXPECT_EQ(ex::top_p_mass_target(1.0f, 12345), 12345u);
     EXPECT_EQ(ex::top_p_mass_target(0.5f, 3), 2u);  // ceil(1.5)
+}
+
+// The kernels' form for rows with a finite maximum gives token_mass's value for every logit such a
+// row can hold: at or below the maximum, -inf and NaN, at every temperature's scale.
+TEST(TokenMass, UnderAFiniteMaximumEqualsTheGeneralForm) {
+    namespace ex = ds::exact;
+    std::mt19937 rng(17);
+    std::uniform_real_distribution<float> spread(-60.0f, 60.0f);
+    std::uniform_real_distribution<float> below(0.0f, 80.0f);
+    std::uniform_real_distribution<float> log_temperature(-13.8f, 4.6f);  // T in [1e-6, 100]
+    const float special[] = {-INFINITY, NAN, -3.4e38f, 0.0f, -0.0f, -1e-30f, -1e-7f};
+    int64_t checked = 0;
+    for (int i = 0; i < 1'000'000; ++i) {
+        const float max_logit = i % 1000 == 0 ? 3.4e38f : spread(rng);
+        const float scale = ex::mass_scale(std::exp(log_temperature(rng)));
+        float l = max_logit - below(rng) * (i % 3 == 0 ? 1e-4f : 1.0f);
+        if (i % 97 == 0) l = max_logit;
+        if (i % 101 == 0) l = std::nextafter(max_logit, -INFINITY);
+        if (i % 103 == 0) l = special[(i / 103) % 7] + (i % 2 == 0 ? 0.0f : max_logit);
+        if (!(l <= max_logit) && !std::isnan(l)) continue;
+        ASSERT_EQ(ex::token_mass_under_finite_max(l, max_logit, scale), ex::token_mass(l, max_logit, scale))
+            << "l " << l << " max " << max_logit << " scale " << scale;
+        ++checked;
+    }
+    EXPECT_GT(checked, 950'000);
 }
 
 TEST(TokenMass, SumsOfAFullRowCannotWrap) {
