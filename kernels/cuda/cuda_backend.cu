@@ -110,8 +110,10 @@ struct cuda_backend::impl {
     pinned_buffer staging_host;
     device_buffer host_logits_copy;  // for logits that arrive in host memory
     device_buffer workspace;
-    device_buffer outputs_device;
+    // The step's outputs: the kernels write them straight into this pinned host memory through
+    // its device address, so a step needs no output copy after its kernels.
     pinned_buffer outputs_host;
+    char* outputs_mapped = nullptr;
 
     // The captured graph and the step it was captured for.
     captured_graph graph;
@@ -237,7 +239,7 @@ struct cuda_backend::impl {
         coins.coins = carve.put(step.coins, step.coins != nullptr ? static_cast<size_t>(bs) * (n - 1) : 0);
         coins.final_coins = carve.put(step.final_coins, step.final_coins != nullptr ? static_cast<size_t>(bs) : 0);
         const output_layout out = outputs_for(bs, n);
-        auto* outputs = static_cast<char*>(outputs_device.get());
+        char* outputs = outputs_mapped;
         call.outputs.predict = reinterpret_cast<int32_t*>(outputs + out.packed);
         call.outputs.accept_length = call.outputs.predict + rows;
         call.outputs.accept_index = reinterpret_cast<int32_t*>(outputs + out.accept_index);
@@ -263,15 +265,12 @@ struct cuda_backend::impl {
         return status::success();
     }
 
-    // The device work of a step: one input copy, the kernels, one output copy. Capturable.
+    // The device work of a step: one input copy and the kernels, which write the outputs into
+    // pinned host memory. Capturable.
     status enqueue(const staged_step& staged) {
         CUDA_TRY(cudaMemcpyAsync(staging_device.get(), staging_host.get(), staged.staged_bytes, cudaMemcpyHostToDevice,
                                  stream.get()));
-        DS_TRY(enqueue_call(staged.call, staged.params, stream.get()));
-        const output_layout out = outputs_for(staged.params.batch_size, staged.params.tokens_per_req);
-        CUDA_TRY(
-            cudaMemcpyAsync(outputs_host.get(), outputs_device.get(), out.total, cudaMemcpyDeviceToHost, stream.get()));
-        return status::success();
+        return enqueue_call(staged.call, staged.params, stream.get());
     }
 
     status copy_host_logits(const logits_view& logits) {
@@ -343,8 +342,10 @@ status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_ba
     DS_TRY(state->host_logits_copy.allocate(rows * vocab * sizeof(float)));
     DS_TRY(state->workspace.allocate(
         call_workspace_bytes(config.max_batch, config.max_tokens_per_req, config.vocab_size, true)));
-    DS_TRY(state->outputs_device.allocate(max_out.total));
     DS_TRY(state->outputs_host.allocate(max_out.total));
+    void* mapped = nullptr;
+    DS_TRY(state->outputs_host.device_address(mapped));
+    state->outputs_mapped = static_cast<char*>(mapped);
     out.reset(new cuda_backend(std::move(state)));
     return status::success();
 }

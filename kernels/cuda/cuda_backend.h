@@ -14,8 +14,8 @@
 
 namespace ds::cuda {
 
-// The nodes of a captured step: one host-to-device staging copy, one kernel, one device-to-host
-// copy of the outputs.
+// What a captured step holds: one host-to-device staging copy and the kernels, which write
+// `output_bytes` of outputs into mapped pinned host memory.
 struct graph_shape {
     size_t staged_bytes = 0;
     size_t output_bytes = 0;

@@ -69,6 +69,12 @@ class pinned_buffer : public cuda_memory<free_pinned> {
         bytes_ = bytes;
         return status::success();
     }
+    // The address kernels write through to reach this memory (mapped pinned memory: a kernel's
+    // stores land here directly, with no copy after it).
+    status device_address(void*& out) const {
+        CUDA_TRY(cudaHostGetDevicePointer(&out, ptr_, 0));
+        return status::success();
+    }
 };
 
 // A non-blocking stream, destroyed with its owner (a graph cannot be captured on the legacy

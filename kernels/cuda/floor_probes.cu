@@ -90,7 +90,10 @@ status time_read_grids(const float4* data, int64_t vectors, float* block_max, in
 }
 
 // ---- Step overhead -------------------------------------------------------------------------------
-__global__ void empty_kernel() {}
+// The step's kernels write the outputs into mapped pinned host memory: one word of it.
+__global__ void empty_kernel(int32_t* output) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) *output = 0;
+}
 
 // ---- Exactness arithmetic ------------------------------------------------------------------------
 struct arithmetic_probe_params {
@@ -238,13 +241,13 @@ status probe_step_overhead(const graph_shape& shape, int iterations, double& mic
     if (status s = check_iterations("probe_step_overhead", iterations); !s.is_ok()) return s;
     pinned_buffer staging_host;
     device_buffer staging_device;
-    device_buffer outputs_device;
     pinned_buffer outputs_host;
+    void* outputs_mapped = nullptr;
     cuda_stream stream;
     status s = staging_host.allocate(shape.staged_bytes);
     if (s.is_ok()) s = staging_device.allocate(shape.staged_bytes);
-    if (s.is_ok()) s = outputs_device.allocate(shape.output_bytes);
     if (s.is_ok()) s = outputs_host.allocate(shape.output_bytes);
+    if (s.is_ok()) s = outputs_host.device_address(outputs_mapped);
     if (s.is_ok()) s = stream.create();
     if (!s.is_ok()) return s;
     const cudaStream_t on = stream.get();
@@ -252,11 +255,8 @@ status probe_step_overhead(const graph_shape& shape, int iterations, double& mic
     s = graph.capture(on, [&]() -> status {
         CUDA_TRY(
             cudaMemcpyAsync(staging_device.get(), staging_host.get(), shape.staged_bytes, cudaMemcpyHostToDevice, on));
-        empty_kernel<<<shape.kernel_blocks, kBlockThreads, 0, on>>>();
-        CUDA_TRY(cudaGetLastError());
-        CUDA_TRY(
-            cudaMemcpyAsync(outputs_host.get(), outputs_device.get(), shape.output_bytes, cudaMemcpyDeviceToHost, on));
-        return status::success();
+        empty_kernel<<<shape.kernel_blocks, kBlockThreads, 0, on>>>(static_cast<int32_t*>(outputs_mapped));
+        return launch_status();
     });
     if (s.is_ok()) s = graph.time_replays(on, iterations, microseconds);
     return s;
