@@ -18,14 +18,12 @@ namespace ds {
 
 namespace {
 
-constexpr int32_t kMaxTokensPerReq = 64;
-
 status check_shape(const sampling_call& call) {
     const logits_view& l = call.logits;
     if (call.batch_size < 0) return status::invalid(fmt::format("batch_size = {}: expected >= 0", call.batch_size));
-    if (call.tokens_per_req < 1 || call.tokens_per_req > kMaxTokensPerReq) {
+    if (call.tokens_per_req < 1 || call.tokens_per_req > kMaxTokensPerRequest) {
         return status::invalid(fmt::format("tokens_per_req = {}: expected an integer in [1, {}]", call.tokens_per_req,
-                                           kMaxTokensPerReq));
+                                           kMaxTokensPerRequest));
     }
     if (l.vocab < 1 || l.vocab > exact::kMaxVocab) {
         return status::invalid(fmt::format("logits.vocab = {}: expected an integer in [1, {}]", l.vocab, exact::kMaxVocab));
@@ -146,9 +144,9 @@ status copy_outputs(const sampling_outputs& from, const sampling_outputs& to, in
 }
 
 status commit_call::check() const {
-    if (batch_size < 0 || tokens_per_req < 1 || tokens_per_req > kMaxTokensPerReq) {
+    if (batch_size < 0 || tokens_per_req < 1 || tokens_per_req > kMaxTokensPerRequest) {
         return status::invalid(fmt::format("batch_size = {}, tokens_per_req = {}: expected >= 0 and in [1, {}]",
-                                           batch_size, tokens_per_req, kMaxTokensPerReq));
+                                           batch_size, tokens_per_req, kMaxTokensPerRequest));
     }
     if (capacity < 1 || max_slots < 1 || vocab < 1) {
         return status::invalid(fmt::format("capacity = {}, max_slots = {}, vocab = {}: expected positive values",

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "config/kernel_config.h"
 #include "kernels/cuda/block_primitives.cuh"
 #include "kernels/cuda/chain_kernel.h"
 #include "kernels/cuda/row_processing.cuh"
@@ -24,6 +25,7 @@ namespace dm = ds::detmath;
 namespace {
 
 constexpr int32_t kSortCapacity = 2048;  // candidates cut by sorting; more use radix selection
+constexpr int32_t kMaxDrafts = kMaxTokensPerRequest - 1;  // of one request
 constexpr int kRadixDigitBits = 10;
 constexpr int kRadixBins = 1 << kRadixDigitBits;
 constexpr int kRadixUnroll = 8;
@@ -66,6 +68,7 @@ struct kernel_shared {
     union alignas(16) {
         float chunk[kChunkTokens];     // this block's processed logits
         uint64_t keys[kSortCapacity];  // the row's candidates as sort keys (the cut's block)
+        int32_t drafts[kMaxDrafts];    // the request's, for the chain walk (its last block)
         struct {
             uint32_t count[kRadixBins];
             uint64_t mass[kRadixBins];

@@ -251,7 +251,8 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
     }
 
     // ---- 3. The last block of the request walks its chain --------------------------------------
-    if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * chunks), sh.flag)) walk_chain(p, r, b);
+    if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * chunks), sh.flag))
+        walk_chain(p, r, b, sh.data.drafts);
 }
 
 // Clears the workspace's counters and resolves every request of the call, its values checked,

@@ -39,13 +39,18 @@ __device__ float emitted_logprob(const chain_kernel_params& p, const request_vie
     return static_cast<float>(exact::log_probability(shifted, r.temperature, exact::mass_weight(__ldcg(&s.kept_mass))));
 }
 
-// The last block of request b to finish: walk the chain from the rows' results and write the
-// outputs. A request with invalid parameters, or one whose rows' blocks did not meet in time,
-// emits nothing and is flagged.
-__device__ void walk_chain(const chain_kernel_params& p, const request_view& r, int32_t b) {
-    if (threadIdx.x != 0) return;
+// The last block of request b to finish (all its threads): walk the chain from the rows' results
+// and write the outputs. A request with invalid parameters, or one whose rows' blocks did not meet
+// in time, emits nothing and is flagged. The request's drafts are read into `staged` (shared
+// memory, kMaxDrafts entries) by the block's threads together first: the candidates may be in
+// mapped host memory, where each read waits on the bus, and the walk reads them one after another.
+__device__ void walk_chain(const chain_kernel_params& p, const request_view& r, int32_t b, int32_t* staged) {
     const int32_t n = p.tokens_per_req;
     const int64_t base = static_cast<int64_t>(b) * n;
+    for (int32_t k = static_cast<int32_t>(threadIdx.x); k + 1 < n; k += static_cast<int32_t>(blockDim.x))
+        staged[k] = p.candidates[base + k + 1];
+    __syncthreads();
+    if (threadIdx.x != 0) return;
     const chain_workspace& ws = p.workspace;
     const uint8_t error = r.error != kRowOk                                           ? r.error
                           : *static_cast<volatile uint32_t*>(&ws.control->fault) != 0 ? kRowErrorKernelFault
@@ -57,7 +62,7 @@ __device__ void walk_chain(const chain_kernel_params& p, const request_view& r, 
         const int32_t top = __ldcg(&s.top);
         if (top < 0) break;  // nothing allowed: the chain ends with an error flag
         const bool has_next_draft = k + 1 < n;
-        const int32_t next_draft = has_next_draft ? p.candidates[base + k + 1] : -1;
+        const int32_t next_draft = has_next_draft ? staged[k] : -1;
         bool draft_accepted = false;
         if (r.greedy()) {
             draft_accepted = has_next_draft && next_draft == top;
@@ -78,7 +83,7 @@ __device__ void walk_chain(const chain_kernel_params& p, const request_view& r, 
     const sampling_outputs& out = p.outputs;
     for (int32_t k = 0; k < n; ++k) {
         const bool emitted = error == kRowOk && k <= accepted;
-        const int32_t token = k < accepted ? p.candidates[base + k + 1] : (k == accepted ? final_token : -1);
+        const int32_t token = k < accepted ? staged[k] : (k == accepted ? final_token : -1);
         out.predict[base + k] = emitted ? token : -1;
         out.accept_index[base + k] = emitted || k == 0 ? static_cast<int32_t>(base + k) : -1;
         if (out.logprobs != nullptr) {

@@ -22,7 +22,8 @@ constexpr size_t kAlign = 256;
 size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 // Sections carved one after another from a staging buffer, at the same offsets on the host and
-// on the device; a section's size depends on the step, so the offsets are the step's layout.
+// on the device (a device copy, or the buffer's own mapped address); a section's size depends on
+// the step, so the offsets are the step's layout.
 class staging_carver {
    public:
     staging_carver(char* host, char* device) : host_(host), device_(device) {}
@@ -95,7 +96,7 @@ struct staged_shape {
 struct staged_step {
     sampling_call call;
     chain_kernel_params params;
-    size_t staged_bytes = 0;
+    size_t staged_bytes = 0;  // of the copied staging: 0 when the step has no lists and no bitmask
     staged_shape shape;
 };
 
@@ -106,6 +107,12 @@ struct cuda_backend::impl {
     param_pool pool;
     cuda_stream stream;
     int streaming_resident_blocks = 1;  // what the GPU holds of the streaming kernel at once
+    // What a step's kernels read: the small parts (the requests' values, positions, candidates,
+    // coins) straight from mapped pinned memory, read a few times a row; the lists and the
+    // bitmask, which every block of a row reads, from a device copy, made only when the step
+    // has them. A step without them is its kernels alone.
+    pinned_buffer staging_mapped;
+    char* staging_mapped_device = nullptr;
     device_buffer staging_device;
     pinned_buffer staging_host;
     device_buffer host_logits_copy;  // for logits that arrive in host memory
@@ -121,23 +128,29 @@ struct cuda_backend::impl {
 
     explicit impl(const kernel_config& c) : config(c), pool(c) {}
 
-    size_t max_staging_bytes() const {
+    // Per request: 6 floats, top_k, seed, position, two offsets; per row: candidate, coin.
+    size_t max_mapped_bytes() const {
+        const size_t batch = static_cast<size_t>(config.max_batch);
+        const size_t rows = static_cast<size_t>(config.max_rows());
+        return 16 * kAlign + align_up(batch * 6 * sizeof(float)) + align_up(batch * sizeof(int32_t)) +
+               2 * align_up(batch * sizeof(int64_t)) + 2 * align_up((batch + 1) * sizeof(int32_t)) +
+               align_up(rows * sizeof(int32_t)) + align_up(rows * sizeof(double)) + align_up(batch * sizeof(double));
+    }
+
+    // The four lists (bias tokens and values, seen tokens and counts) and the bitmask words.
+    size_t max_copied_bytes() const {
         const size_t batch = static_cast<size_t>(config.max_batch);
         const size_t rows = static_cast<size_t>(config.max_rows());
         const size_t bias = batch * static_cast<size_t>(config.max_logit_bias);
         const size_t seen = batch * static_cast<size_t>(config.max_penalty_tokens);
-        // Per request: 6 floats, top_k, seed, position; two offset arrays; the lists; per row:
-        // candidate, coin, bitmask words.
-        return 16 * kAlign + align_up(batch * 6 * sizeof(float)) + align_up(batch * sizeof(int32_t)) +
-               2 * align_up(batch * sizeof(int64_t)) + 2 * align_up((batch + 1) * sizeof(int32_t)) +
-               4 * align_up(std::max(bias, seen) * sizeof(int32_t)) + align_up(rows * sizeof(int32_t)) +
-               align_up(rows * sizeof(double)) + align_up(batch * sizeof(double)) +
+        return 8 * kAlign + 4 * align_up(std::max(bias, seen) * sizeof(int32_t)) +
                align_up(rows * static_cast<size_t>(bitmask_words(config.vocab_size)) * sizeof(uint32_t));
     }
 
-    // Packs the slots' parameters (as per-request arrays and CSR lists) and the step's inputs
-    // into the pinned staging buffer, in the layout of a sampling_call over the device copy.
-    void stage_requests(const step_input& step, staging_carver& carve, sampling_call& call) {
+    // Packs the slots' parameters (as per-request arrays and CSR lists) and the step's positions
+    // into the staging buffers (the lists into `copied`, the rest into `mapped`), in the layout of
+    // a sampling_call over what the kernels read.
+    void stage_requests(const step_input& step, staging_carver& carve, staging_carver& copied, sampling_call& call) {
         const int32_t bs = step.batch_size;
         const auto count = static_cast<size_t>(bs);
         float* temperature = carve.reserve<float>(count);
@@ -165,10 +178,10 @@ struct cuda_backend::impl {
             bias_offsets[b + 1] = bias_offsets[b] + r.bias_count;
             seen_offsets[b + 1] = seen_offsets[b] + r.seen_count;
         }
-        int32_t* bias_tokens = carve.reserve<int32_t>(static_cast<size_t>(bias_offsets[bs]));
-        float* bias_values = carve.reserve<float>(static_cast<size_t>(bias_offsets[bs]));
-        int32_t* seen_tokens = carve.reserve<int32_t>(static_cast<size_t>(seen_offsets[bs]));
-        int32_t* seen_counts = carve.reserve<int32_t>(static_cast<size_t>(seen_offsets[bs]));
+        int32_t* bias_tokens = copied.reserve<int32_t>(static_cast<size_t>(bias_offsets[bs]));
+        float* bias_values = copied.reserve<float>(static_cast<size_t>(bias_offsets[bs]));
+        int32_t* seen_tokens = copied.reserve<int32_t>(static_cast<size_t>(seen_offsets[bs]));
+        int32_t* seen_counts = copied.reserve<int32_t>(static_cast<size_t>(seen_offsets[bs]));
         for (int32_t b = 0; b < bs; ++b) {
             const request_view r = pool.request(step.slots[b], step.positions[b]);
             for (int32_t k = 0; k < r.bias_count; ++k) {
@@ -192,8 +205,8 @@ struct cuda_backend::impl {
         // No bias list at all when no request has one: a plain greedy step then runs the streaming kernel.
         p.logit_bias = {};
         if (bias_offsets[bs] > 0)
-            p.logit_bias = {carve.device_of(bias_tokens), carve.device_of(bias_values), carve.device_of(bias_offsets)};
-        p.seen = {carve.device_of(seen_tokens), carve.device_of(seen_counts), carve.device_of(seen_offsets)};
+            p.logit_bias = {copied.device_of(bias_tokens), copied.device_of(bias_values), carve.device_of(bias_offsets)};
+        p.seen = {copied.device_of(seen_tokens), copied.device_of(seen_counts), carve.device_of(seen_offsets)};
         call.positions = param<int64_t>::per_row(carve.put(step.positions, count));
     }
 
@@ -213,10 +226,11 @@ struct cuda_backend::impl {
         const int32_t bs = step.batch_size;
         const int32_t n = step.tokens_per_req;
         const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
-        staging_carver carve(static_cast<char*>(staging_host.get()), static_cast<char*>(staging_device.get()));
+        staging_carver carve(static_cast<char*>(staging_mapped.get()), staging_mapped_device);
+        staging_carver copied(static_cast<char*>(staging_host.get()), static_cast<char*>(staging_device.get()));
         sampling_call& call = staged.call;
         call = sampling_call{};
-        stage_requests(step, carve, call);
+        stage_requests(step, carve, copied, call);
         call.logits = step.logits;
         if (!step.logits.on_device) {
             call.logits.data = host_logits_copy.get();
@@ -226,7 +240,7 @@ struct cuda_backend::impl {
         call.batch_size = bs;
         call.tokens_per_req = n;
         call.candidates = kind == step_kind::verify ? carve.put(step.candidates, rows) : nullptr;
-        call.bitmask = carve.put(
+        call.bitmask = copied.put(
             step.bitmask, step.bitmask != nullptr ? rows * static_cast<size_t>(bitmask_words(step.logits.vocab)) : 0);
         call.thresholds = step.thresholds;
         call.logprobs = with_logprobs ? logprob_mode::processed : logprob_mode::none;
@@ -245,7 +259,7 @@ struct cuda_backend::impl {
         call.outputs.accept_index = reinterpret_cast<int32_t*>(outputs + out.accept_index);
         call.outputs.logprobs = with_logprobs ? reinterpret_cast<float*>(outputs + out.logprobs) : nullptr;
         call.outputs.row_error = reinterpret_cast<uint8_t*>(outputs + out.row_error);
-        staged.staged_bytes = carve.used();
+        staged.staged_bytes = copied.used();
         DS_TRY(plan_call(call, {workspace.get(), workspace.bytes()}, streaming_resident_blocks, coins, staged.params));
         staged.shape = {bs,
                         n,
@@ -265,11 +279,13 @@ struct cuda_backend::impl {
         return status::success();
     }
 
-    // The device work of a step: one input copy and the kernels, which write the outputs into
-    // pinned host memory. Capturable.
+    // The device work of a step: the copy of its lists and bitmask when it has any, and the
+    // kernels, which write the outputs into pinned host memory. Capturable.
     status enqueue(const staged_step& staged) {
-        CUDA_TRY(cudaMemcpyAsync(staging_device.get(), staging_host.get(), staged.staged_bytes, cudaMemcpyHostToDevice,
-                                 stream.get()));
+        if (staged.staged_bytes > 0) {
+            CUDA_TRY(cudaMemcpyAsync(staging_device.get(), staging_host.get(), staged.staged_bytes,
+                                     cudaMemcpyHostToDevice, stream.get()));
+        }
         return enqueue_call(staged.call, staged.params, stream.get());
     }
 
@@ -337,13 +353,16 @@ status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_ba
     const size_t rows = static_cast<size_t>(config.max_rows());
     const size_t vocab = static_cast<size_t>(config.vocab_size);
     const output_layout max_out = outputs_for(config.max_batch, config.max_tokens_per_req);
-    DS_TRY(state->staging_device.allocate(state->max_staging_bytes()));
-    DS_TRY(state->staging_host.allocate(state->max_staging_bytes()));
+    DS_TRY(state->staging_mapped.allocate(state->max_mapped_bytes()));
+    void* mapped = nullptr;
+    DS_TRY(state->staging_mapped.device_address(mapped));
+    state->staging_mapped_device = static_cast<char*>(mapped);
+    DS_TRY(state->staging_device.allocate(state->max_copied_bytes()));
+    DS_TRY(state->staging_host.allocate(state->max_copied_bytes()));
     DS_TRY(state->host_logits_copy.allocate(rows * vocab * sizeof(float)));
     DS_TRY(state->workspace.allocate(
         call_workspace_bytes(config.max_batch, config.max_tokens_per_req, config.vocab_size, true)));
     DS_TRY(state->outputs_host.allocate(max_out.total));
-    void* mapped = nullptr;
     DS_TRY(state->outputs_host.device_address(mapped));
     state->outputs_mapped = static_cast<char*>(mapped);
     out.reset(new cuda_backend(std::move(state)));

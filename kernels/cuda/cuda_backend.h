@@ -14,8 +14,8 @@
 
 namespace ds::cuda {
 
-// What a captured step holds: one host-to-device staging copy and the kernels, which write
-// `output_bytes` of outputs into mapped pinned host memory.
+// What a captured step holds: a host-to-device copy of `staged_bytes` (its lists and bitmask; none
+// when 0) and the kernels, which write `output_bytes` of outputs into mapped pinned host memory.
 struct graph_shape {
     size_t staged_bytes = 0;
     size_t output_bytes = 0;

@@ -232,11 +232,10 @@ status probe_read_floor(const void* logits, int64_t rows, int32_t vocab, int ite
 }
 
 status probe_step_overhead(const graph_shape& shape, int iterations, double& microseconds) {
-    if (shape.staged_bytes == 0 || shape.output_bytes == 0 || shape.kernel_blocks == 0) {
+    if (shape.output_bytes == 0 || shape.kernel_blocks == 0) {
         return status::invalid(
-            fmt::format("probe_step_overhead: shape.staged_bytes = {}, shape.output_bytes = {}, shape.kernel_blocks = "
-                        "{}: each must be >= 1",
-                        shape.staged_bytes, shape.output_bytes, shape.kernel_blocks));
+            fmt::format("probe_step_overhead: shape.output_bytes = {}, shape.kernel_blocks = {}: each must be >= 1",
+                        shape.output_bytes, shape.kernel_blocks));
     }
     if (status s = check_iterations("probe_step_overhead", iterations); !s.is_ok()) return s;
     pinned_buffer staging_host;
@@ -253,8 +252,10 @@ status probe_step_overhead(const graph_shape& shape, int iterations, double& mic
     const cudaStream_t on = stream.get();
     captured_graph graph;
     s = graph.capture(on, [&]() -> status {
-        CUDA_TRY(
-            cudaMemcpyAsync(staging_device.get(), staging_host.get(), shape.staged_bytes, cudaMemcpyHostToDevice, on));
+        if (shape.staged_bytes > 0) {
+            CUDA_TRY(cudaMemcpyAsync(staging_device.get(), staging_host.get(), shape.staged_bytes,
+                                     cudaMemcpyHostToDevice, on));
+        }
         empty_kernel<<<shape.kernel_blocks, kBlockThreads, 0, on>>>(static_cast<int32_t*>(outputs_mapped));
         return launch_status();
     });

@@ -22,8 +22,8 @@ struct read_probe_result {
 };
 status probe_read_floor(const void* logits, int64_t rows, int32_t vocab, int iterations, read_probe_result& best);
 
-// A step that does nothing: the staging copy of `shape` and an empty kernel that writes one word
-// of its outputs into mapped pinned host memory, as the step's kernels write theirs.
+// A step that does nothing: the staging copy of `shape` (if it has one) and an empty kernel that
+// writes one word of its outputs into mapped pinned host memory, as the step's kernels write theirs.
 status probe_step_overhead(const graph_shape& shape, int iterations, double& microseconds);
 
 // The chain kernel's per-token arithmetic over `rows` rows of `vocab` tokens, in its chunks and

@@ -25,6 +25,7 @@ static_assert(kStreamSegmentQuantum % (kStreamVectorBytes / 2) == 0, "segments s
 struct streaming_shared {
     block_scratch scratch;
     row_totals totals;
+    int32_t drafts[kMaxDrafts];  // the request's, for the chain walk
     bool flag;
 };
 
@@ -225,7 +226,8 @@ __global__ void __launch_bounds__(kBlockThreads, kStreamBlocksPerSm) streaming_g
     }
     if (draft >= first && draft < end) __threadfence();  // the draft's logit, for the chain walk
     combine_greedy_row(row_partials, segments, needs, sync, ws.results[row], sh.totals, sh.flag);
-    if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * segments), sh.flag)) walk_chain(p, r, b);
+    if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * segments), sh.flag))
+        walk_chain(p, r, b, sh.drafts);
 }
 
 }  // namespace
