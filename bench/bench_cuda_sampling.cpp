@@ -1,11 +1,11 @@
 // Sampling kernels on the GPU against the memory floor, measured in one run:
 //   floor = bytes of logits read once / device copy bandwidth (read + write) measured here.
-// Each case captures one step (staging copy, kernels writing to mapped host memory) in a CUDA
-// graph and times replays. Then the floor probes (kernels/cuda/floor_probes.h), in the same run
-// and at each case's rows: the best plain read of the logits, an empty step of the case's graph
-// shape, and the exact per-token arithmetic with logits made in registers; from them a lower
-// bound per case, max(read, arithmetic) + step overhead. Prints both tables; with --json FILE
-// also writes the figures for bench/peers_torch.py.
+// Each case captures one step (the kernels, reading their parameters from and writing their
+// outputs to mapped host memory) in a CUDA graph and times replays. Then the floor probes
+// (kernels/cuda/floor_probes.h), in the same run and at each case's rows: the best plain read of
+// the logits, an empty step of the case's graph shape, and the exact per-token arithmetic with
+// logits made in registers; from them a lower bound per case, max(read, arithmetic) + step
+// overhead. Prints both tables; with --json FILE also writes the figures for bench/peers_torch.py.
 //
 //   bench_cuda_sampling [--vocab V] [--dtype f32|bf16] [--no-probes] [--json FILE] [--case K]
 //
@@ -107,7 +107,8 @@ void print_floors(const std::vector<case_result>& results, double bandwidth) {
     std::printf("  %-66s %8.1f us  %.2f x copy floor, %.2f TB/s read (%d float4 loads/thread, %u blocks)\n",
                 "read probe: best plain read of the logits", f.read.microseconds, f.read.microseconds / full.floor_us,
                 f.read.terabytes_per_second, f.read.loads_in_flight, f.read.blocks);
-    std::printf("  %-66s %8.1f us\n", "step overhead: staging copy + empty kernel writing host memory", f.step_overhead_us);
+    std::printf("  %-66s %8.1f us\n", "step overhead: the step's copy (if any) + empty kernel writing host memory",
+                f.step_overhead_us);
     std::printf("  %-66s %8.1f us\n", "arithmetic, argmax pass: compare/select per token, no memory",
                 f.arithmetic.argmax_pass_us);
     std::printf("  %-66s %8.1f us\n", "arithmetic, mass pass: exact::token_mass, 3 sums", f.arithmetic.mass_pass_us);
