@@ -150,19 +150,19 @@ struct cuda_backend::impl {
     // Packs the slots' parameters (as per-request arrays and CSR lists) and the step's positions
     // into the staging buffers (the lists into `copied`, the rest into `mapped`), in the layout of
     // a sampling_call over what the kernels read.
-    void stage_requests(const step_input& step, staging_carver& carve, staging_carver& copied, sampling_call& call) {
+    void stage_requests(const step_input& step, staging_carver& mapped, staging_carver& copied, sampling_call& call) {
         const int32_t bs = step.batch_size;
         const auto count = static_cast<size_t>(bs);
-        float* temperature = carve.reserve<float>(count);
-        int32_t* top_k = carve.reserve<int32_t>(count);
-        float* top_p = carve.reserve<float>(count);
-        float* min_p = carve.reserve<float>(count);
-        int64_t* seed = carve.reserve<int64_t>(count);
-        float* presence = carve.reserve<float>(count);
-        float* frequency = carve.reserve<float>(count);
-        float* repetition = carve.reserve<float>(count);
-        int32_t* bias_offsets = carve.reserve<int32_t>(count + 1);
-        int32_t* seen_offsets = carve.reserve<int32_t>(count + 1);
+        float* temperature = mapped.reserve<float>(count);
+        int32_t* top_k = mapped.reserve<int32_t>(count);
+        float* top_p = mapped.reserve<float>(count);
+        float* min_p = mapped.reserve<float>(count);
+        int64_t* seed = mapped.reserve<int64_t>(count);
+        float* presence = mapped.reserve<float>(count);
+        float* frequency = mapped.reserve<float>(count);
+        float* repetition = mapped.reserve<float>(count);
+        int32_t* bias_offsets = mapped.reserve<int32_t>(count + 1);
+        int32_t* seen_offsets = mapped.reserve<int32_t>(count + 1);
         bias_offsets[0] = 0;
         seen_offsets[0] = 0;
         for (int32_t b = 0; b < bs; ++b) {
@@ -194,20 +194,21 @@ struct cuda_backend::impl {
             }
         }
         request_sources& p = call.params;
-        p.temperature = param<float>::per_row(carve.device_of(temperature));
-        p.top_k = param<int32_t>::per_row(carve.device_of(top_k));
-        p.top_p = param<float>::per_row(carve.device_of(top_p));
-        p.min_p = param<float>::per_row(carve.device_of(min_p));
-        p.seed = param<int64_t>::per_row(carve.device_of(seed));
-        p.presence_penalty = param<float>::per_row(carve.device_of(presence));
-        p.frequency_penalty = param<float>::per_row(carve.device_of(frequency));
-        p.repetition_penalty = param<float>::per_row(carve.device_of(repetition));
+        p.temperature = param<float>::per_row(mapped.device_of(temperature));
+        p.top_k = param<int32_t>::per_row(mapped.device_of(top_k));
+        p.top_p = param<float>::per_row(mapped.device_of(top_p));
+        p.min_p = param<float>::per_row(mapped.device_of(min_p));
+        p.seed = param<int64_t>::per_row(mapped.device_of(seed));
+        p.presence_penalty = param<float>::per_row(mapped.device_of(presence));
+        p.frequency_penalty = param<float>::per_row(mapped.device_of(frequency));
+        p.repetition_penalty = param<float>::per_row(mapped.device_of(repetition));
         // No bias list at all when no request has one: a plain greedy step then runs the streaming kernel.
         p.logit_bias = {};
         if (bias_offsets[bs] > 0)
-            p.logit_bias = {copied.device_of(bias_tokens), copied.device_of(bias_values), carve.device_of(bias_offsets)};
-        p.seen = {copied.device_of(seen_tokens), copied.device_of(seen_counts), carve.device_of(seen_offsets)};
-        call.positions = param<int64_t>::per_row(carve.put(step.positions, count));
+            p.logit_bias = {copied.device_of(bias_tokens), copied.device_of(bias_values),
+                            mapped.device_of(bias_offsets)};
+        p.seen = {copied.device_of(seen_tokens), copied.device_of(seen_counts), mapped.device_of(seen_offsets)};
+        call.positions = param<int64_t>::per_row(mapped.put(step.positions, count));
     }
 
     // Bias entries (or seen tokens) the step's requests carry.
@@ -226,11 +227,11 @@ struct cuda_backend::impl {
         const int32_t bs = step.batch_size;
         const int32_t n = step.tokens_per_req;
         const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
-        staging_carver carve(static_cast<char*>(staging_mapped.get()), staging_mapped_device);
+        staging_carver mapped(static_cast<char*>(staging_mapped.get()), staging_mapped_device);
         staging_carver copied(static_cast<char*>(staging_host.get()), static_cast<char*>(staging_device.get()));
         sampling_call& call = staged.call;
         call = sampling_call{};
-        stage_requests(step, carve, copied, call);
+        stage_requests(step, mapped, copied, call);
         call.logits = step.logits;
         if (!step.logits.on_device) {
             call.logits.data = host_logits_copy.get();
@@ -239,7 +240,7 @@ struct cuda_backend::impl {
         }
         call.batch_size = bs;
         call.tokens_per_req = n;
-        call.candidates = kind == step_kind::verify ? carve.put(step.candidates, rows) : nullptr;
+        call.candidates = kind == step_kind::verify ? mapped.put(step.candidates, rows) : nullptr;
         call.bitmask = copied.put(
             step.bitmask, step.bitmask != nullptr ? rows * static_cast<size_t>(bitmask_words(step.logits.vocab)) : 0);
         call.thresholds = step.thresholds;
@@ -250,8 +251,8 @@ struct cuda_backend::impl {
             plain_greedy = is_greedy(sp) && sp.logit_bias.empty() && !sp.has_penalties();
         }
         call.all_greedy_hint = plain_greedy;
-        coins.coins = carve.put(step.coins, step.coins != nullptr ? static_cast<size_t>(bs) * (n - 1) : 0);
-        coins.final_coins = carve.put(step.final_coins, step.final_coins != nullptr ? static_cast<size_t>(bs) : 0);
+        coins.coins = mapped.put(step.coins, step.coins != nullptr ? static_cast<size_t>(bs) * (n - 1) : 0);
+        coins.final_coins = mapped.put(step.final_coins, step.final_coins != nullptr ? static_cast<size_t>(bs) : 0);
         const output_layout out = outputs_for(bs, n);
         char* outputs = outputs_mapped;
         call.outputs.predict = reinterpret_cast<int32_t*>(outputs + out.packed);
