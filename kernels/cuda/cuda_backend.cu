@@ -11,96 +11,10 @@
 #include "kernels/cuda/call_launcher.h"
 #include "kernels/cuda/chain_kernel.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/step_layout.h"
 #include "kernels/validation.h"
 
 namespace ds::cuda {
-
-namespace {
-
-constexpr size_t kAlign = 256;
-
-size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
-// Sections carved one after another from a staging buffer, at the same offsets on the host and
-// on the device (a device copy, or the buffer's own mapped address); a section's size depends on
-// the step, so the offsets are the step's layout.
-class staging_carver {
-   public:
-    staging_carver(char* host, char* device) : host_(host), device_(device) {}
-
-    // Copies `count` elements into the next section and returns their device address (null for
-    // no elements).
-    template <class T>
-    const T* put(const T* values, size_t count) {
-        if (count == 0 || values == nullptr) return nullptr;
-        T* at = reserve<T>(count);
-        std::memcpy(at, values, count * sizeof(T));
-        return device_of(at);
-    }
-    // The next section's host address, for filling in place.
-    template <class T>
-    T* reserve(size_t count) {
-        T* at = reinterpret_cast<T*>(host_ + used_);
-        used_ += align_up(count * sizeof(T));
-        return at;
-    }
-    template <class T>
-    const T* device_of(const T* host) const {
-        return reinterpret_cast<const T*>(device_ + (reinterpret_cast<const char*>(host) - host_));
-    }
-    size_t used() const { return used_; }
-
-   private:
-    char* host_;
-    char* device_;
-    size_t used_ = 0;
-};
-
-// Where each output sits in the output buffer (bytes): predict and accept_length adjacent, as
-// step_output's packed buffer.
-struct output_layout {
-    size_t packed = 0, accept_index = 0, logprobs = 0, row_error = 0, total = 0;
-};
-
-output_layout outputs_for(int32_t bs, int32_t n) {
-    output_layout o;
-    const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
-    o.packed = 0;
-    o.accept_index = align_up((rows + static_cast<size_t>(bs)) * sizeof(int32_t));
-    o.logprobs = o.accept_index + align_up(rows * sizeof(int32_t));
-    o.row_error = o.logprobs + align_up(rows * sizeof(float));
-    o.total = o.row_error + static_cast<size_t>(bs);
-    return o;
-}
-
-// What a captured graph bakes in: the staging sections' sizes (so their offsets) and the kernels'
-// by-value arguments.
-struct staged_shape {
-    int32_t batch_size = 0, tokens_per_req = 0, bias_entries = 0, seen_entries = 0, stream_segments = 0;
-    const void* logits = nullptr;
-    int64_t row_stride = 0;
-    logits_dtype dtype = logits_dtype::f32;
-    bool verify = false, bitmask = false, coins = false, final_coins = false, logprobs = false;
-    float threshold_single = 1.0f, threshold_acc = 1.0f;
-
-    bool operator==(const staged_shape& o) const {
-        return batch_size == o.batch_size && tokens_per_req == o.tokens_per_req && bias_entries == o.bias_entries &&
-               seen_entries == o.seen_entries && stream_segments == o.stream_segments && logits == o.logits &&
-               row_stride == o.row_stride && dtype == o.dtype && verify == o.verify && bitmask == o.bitmask &&
-               coins == o.coins && final_coins == o.final_coins && logprobs == o.logprobs &&
-               threshold_single == o.threshold_single && threshold_acc == o.threshold_acc;
-    }
-};
-
-// A staged step: the call over device staging, the launch planned from it, and what moves.
-struct staged_step {
-    sampling_call call;
-    chain_kernel_params params;
-    size_t staged_bytes = 0;  // of the copied staging: 0 when the step has no lists and no bitmask
-    staged_shape shape;
-};
-
-}  // namespace
 
 struct cuda_backend::impl {
     kernel_config config;
@@ -132,9 +46,10 @@ struct cuda_backend::impl {
     size_t max_mapped_bytes() const {
         const size_t batch = static_cast<size_t>(config.max_batch);
         const size_t rows = static_cast<size_t>(config.max_rows());
-        return 16 * kAlign + align_up(batch * 6 * sizeof(float)) + align_up(batch * sizeof(int32_t)) +
-               2 * align_up(batch * sizeof(int64_t)) + 2 * align_up((batch + 1) * sizeof(int32_t)) +
-               align_up(rows * sizeof(int32_t)) + align_up(rows * sizeof(double)) + align_up(batch * sizeof(double));
+        return 16 * kSectionAlign + section_bytes(batch * 6 * sizeof(float)) + section_bytes(batch * sizeof(int32_t)) +
+               2 * section_bytes(batch * sizeof(int64_t)) + 2 * section_bytes((batch + 1) * sizeof(int32_t)) +
+               section_bytes(rows * sizeof(int32_t)) + section_bytes(rows * sizeof(double)) +
+               section_bytes(batch * sizeof(double));
     }
 
     // The four lists (bias tokens and values, seen tokens and counts) and the bitmask words.
@@ -143,8 +58,8 @@ struct cuda_backend::impl {
         const size_t rows = static_cast<size_t>(config.max_rows());
         const size_t bias = batch * static_cast<size_t>(config.max_logit_bias);
         const size_t seen = batch * static_cast<size_t>(config.max_penalty_tokens);
-        return 8 * kAlign + 4 * align_up(std::max(bias, seen) * sizeof(int32_t)) +
-               align_up(rows * static_cast<size_t>(bitmask_words(config.vocab_size)) * sizeof(uint32_t));
+        return 8 * kSectionAlign + 4 * section_bytes(std::max(bias, seen) * sizeof(int32_t)) +
+               section_bytes(rows * static_cast<size_t>(bitmask_words(config.vocab_size)) * sizeof(uint32_t));
     }
 
     // Packs the slots' parameters (as per-request arrays and CSR lists) and the step's positions
