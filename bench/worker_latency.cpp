@@ -171,7 +171,8 @@ bool print_breakdown(const options& o, answer_path path, const std::map<uint64_t
     // The last shard's rank began sampling at its answer less its engine step (what follows the
     // engine, a digest of the outputs, takes about a microsecond).
     std::vector<double> delivery, critical, handoff, sampling, collectives, others, to_reply, to_arrival, to_filed,
-        to_settled, to_caller, overhead, overhead_all, arrival_spread, last_received, last_read, filing_spread;
+        to_settled, to_caller, overhead, overhead_all, arrival_spread, first_received, first_read, last_received,
+        last_read, filing_spread;
     const auto by_arrival = [](const ds::step_timing& a, const ds::step_timing& b) {
         return a.arrived_at_ns < b.arrived_at_ns;
     };
@@ -197,8 +198,11 @@ bool print_breakdown(const options& o, answer_path path, const std::map<uint64_t
             std::minmax_element(caller.ranks.begin(), caller.ranks.end(), by_arrival);
         const auto [first_filed, last_filed] = std::minmax_element(caller.ranks.begin(), caller.ranks.end(), by_filing);
         arrival_spread.push_back(us_of(last_arrived->arrived_at_ns - first_arrived->arrived_at_ns));
-        if (last_filed->received_at_ns > 0)
+        if (first_filed->received_at_ns > 0 && last_filed->received_at_ns > 0) {
+            first_received.push_back(us_of(first_filed->received_at_ns - first_filed->arrived_at_ns));
+            first_read.push_back(us_of(first_filed->filed_at_ns - first_filed->received_at_ns));
             last_received.push_back(us_of(last_filed->received_at_ns - last_filed->arrived_at_ns));
+        }
         last_read.push_back(us_of(last_filed->filed_at_ns - last_filed->arrived_at_ns));
         filing_spread.push_back(us_of(last_filed->filed_at_ns - first_filed->filed_at_ns));
         to_caller.push_back(us_of(caller.replied_ns - caller.timeline.delivered_at_ns));
@@ -218,7 +222,13 @@ bool print_breakdown(const options& o, answer_path path, const std::map<uint64_t
     print_row("     of it: the answer's way to this process", to_arrival);
     print_row("     reading, checking and filing it", to_filed);
     print_row("       the ranks' answers: first arrival -> last", arrival_spread);
-    if (!last_received.empty()) print_row("       the last-filed answer: its arrival -> its recv", last_received);
+    if (!last_received.empty()) {
+        // The reader's wake-up (poll returning) to the first recv, then one answer's decoding,
+        // check and filing: what the reading costs before any queueing behind other answers.
+        print_row("       the first-filed answer: its arrival -> its recv", first_received);
+        print_row("       the first-filed answer: its recv -> filed", first_read);
+        print_row("       the last-filed answer: its arrival -> its recv", last_received);
+    }
     print_row("       the last-filed answer: its arrival -> filed", last_read);
     print_row("       first answer filed -> last filed", filing_spread);
     print_row("     the board settling the step", to_settled);
