@@ -26,15 +26,13 @@ struct cuda_backend::impl {
     // bitmask, which every block of a row reads, from a device copy, made only when the step
     // has them. A step without them is its kernels alone.
     pinned_buffer staging_mapped;
-    char* staging_mapped_device = nullptr;
     device_buffer staging_device;
     pinned_buffer staging_host;
     device_buffer host_logits_copy;  // for logits that arrive in host memory
     device_buffer workspace;
-    // The step's outputs: the kernels write them straight into this pinned host memory through
-    // its device address, so a step needs no output copy after its kernels.
+    // The step's outputs: the kernels write them straight into this pinned host memory, so a step
+    // needs no output copy after its kernels.
     pinned_buffer outputs_host;
-    char* outputs_mapped = nullptr;
 
     // The captured graph and the step it was captured for.
     captured_graph graph;
@@ -142,7 +140,7 @@ struct cuda_backend::impl {
         const int32_t bs = step.batch_size;
         const int32_t n = step.tokens_per_req;
         const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
-        staging_carver mapped(static_cast<char*>(staging_mapped.get()), staging_mapped_device);
+        staging_carver mapped(static_cast<char*>(staging_mapped.get()), static_cast<char*>(staging_mapped.get()));
         staging_carver copied(static_cast<char*>(staging_host.get()), static_cast<char*>(staging_device.get()));
         sampling_call& call = staged.call;
         call = sampling_call{};
@@ -169,7 +167,7 @@ struct cuda_backend::impl {
         coins.coins = mapped.put(step.coins, step.coins != nullptr ? static_cast<size_t>(bs) * (n - 1) : 0);
         coins.final_coins = mapped.put(step.final_coins, step.final_coins != nullptr ? static_cast<size_t>(bs) : 0);
         const output_layout out = outputs_for(bs, n);
-        char* outputs = outputs_mapped;
+        auto* outputs = static_cast<char*>(outputs_host.get());
         call.outputs.predict = reinterpret_cast<int32_t*>(outputs + out.packed);
         call.outputs.accept_length = call.outputs.predict + rows;
         call.outputs.accept_index = reinterpret_cast<int32_t*>(outputs + out.accept_index);
@@ -270,17 +268,12 @@ status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_ba
     const size_t vocab = static_cast<size_t>(config.vocab_size);
     const output_layout max_out = outputs_for(config.max_batch, config.max_tokens_per_req);
     DS_TRY(state->staging_mapped.allocate(state->max_mapped_bytes()));
-    void* mapped = nullptr;
-    DS_TRY(state->staging_mapped.device_address(mapped));
-    state->staging_mapped_device = static_cast<char*>(mapped);
     DS_TRY(state->staging_device.allocate(state->max_copied_bytes()));
     DS_TRY(state->staging_host.allocate(state->max_copied_bytes()));
     DS_TRY(state->host_logits_copy.allocate(rows * vocab * sizeof(float)));
     DS_TRY(state->workspace.allocate(
         call_workspace_bytes(config.max_batch, config.max_tokens_per_req, config.vocab_size, true)));
     DS_TRY(state->outputs_host.allocate(max_out.total));
-    DS_TRY(state->outputs_host.device_address(mapped));
-    state->outputs_mapped = static_cast<char*>(mapped);
     out.reset(new cuda_backend(std::move(state)));
     return status::success();
 }

@@ -62,17 +62,19 @@ class device_buffer : public cuda_memory<free_device> {
     }
 };
 
+// Page-locked host memory that kernels also reach at get() (unified addressing maps it at the
+// same address; allocate checks that), so a kernel can read and write it with no copy.
 class pinned_buffer : public cuda_memory<free_pinned> {
    public:
     status allocate(size_t bytes) {
         CUDA_TRY(cudaMallocHost(&ptr_, bytes > 0 ? bytes : 1));
         bytes_ = bytes;
-        return status::success();
-    }
-    // The address kernels write through to reach this memory (mapped pinned memory: a kernel's
-    // stores land here directly, with no copy after it).
-    status device_address(void*& out) const {
-        CUDA_TRY(cudaHostGetDevicePointer(&out, ptr_, 0));
+        void* on_device = nullptr;
+        CUDA_TRY(cudaHostGetDevicePointer(&on_device, ptr_, 0));
+        if (on_device != ptr_) {
+            return {status_code::unsupported,
+                    "pinned host memory is not at the same address on the device (no unified addressing)"};
+        }
         return status::success();
     }
 };

@@ -40,7 +40,8 @@ __device__ __forceinline__ void keep_vector_if_larger(const float (&values)[Toke
     if (top > best) {
 #pragma unroll
         for (int k = Tokens - 1; k >= 0; --k) {
-            if (values[k] == top) best_index = first + k, best = values[k];  // its own zero's sign
+            // The token's own value: of two equal zeros, its sign.
+            if (values[k] == top) best_index = first + k, best = values[k];
         }
     }
 }
