@@ -76,6 +76,18 @@ DS_HD void list_bounds(const token_list<V>& list, int64_t i, int32_t& begin, int
     }
 }
 
+// Whether request b's candidates are token ids. Every candidate is read, with no stop at the
+// first bad one, so the reads do not wait on each other (on a GPU they may cross the bus from
+// mapped host memory).
+DS_HD bool candidates_in_vocab(const sampling_call& call, int32_t b) {
+    if (call.candidates == nullptr) return true;
+    const int32_t n = call.tokens_per_req;
+    const int32_t* candidates = call.candidates + static_cast<int64_t>(b) * n;
+    bool all_in_vocab = true;
+    for (int32_t j = 0; j < n; ++j) all_in_vocab &= ranges::token(candidates[j], call.logits.vocab);
+    return all_in_vocab;
+}
+
 // Request b of `call`, its values checked against the ranges (the lists' bounds and token ids
 // too) and against the call's all-greedy promise; error = kRowErrorInvalidParams when one fails.
 DS_HD request_view resolve_request(const sampling_call& call, int32_t b) {
@@ -114,10 +126,7 @@ DS_HD request_view resolve_request(const sampling_call& call, int32_t b) {
     for (int32_t k = 0; ok && k < r.seen_count; ++k) {
         ok = ranges::token(r.seen_tokens[k], vocab) && r.seen_counts[k] >= 1;
     }
-    const int32_t n = call.tokens_per_req;
-    for (int32_t j = 0; ok && call.candidates != nullptr && j < n; ++j) {
-        ok = ranges::token(call.candidates[static_cast<int64_t>(b) * n + j], vocab);
-    }
+    ok = candidates_in_vocab(call, b) && ok;
     // A broken all-greedy promise is flagged the same way on every device.
     ok = ok && !(call.all_greedy_hint && (!r.greedy() || r.bias_count > 0 || r.penalties.active()));
     if (!ok) {
