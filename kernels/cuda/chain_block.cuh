@@ -211,20 +211,27 @@ __device__ __forceinline__ void load_half_chunk(const uint4* source, int32_t vec
     }
 }
 
+// Tokens [first, first + count) of `row` as whole 16-byte fp32 vectors, or null where they are
+// not fp32 or not aligned to 16 bytes.
+__device__ __forceinline__ const float4* vector_source(const chain_kernel_params& p, int64_t row, int32_t first,
+                                                       int32_t count) {
+    if (p.dtype != logits_dtype::f32 || count % 4 != 0) return nullptr;
+    const float* source = static_cast<const float*>(p.logits) + row * p.row_stride + first;
+    return (reinterpret_cast<uintptr_t>(source) & 15) == 0 ? reinterpret_cast<const float4*>(source) : nullptr;
+}
+
 // Loads tokens [first, first + count) of `row` into shared memory as the logits are given.
 __device__ void load_raw_chunk(const chain_kernel_params& p, int64_t row, int32_t first, int32_t count, float* chunk) {
     const int64_t offset = row * p.row_stride + first;
     if (p.dtype == logits_dtype::f32) {
-        const float* source = static_cast<const float*>(p.logits) + offset;
-        if ((reinterpret_cast<uintptr_t>(source) & 15) == 0 && count % 4 == 0) {
+        if (const float4* vectors = vector_source(p, row, first, count)) {
             // Asynchronous copies straight into shared memory: the whole chunk in flight at once.
-            for (int32_t q = threadIdx.x; q < count / 4; q += kBlockThreads) {
-                __pipeline_memcpy_async(reinterpret_cast<float4*>(chunk) + q,
-                                        reinterpret_cast<const float4*>(source) + q, 16);
-            }
+            for (int32_t q = threadIdx.x; q < count / 4; q += kBlockThreads)
+                __pipeline_memcpy_async(reinterpret_cast<float4*>(chunk) + q, vectors + q, 16);
             __pipeline_commit();
             __pipeline_wait_prior(0);
         } else {
+            const float* source = static_cast<const float*>(p.logits) + offset;
             for (int32_t i = threadIdx.x; i < count; i += kBlockThreads) chunk[i] = source[i];
         }
     } else {
@@ -261,23 +268,63 @@ __device__ __forceinline__ const uint32_t* mask_of(const chain_kernel_params& p,
 // Calls visit(round, first, values) for this thread's tokens round by round (increasing token
 // order): `first` is the index in the chunk of values[0]; tokens past `count` read as -inf,
 // which has no mass and never wins.
+// This thread's slice of round `round` of a chunk: its first token's index in the chunk, and the
+// values, -inf past `count`.
+__device__ __forceinline__ int32_t read_slice(const float* chunk, int32_t count, int round,
+                                              float (&values)[kSliceTokens]) {
+    const int32_t first = (round * kBlockThreads + static_cast<int32_t>(threadIdx.x)) * kSliceTokens;
+    if (first + kSliceTokens <= count) {
+        const float4 q = *reinterpret_cast<const float4*>(chunk + first);
+        values[0] = q.x;
+        values[1] = q.y;
+        values[2] = q.z;
+        values[3] = q.w;
+    } else {
+#pragma unroll
+        for (int k = 0; k < kSliceTokens; ++k) values[k] = first + k < count ? chunk[first + k] : -HUGE_VALF;
+    }
+    return first;
+}
+
 template <class Visit>
 __device__ __forceinline__ void for_each_slice(const float* chunk, int32_t count, const Visit& visit) {
 #pragma unroll 4
     for (int round = 0; round < kSlices; ++round) {
-        const int32_t first = (round * kBlockThreads + static_cast<int32_t>(threadIdx.x)) * kSliceTokens;
         float values[kSliceTokens];
-        if (first + kSliceTokens <= count) {
-            const float4 q = *reinterpret_cast<const float4*>(chunk + first);
-            values[0] = q.x;
-            values[1] = q.y;
-            values[2] = q.z;
-            values[3] = q.w;
-        } else {
-#pragma unroll
-            for (int k = 0; k < kSliceTokens; ++k) values[k] = first + k < count ? chunk[first + k] : -HUGE_VALF;
-        }
+        const int32_t first = read_slice(chunk, count, round, values);
         visit(round, first, values);
+    }
+}
+
+// Chunks that need no processing are copied in kLoadStages groups of rounds, each thread copying
+// its own slices (those for_each_slice gives it), so a thread works on its first slices while its
+// later ones are in flight.
+constexpr int kLoadStages = 4;
+static_assert(kSlices % kLoadStages == 0, "whole rounds per stage");
+
+// Copies a chunk from `source` (vector_source) and calls visit(round, first, values) for this
+// thread's slices as they land, in the order of for_each_slice. No thread reads another's slices
+// before the caller's next __syncthreads.
+template <class Visit>
+__device__ __forceinline__ void for_each_landing_slice(const float4* source, int32_t count, float* chunk,
+                                                       const Visit& visit) {
+    constexpr int kRoundsPerStage = kSlices / kLoadStages;
+    const int32_t vectors = count / 4;
+#pragma unroll
+    for (int round = 0; round < kSlices; ++round) {
+        const int32_t q = round * kBlockThreads + static_cast<int32_t>(threadIdx.x);
+        if (q < vectors) __pipeline_memcpy_async(reinterpret_cast<float4*>(chunk) + q, source + q, 16);
+        if ((round + 1) % kRoundsPerStage == 0) __pipeline_commit();
+    }
+#pragma unroll
+    for (int stage = 0; stage < kLoadStages; ++stage) {
+        __pipeline_wait_prior(kLoadStages - 1 - stage);
+#pragma unroll
+        for (int round = stage * kRoundsPerStage; round < (stage + 1) * kRoundsPerStage; ++round) {
+            float values[kSliceTokens];
+            const int32_t first = read_slice(chunk, count, round, values);
+            visit(round, first, values);
+        }
     }
 }
 

@@ -51,14 +51,12 @@ struct chunk_summary {
     float thread_max = -HUGE_VALF;
 };
 
-__device__ chunk_summary summarise_chunk(const float* chunk_logits, int32_t count, int32_t first, kernel_shared& sh,
-                                         bool with_sum) {
+// The block's maximum from the threads' (thread_max, best_index), and the sum when asked.
+__device__ chunk_summary finish_summary(const float* chunk_logits, int32_t count, float thread_max, int32_t best_index,
+                                        kernel_shared& sh, bool with_sum) {
     chunk_summary out;
-    int32_t best_index = -1;
-    for_each_slice(chunk_logits, count, [&](int, int32_t at_token, const float(&values)[kSliceTokens]) {
-        keep_vector_if_larger(values, first + at_token, out.thread_max, best_index);
-    });
-    out.index = block_argmax(out.thread_max, best_index, out.max_logit, sh.scratch);
+    out.thread_max = thread_max;
+    out.index = block_argmax(thread_max, best_index, out.max_logit, sh.scratch);
     if (with_sum && out.index >= 0) {
         uint64_t mass = 0;
         for_each_slice(chunk_logits, count, [&](int, int32_t, const float(&values)[kSliceTokens]) {
@@ -69,6 +67,27 @@ __device__ chunk_summary summarise_chunk(const float* chunk_logits, int32_t coun
         out.weight_sum = exact::mass_weight(block_sum(mass, sh.scratch));
     }
     return out;
+}
+
+__device__ chunk_summary summarise_chunk(const float* chunk_logits, int32_t count, int32_t first, kernel_shared& sh,
+                                         bool with_sum) {
+    float thread_max = -HUGE_VALF;
+    int32_t best_index = -1;
+    for_each_slice(chunk_logits, count, [&](int, int32_t at_token, const float(&values)[kSliceTokens]) {
+        keep_vector_if_larger(values, first + at_token, thread_max, best_index);
+    });
+    return finish_summary(chunk_logits, count, thread_max, best_index, sh, with_sum);
+}
+
+// Loads a chunk that needs no processing and summarises it as it lands.
+__device__ chunk_summary load_and_summarise(const float4* source, int32_t count, int32_t first, float* chunk_logits,
+                                            kernel_shared& sh, bool with_sum) {
+    float thread_max = -HUGE_VALF;
+    int32_t best_index = -1;
+    for_each_landing_slice(source, count, chunk_logits, [&](int, int32_t at_token, const float(&values)[kSliceTokens]) {
+        keep_vector_if_larger(values, first + at_token, thread_max, best_index);
+    });
+    return finish_summary(chunk_logits, count, thread_max, best_index, sh, with_sum);
 }
 
 // Phase 2 of a sampled row with a cut or min_p: the chunk's masses at the row's maximum, summed
@@ -206,17 +225,24 @@ __global__ void __launch_bounds__(kBlockThreads, 3) chain_kernel(chain_kernel_pa
     float* chunk_logits = sh.data.chunk;
 
     // ---- 1. Load, argmax, and the chunk's softmax sums (relative to the chunk's maxima) --------
-    load_raw_chunk(p, row, first, count, chunk_logits);
-    if (needs.raw) {
-        const chunk_summary raw = summarise_chunk(chunk_logits, count, first, sh, true);
-        if (threadIdx.x == 0) {
-            mine.raw_max = raw.index >= 0 ? raw.max_logit : -HUGE_VALF;
-            mine.raw_sum = raw.weight_sum;
+    const float4* vectors = vector_source(p, row, first, count);
+    const bool as_given = !needs.raw && mask_of(p, row) == nullptr && !r.penalties.active() && r.bias_count == 0;
+    chunk_summary summary;
+    if (as_given && vectors != nullptr) {
+        summary = load_and_summarise(vectors, count, first, chunk_logits, sh, needs.softmax);
+    } else {
+        load_raw_chunk(p, row, first, count, chunk_logits);
+        if (needs.raw) {
+            const chunk_summary raw = summarise_chunk(chunk_logits, count, first, sh, true);
+            if (threadIdx.x == 0) {
+                mine.raw_max = raw.index >= 0 ? raw.max_logit : -HUGE_VALF;
+                mine.raw_sum = raw.weight_sum;
+            }
         }
+        process_chunk(mask_of(p, row), r, drafts_of(p, b, j), first, count, chunk_logits);
+        summary = summarise_chunk(chunk_logits, count, first, sh, needs.softmax);
     }
-    process_chunk(mask_of(p, row), r, drafts_of(p, b, j), first, count, chunk_logits);
     if (draft >= first && draft < first + count && threadIdx.x == 0) sync.draft_logit = chunk_logits[draft - first];
-    const chunk_summary summary = summarise_chunk(chunk_logits, count, first, sh, needs.softmax);
     if (threadIdx.x == 0) {
         mine.max_logit = summary.max_logit;
         mine.max_index = summary.index;
