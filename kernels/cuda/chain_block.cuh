@@ -265,9 +265,6 @@ __device__ __forceinline__ const uint32_t* mask_of(const chain_kernel_params& p,
     return p.bitmask != nullptr ? p.bitmask + row * ((p.vocab + 31) / 32) : nullptr;
 }
 
-// Calls visit(round, first, values) for this thread's tokens round by round (increasing token
-// order): `first` is the index in the chunk of values[0]; tokens past `count` read as -inf,
-// which has no mass and never wins.
 // This thread's slice of round `round` of a chunk: its first token's index in the chunk, and the
 // values, -inf past `count`.
 __device__ __forceinline__ int32_t read_slice(const float* chunk, int32_t count, int round,
@@ -286,6 +283,9 @@ __device__ __forceinline__ int32_t read_slice(const float* chunk, int32_t count,
     return first;
 }
 
+// Calls visit(round, first, values) for this thread's tokens round by round (increasing token
+// order): `first` is the index in the chunk of values[0]; tokens past `count` read as -inf,
+// which has no mass and never wins.
 template <class Visit>
 __device__ __forceinline__ void for_each_slice(const float* chunk, int32_t count, const Visit& visit) {
 #pragma unroll 4
