@@ -30,6 +30,7 @@
 #include <distsample/rank.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -127,7 +128,9 @@ std::map<uint64_t, caller_record> drive_steps(const options& o, answer_path path
     if (s.is_ok()) s = group->wait_for_ranks(std::chrono::seconds(30));
     const std::vector<ds::sampling_params> params = request_params(o);
     for (int32_t b = 0; s.is_ok() && b < o.batch; ++b) s = group->register_request(b + 1, params[b]);
+    rusage before{}, after{};
     for (int i = 0; s.is_ok() && i < kWarmup + o.steps; ++i) {
+        if (i == kWarmup) ::getrusage(RUSAGE_THREAD, &before);
         const int64_t t0 = ds::steady_now_ns();
         const ds::step_reply reply =
             path == answer_path::lane_thread ? submit_and_wait(*group, o) : group->step(make_step(o));
@@ -137,6 +140,16 @@ std::map<uint64_t, caller_record> drive_steps(const options& o, answer_path path
         submitted[reply.step_id] = {t0, t1, reply.timing.rank_answered_at_ns, reply.timeline, reply.rank_timing};
         received_bytes = 0;
         for (const ds::step_timing& t : reply.rank_timing) received_bytes += t.rank_received_bytes;
+    }
+    // The calling thread (the one that reads the answer lane when the caller reads it): page
+    // faults and context switches per step, which a microsecond-scale path cannot afford.
+    if (::getrusage(RUSAGE_THREAD, &after) == 0 && !submitted.empty()) {
+        const auto per_step = [&](long a, long b) { return static_cast<double>(b - a) / submitted.size(); };
+        fmt::print(
+            "the calling thread per step: {:.2f} minor page faults, {:.2f} voluntary and {:.2f} involuntary "
+            "context switches\n",
+            per_step(before.ru_minflt, after.ru_minflt), per_step(before.ru_nvcsw, after.ru_nvcsw),
+            per_step(before.ru_nivcsw, after.ru_nivcsw));
     }
     if (!s.is_ok()) fmt::print(stderr, "workers: {}\n", s.message);
     return submitted;  // the group stops; the workers' ranks leave and they exit

@@ -161,7 +161,9 @@ bench() {
   done
   # Exact sharded mode against the vocab swap, both on this GPU.
   if [[ -x $BUNDLE/bin/bench_gpu_modes ]]; then "$BUNDLE/bin/bench_gpu_modes" | tee "$out/gpu-modes.txt"; fi
-  # Step latency with 4 GPU worker processes handing in device shards, sharded and swap.
+  # What this host charges the answer lane's reader (a clock read, a wake-up), then the step
+  # latency with 4 GPU worker processes handing in device shards, sharded and swap.
+  if [[ -x $BUNDLE/bin/bench_host_wakeup ]]; then "$BUNDLE/bin/bench_host_wakeup" | tee "$out/host-wakeup.txt"; fi
   if [[ -x $BUNDLE/bin/bench_worker_latency ]]; then
     local mode
     for mode in sharded swap; do
