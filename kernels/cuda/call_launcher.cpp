@@ -30,10 +30,17 @@ bool can_stream(const sampling_call& call) {
 
 }  // namespace
 
-status plan_call(const sampling_call& call, workspace_ref workspace, int streaming_blocks, replay_coins coins,
-                 chain_kernel_params& params) {
+status plan_call(const sampling_call& call, workspace_ref workspace, const kernel_capacity& capacity,
+                 replay_coins coins, chain_kernel_params& params) {
     const int32_t bs = call.batch_size;
     const int32_t n = call.tokens_per_req;
+    const bool streams = can_stream(call);
+    if (!streams && !chain_row_fits(call.logits.vocab, capacity)) {
+        return status::invalid(
+            fmt::format("logits.vocab = {}: expected at most {} on this GPU, whose {} resident blocks of the sampling "
+                        "kernel hold one row at most (docs/configuration.md, CUDA backend vocabulary)",
+                        call.logits.vocab, int64_t{capacity.chain_blocks} * kChunkTokens, capacity.chain_blocks));
+    }
     const bool cut_lists = cut_possible(call);
     const std::size_t needed = call_workspace_bytes(bs, n, call.logits.vocab, cut_lists);
     if (workspace.data == nullptr || workspace.bytes < needed) {
@@ -62,10 +69,9 @@ status plan_call(const sampling_call& call, workspace_ref workspace, int streami
     // As many segments as one round of the resident blocks holds: a block's fixed costs (its
     // start, reduction and the row's combine) outweigh what more, shorter segments would
     // spread (measured on the H200: one round 60 us, two 68, four 72 for bs 256 greedy).
-    const int64_t wanted = streaming_blocks / std::max<int64_t>(rows, 1);
+    const int64_t wanted = capacity.streaming_blocks / std::max<int64_t>(rows, 1);
     params.stream_segments =
-        can_stream(call) ? static_cast<int32_t>(std::clamp<int64_t>(wanted, 1, max_stream_segments(call.logits.vocab)))
-                         : 0;
+        streams ? static_cast<int32_t>(std::clamp<int64_t>(wanted, 1, max_stream_segments(call.logits.vocab))) : 0;
     if (const char* problem = params.check()) return {status_code::internal, problem};
     return status::success();
 }
@@ -78,25 +84,29 @@ status enqueue_call(const sampling_call& call, const chain_kernel_params& params
 namespace {
 
 // The kernels' one-time setup on a device (their shared-memory attribute) and what the GPU holds
-// of the streaming kernel: properties of the device and the kernels, the same for every call, so
-// they are found once per device instead of on every engine call.
+// of them: properties of the device and the kernels, the same for every call, so they are found
+// once per device instead of on every engine call.
 constexpr int kMaxDevices = 64;
-std::atomic<int> streaming_blocks_plus_one[kMaxDevices];
+std::atomic<int> chain_blocks_known[kMaxDevices];
+std::atomic<int> streaming_blocks_plus_one[kMaxDevices];  // stored last: 0 while unknown
 
-status device_setup(int& streaming_blocks) {
+status device_setup(kernel_capacity& capacity) {
     int device = 0;
     CUDA_TRY(cudaGetDevice(&device));
-    if (device >= 0 && device < kMaxDevices) {
+    const bool cached = device >= 0 && device < kMaxDevices;
+    if (cached) {
         const int known = streaming_blocks_plus_one[device].load(std::memory_order_acquire);
         if (known > 0) {
-            streaming_blocks = known - 1;
+            capacity.streaming_blocks = known - 1;
+            capacity.chain_blocks = chain_blocks_known[device].load(std::memory_order_relaxed);
             return status::success();
         }
     }
     CUDA_TRY(prepare_chain_kernel());
-    CUDA_TRY(streaming_kernel_capacity(device, streaming_blocks));
-    if (device >= 0 && device < kMaxDevices) {
-        streaming_blocks_plus_one[device].store(streaming_blocks + 1, std::memory_order_release);
+    CUDA_TRY(query_kernel_capacity(device, capacity));
+    if (cached) {
+        chain_blocks_known[device].store(capacity.chain_blocks, std::memory_order_relaxed);
+        streaming_blocks_plus_one[device].store(capacity.streaming_blocks + 1, std::memory_order_release);
     }
     return status::success();
 }
@@ -104,10 +114,10 @@ status device_setup(int& streaming_blocks) {
 }  // namespace
 
 status run_call(const sampling_call& call, workspace_ref workspace, cudaStream_t stream) {
-    int streaming_blocks = 1;
-    DS_TRY(device_setup(streaming_blocks));
+    kernel_capacity capacity;
+    DS_TRY(device_setup(capacity));
     chain_kernel_params params;
-    DS_TRY(plan_call(call, workspace, streaming_blocks, {}, params));
+    DS_TRY(plan_call(call, workspace, capacity, {}, params));
     return enqueue_call(call, params, stream);
 }
 

@@ -7,7 +7,7 @@
 
 #include <distsample/sampling.h>
 
-#include "kernels/cuda/chain_kernel_params.h"
+#include "kernels/cuda/chain_kernel.h"
 
 namespace ds::cuda {
 
@@ -25,10 +25,10 @@ struct replay_coins {
     const double* final_coins = nullptr;  // [batch]
 };
 
-// Kernel parameters for `call` over `workspace`; `streaming_blocks` is what the GPU holds of the
-// streaming kernel at once (streaming_kernel_capacity), used when every request is plain greedy.
-status plan_call(const sampling_call& call, workspace_ref workspace, int streaming_blocks, replay_coins coins,
-                 chain_kernel_params& params);
+// Kernel parameters for `call` over `workspace` on a GPU of `capacity` (query_kernel_capacity):
+// invalid, naming logits.vocab, when the chain kernel's blocks of a row cannot all be resident.
+status plan_call(const sampling_call& call, workspace_ref workspace, const kernel_capacity& capacity,
+                 replay_coins coins, chain_kernel_params& params);
 
 // Enqueues the planned call on `stream`.
 status enqueue_call(const sampling_call& call, const chain_kernel_params& params, cudaStream_t stream);

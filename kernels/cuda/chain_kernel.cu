@@ -69,25 +69,30 @@ __device__ chunk_summary finish_summary(const float* chunk_logits, int32_t count
     return out;
 }
 
-__device__ chunk_summary summarise_chunk(const float* chunk_logits, int32_t count, int32_t first, kernel_shared& sh,
-                                         bool with_sum) {
+// Summarises the chunk from the slices `each_slice(visit)` hands this thread.
+template <class EachSlice>
+__device__ chunk_summary summarise_slices(const EachSlice& each_slice, const float* chunk_logits, int32_t count,
+                                          int32_t first, kernel_shared& sh, bool with_sum) {
     float thread_max = -HUGE_VALF;
     int32_t best_index = -1;
-    for_each_slice(chunk_logits, count, [&](int, int32_t at_token, const float(&values)[kSliceTokens]) {
+    each_slice([&](int, int32_t at_token, const float(&values)[kSliceTokens]) {
         keep_vector_if_larger(values, first + at_token, thread_max, best_index);
     });
     return finish_summary(chunk_logits, count, thread_max, best_index, sh, with_sum);
 }
 
-// Loads a chunk that needs no processing and summarises it as it lands.
+// A chunk already in shared memory.
+__device__ chunk_summary summarise_chunk(const float* chunk_logits, int32_t count, int32_t first, kernel_shared& sh,
+                                         bool with_sum) {
+    return summarise_slices([&](const auto& visit) { for_each_slice(chunk_logits, count, visit); }, chunk_logits, count,
+                            first, sh, with_sum);
+}
+
+// A chunk that needs no processing, summarised as it lands.
 __device__ chunk_summary load_and_summarise(const float4* source, int32_t count, int32_t first, float* chunk_logits,
                                             kernel_shared& sh, bool with_sum) {
-    float thread_max = -HUGE_VALF;
-    int32_t best_index = -1;
-    for_each_landing_slice(source, count, chunk_logits, [&](int, int32_t at_token, const float(&values)[kSliceTokens]) {
-        keep_vector_if_larger(values, first + at_token, thread_max, best_index);
-    });
-    return finish_summary(chunk_logits, count, thread_max, best_index, sh, with_sum);
+    return summarise_slices([&](const auto& visit) { for_each_landing_slice(source, count, chunk_logits, visit); },
+                            chunk_logits, count, first, sh, with_sum);
 }
 
 // Phase 2 of a sampled row with a cut or min_p: the chunk's masses at the row's maximum, summed
@@ -295,14 +300,19 @@ __global__ void prepare_step_kernel(sampling_call call, chain_workspace workspac
 
 }  // namespace
 
-cudaError_t streaming_kernel_capacity(int device, int& resident_blocks) {
+cudaError_t query_kernel_capacity(int device, kernel_capacity& out) {
     int sms = 0;
-    int per_sm = 0;
+    int streaming_per_sm = 0;
+    int chain_per_sm = 0;
     cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, streaming_greedy_kernel<logits_dtype::f32>,
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&streaming_per_sm, streaming_greedy_kernel<logits_dtype::f32>,
                                                           kBlockThreads, 0);
-    resident_blocks = sms * per_sm;
+    if (e == cudaSuccess)
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&chain_per_sm, chain_kernel, kBlockThreads,
+                                                          sizeof(kernel_shared));
+    out.streaming_blocks = sms * streaming_per_sm;
+    out.chain_blocks = sms * chain_per_sm;
     return e;
 }
 

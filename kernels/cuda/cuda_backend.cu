@@ -20,7 +20,7 @@ struct cuda_backend::impl {
     kernel_config config;
     param_pool pool;
     cuda_stream stream;
-    int streaming_resident_blocks = 1;  // what the GPU holds of the streaming kernel at once
+    kernel_capacity capacity;  // what the GPU holds of the kernels at once
     // What a step's kernels read: the small parts (the requests' values, positions, candidates,
     // coins) straight from mapped pinned memory, read a few times a row; the lists and the
     // bitmask, which every block of a row reads, from a device copy, made only when the step
@@ -140,7 +140,7 @@ struct cuda_backend::impl {
         const int32_t bs = step.batch_size;
         const int32_t n = step.tokens_per_req;
         const size_t rows = static_cast<size_t>(bs) * static_cast<size_t>(n);
-        staging_carver mapped(static_cast<char*>(staging_mapped.get()), static_cast<char*>(staging_mapped.get()));
+        staging_carver mapped(static_cast<char*>(staging_mapped.get()));
         staging_carver copied(static_cast<char*>(staging_host.get()), static_cast<char*>(staging_device.get()));
         sampling_call& call = staged.call;
         call = sampling_call{};
@@ -174,7 +174,7 @@ struct cuda_backend::impl {
         call.outputs.logprobs = with_logprobs ? reinterpret_cast<float*>(outputs + out.logprobs) : nullptr;
         call.outputs.row_error = reinterpret_cast<uint8_t*>(outputs + out.row_error);
         staged.staged_bytes = copied.used();
-        DS_TRY(plan_call(call, {workspace.get(), workspace.bytes()}, streaming_resident_blocks, coins, staged.params));
+        DS_TRY(plan_call(call, {workspace.get(), workspace.bytes()}, capacity, coins, staged.params));
         staged.shape = {bs,
                         n,
                         pool_entries(step, true),
@@ -262,7 +262,14 @@ status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_ba
     auto state = std::make_unique<impl>(config);
     int device = 0;
     CUDA_TRY(cudaGetDevice(&device));
-    CUDA_TRY(streaming_kernel_capacity(device, state->streaming_resident_blocks));
+    CUDA_TRY(query_kernel_capacity(device, state->capacity));
+    if (!chain_row_fits(config.vocab_size, state->capacity)) {
+        return status::invalid(fmt::format(
+            "vocab_size = {}: expected at most {} for backend = 'cuda' on this GPU, whose {} resident blocks of "
+            "the sampling kernel hold one row at most (docs/configuration.md, CUDA backend vocabulary); use "
+            "backend = 'cpu'",
+            config.vocab_size, int64_t{state->capacity.chain_blocks} * kChunkTokens, state->capacity.chain_blocks));
+    }
     DS_TRY(state->stream.create());
     const size_t rows = static_cast<size_t>(config.max_rows());
     const size_t vocab = static_cast<size_t>(config.vocab_size);

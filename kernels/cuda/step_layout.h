@@ -22,7 +22,10 @@ inline size_t section_bytes(size_t bytes) { return (bytes + kSectionAlign - 1) /
 // the step, so the offsets are the step's layout.
 class staging_carver {
    public:
+    // A host buffer copied to `device` before the kernels read it.
     staging_carver(char* host, char* device) : host_(host), device_(device) {}
+    // Mapped pinned memory, which the device reads at its host address.
+    explicit staging_carver(char* mapped) : staging_carver(mapped, mapped) {}
 
     // Copies `count` elements into the next section and returns their device address (null for
     // no elements).

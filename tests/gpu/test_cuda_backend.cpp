@@ -351,6 +351,18 @@ TEST_F(CudaBackend, DeviceLogitsAndGraphReplayMatchCpu) {
     }
 }
 
+// A vocabulary whose rows the sampling kernel's resident blocks cannot hold is refused when the
+// backend is made (the CPU backend has no such bound).
+TEST_F(CudaBackend, RefusesAVocabularyItsResidentBlocksCannotHold) {
+    kernel_config config;
+    config.vocab_size = kMaxVocabSize;
+    config.max_batch = 1;
+    std::unique_ptr<sampling_backend> gpu;
+    const status s = make_backend(backend_kind::cuda, config, gpu);
+    EXPECT_EQ(s.code, status_code::invalid_argument) << s.message;
+    EXPECT_NE(s.message.find("vocab_size = 16777215: expected at most "), std::string::npos) << s.message;
+}
+
 TEST_F(CudaBackend, ValidatesLikeTheCpuBackend) {
     std::mt19937_64 rng(3);
     random_step step(rng, 64, 4, 2);

@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/det_math_probe.h"
 #include "kernels/device_memory.h"
+#include "kernels/exact_rules.h"
 #include "support/random_calls.h"
 
 namespace {
@@ -141,6 +142,22 @@ TEST(GpuSamplingApi, EqualsTheHostOnRandomBatches) {
             }
         }
     }
+}
+
+// A row the sampling kernel's resident blocks cannot hold is refused before anything is read,
+// naming logits.vocab and the bound; plain greedy rows stream, so they may be longer.
+TEST(GpuSamplingApi, RefusesRowsLongerThanTheResidentBlocksHold) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    device_arrays arrays;
+    sampling_call call;
+    call.logits = {arrays.zeros(16), logits_dtype::f32, 1, exact::kMaxVocab, exact::kMaxVocab, true};
+    call.batch_size = 1;
+    call.outputs = {static_cast<int32_t*>(arrays.zeros(4)), static_cast<int32_t*>(arrays.zeros(4)),
+                    static_cast<int32_t*>(arrays.zeros(4)), nullptr, static_cast<uint8_t*>(arrays.zeros(1))};
+    const workspace_ref ws{arrays.zeros(256), 256};
+    const status s = sample(call, ws);
+    EXPECT_EQ(s.code, status_code::invalid_argument) << s.message;
+    EXPECT_NE(s.message.find("logits.vocab = 16777215: expected at most "), std::string::npos) << s.message;
 }
 
 // The workspace holds candidate lists for every filter the kernels list tokens for: top-k, top-p
