@@ -1,11 +1,16 @@
 // What a host charges the answer lane's reader (docs/benchmarks.md, bench_host_wakeup): the cost
 // of a steady-clock read (every timestamp of the step timeline is one), and a thread's wake-up
-// through an eventfd, asleep in poll as the reader waits against spinning on the descriptor,
-// with the time a fixed piece of work takes right after each wake-up (a core that woke from
-// idle may run it slower: cold caches, a lower clock). p50 / p90 / p99 in µs, ratios in one run.
+// through an eventfd and through a loopback TCP connection, asleep in poll as the reader waits
+// against spinning on the descriptor, with the read that follows and the time a fixed piece of
+// work takes right after it (a core that woke from idle may run it slower: cold caches, a lower
+// clock). p50 / p90 / p99 in µs, ratios in one run.
 //
 //   bench_host_wakeup [--wakeups 3000]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -53,50 +58,86 @@ uint32_t reader_like_work(std::vector<uint32_t>& bytes) {
     return hash;
 }
 
-struct wakeup_p50 {
-    double wake_us, work_us;
+// A one-way channel: what the ringer writes to `out` wakes the waiter polling `in`. An eventfd
+// (the lane's bell), or a loopback TCP connection carrying an answer-sized message (a rank's
+// answer on the lane).
+struct channel {
+    const char* name;
+    int in = -1, out = -1;
+    size_t message = 8;
 };
 
-// The waiter either sleeps in poll (spinning = false) or reads the non-blocking eventfd in a loop.
-wakeup_p50 measure_wakeups(bool spinning, int wakeups) {
+channel eventfd_channel() {
     const int bell = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (bell < 0) std::exit(1);
+    return {"eventfd", bell, bell, sizeof(uint64_t)};
+}
+
+channel tcp_channel() {
+    const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+        ::listen(listener, 1) != 0 || ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+        std::exit(1);
+    const int sender = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (::connect(sender, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) std::exit(1);
+    const int receiver = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    ::close(listener);
+    const int on = 1;
+    ::setsockopt(sender, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+    constexpr size_t kAnswerBytes = 848;  // bs 16, N 4: an answer frame's body
+    return {"loopback TCP", receiver, sender, kAnswerBytes};
+}
+
+struct wakeup_p50 {
+    double wake_us, read_us, work_us;
+};
+
+// The waiter either sleeps in poll (spinning = false) or reads the non-blocking descriptor in a
+// loop; per message: ring -> the read begins (the wake-up), the read itself, the work after it.
+wakeup_p50 measure_wakeups(const channel& c, bool spinning, int wakeups) {
+    if (c.in < 0 || c.out < 0) std::exit(1);
     std::atomic<int64_t> rung_at{0};
     std::atomic<int> handled{0};
     std::atomic<bool> stop{false};
-    std::vector<int64_t> wake_ns, work_ns;
+    std::vector<int64_t> wake_ns, read_ns, work_ns;
     std::thread waiter([&] {
         std::vector<uint32_t> bytes(2048, 1);
+        std::vector<char> in(c.message);
         while (!stop.load()) {
             if (!spinning) {
-                pollfd p{bell, POLLIN, 0};
+                pollfd p{c.in, POLLIN, 0};
                 if (::poll(&p, 1, 100) <= 0) continue;
             }
-            uint64_t count = 0;
-            if (::read(bell, &count, sizeof count) != static_cast<ssize_t>(sizeof count)) continue;
             const int64_t woke = ds::steady_now_ns();
+            if (::read(c.in, in.data(), in.size()) != static_cast<ssize_t>(in.size())) continue;
+            const int64_t read = ds::steady_now_ns();
             reader_like_work(bytes);
-            work_ns.push_back(ds::steady_now_ns() - woke);
+            work_ns.push_back(ds::steady_now_ns() - read);
+            read_ns.push_back(read - woke);
             wake_ns.push_back(woke - rung_at.load());
             handled.fetch_add(1);
         }
     });
+    std::vector<char> out(c.message, 1);
+    if (c.in == c.out) *reinterpret_cast<uint64_t*>(out.data()) = 1;  // an eventfd adds what it is given
     for (int i = 0; i < wakeups; ++i) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));  // the waiter goes idle
         const int before = handled.load();
         rung_at.store(ds::steady_now_ns());
-        const uint64_t one = 1;
-        if (::write(bell, &one, sizeof one) != static_cast<ssize_t>(sizeof one)) std::exit(1);
+        if (::write(c.out, out.data(), out.size()) != static_cast<ssize_t>(out.size())) std::exit(1);
         while (handled.load() == before) {
         }
     }
     stop = true;
     waiter.join();
-    ::close(bell);
-    const sorted_us wake(wake_ns), work(work_ns);
-    std::printf("%-22s %8.1f %8.1f %8.1f   %8.2f %8.2f\n", spinning ? "spinning on read" : "asleep in poll",
-                wake.at(0.5), wake.at(0.9), wake.at(0.99), work.at(0.5), work.at(0.9));
-    return {wake.at(0.5), work.at(0.5)};
+    const sorted_us wake(wake_ns), read(read_ns), work(work_ns);
+    std::printf("%-12s %-17s %7.1f %7.1f %7.1f   %7.2f %7.2f   %7.2f %7.2f\n", c.name,
+                spinning ? "spinning on read" : "asleep in poll", wake.at(0.5), wake.at(0.9), wake.at(0.99),
+                read.at(0.5), read.at(0.9), work.at(0.5), work.at(0.9));
+    return {wake.at(0.5), read.at(0.5), work.at(0.5)};
 }
 
 }  // namespace
@@ -107,10 +148,15 @@ int main(int argc, char** argv) {
         if (std::strcmp(argv[i], "--wakeups") == 0) wakeups = std::clamp(std::atoi(argv[i + 1]), 10, 1'000'000);
     }
     std::printf("steady-clock read: %.1f ns\n\n", clock_read_ns());
-    std::printf("%-22s %26s   %17s\n", "", "wake-up (us) p50/p90/p99", "work after p50/p90");
-    const wakeup_p50 asleep = measure_wakeups(false, wakeups);
-    const wakeup_p50 spinning = measure_wakeups(true, wakeups);
-    std::printf("\nasleep / spinning at p50: wake-up %.1fx, the work after it %.2fx\n",
-                asleep.wake_us / std::max(spinning.wake_us, 1e-3), asleep.work_us / std::max(spinning.work_us, 1e-3));
+    std::printf("%-30s %23s   %15s   %15s\n", "", "wake-up (us) p50/90/99", "read p50/90", "work after p50/90");
+    for (const channel& c : {eventfd_channel(), tcp_channel()}) {
+        const wakeup_p50 asleep = measure_wakeups(c, false, wakeups);
+        const wakeup_p50 spinning = measure_wakeups(c, true, wakeups);
+        std::printf("%-12s asleep / spinning at p50: wake-up %.1fx, read %.2fx, the work after it %.2fx\n\n", c.name,
+                    asleep.wake_us / std::max(spinning.wake_us, 1e-3), asleep.read_us / std::max(spinning.read_us, 1e-3),
+                    asleep.work_us / std::max(spinning.work_us, 1e-3));
+        ::close(c.in);
+        if (c.out != c.in) ::close(c.out);
+    }
     return 0;
 }
