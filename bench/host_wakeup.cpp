@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -27,6 +28,11 @@
 #include "core/clock.h"
 
 namespace {
+
+[[noreturn]] void fail(const char* what) {
+    std::perror(what);
+    std::exit(1);
+}
 
 struct sorted_us {
     std::vector<double> us;
@@ -80,10 +86,11 @@ channel tcp_channel() {
     socklen_t length = sizeof address;
     if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
         ::listen(listener, 1) != 0 || ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0)
-        std::exit(1);
+        fail("a loopback listener");
     const int sender = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (::connect(sender, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) std::exit(1);
+    if (::connect(sender, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) fail("connect");
     const int receiver = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (receiver < 0) fail("accept");
     ::close(listener);
     const int on = 1;
     ::setsockopt(sender, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
@@ -95,10 +102,19 @@ struct wakeup_p50 {
     double wake_us, read_us, work_us;
 };
 
+// Reads the rest of a message whose first `got` bytes are in `in` (a TCP read may return part).
+void read_rest(int fd, std::vector<char>& in, ssize_t got) {
+    while (got < static_cast<ssize_t>(in.size())) {
+        const ssize_t n = ::read(fd, in.data() + got, in.size() - static_cast<size_t>(got));
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) fail("read");
+        if (n > 0) got += n;
+    }
+}
+
 // The waiter either sleeps in poll (spinning = false) or reads the non-blocking descriptor in a
 // loop; per message: ring -> the read begins (the wake-up), the read itself, the work after it.
 wakeup_p50 measure_wakeups(const channel& c, bool spinning, int wakeups) {
-    if (c.in < 0 || c.out < 0) std::exit(1);
+    if (c.in < 0 || c.out < 0) fail("a channel");
     std::atomic<int64_t> rung_at{0};
     std::atomic<int> handled{0};
     std::atomic<bool> stop{false};
@@ -112,7 +128,9 @@ wakeup_p50 measure_wakeups(const channel& c, bool spinning, int wakeups) {
                 if (::poll(&p, 1, 100) <= 0) continue;
             }
             const int64_t woke = ds::steady_now_ns();
-            if (::read(c.in, in.data(), in.size()) != static_cast<ssize_t>(in.size())) continue;
+            const ssize_t got = ::read(c.in, in.data(), in.size());
+            if (got <= 0) continue;
+            read_rest(c.in, in, got);
             const int64_t read = ds::steady_now_ns();
             reader_like_work(bytes);
             work_ns.push_back(ds::steady_now_ns() - read);
@@ -127,7 +145,7 @@ wakeup_p50 measure_wakeups(const channel& c, bool spinning, int wakeups) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));  // the waiter goes idle
         const int before = handled.load();
         rung_at.store(ds::steady_now_ns());
-        if (::write(c.out, out.data(), out.size()) != static_cast<ssize_t>(out.size())) std::exit(1);
+        if (::write(c.out, out.data(), out.size()) != static_cast<ssize_t>(out.size())) fail("write");
         while (handled.load() == before) {
         }
     }
