@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/percentiles.h"
 #include "core/clock.h"
 
 namespace {
@@ -35,14 +36,12 @@ namespace {
     std::exit(1);
 }
 
-struct sorted_us {
+// Samples in ns as percentiles in µs.
+ds::bench::percentiles us_of(const std::vector<int64_t>& ns) {
     std::vector<double> us;
-    explicit sorted_us(std::vector<int64_t> ns) {
-        std::sort(ns.begin(), ns.end());
-        for (int64_t v : ns) us.push_back(static_cast<double>(v) / 1e3);
-    }
-    double at(double q) const { return us.empty() ? 0.0 : us[static_cast<size_t>(q * (us.size() - 1))]; }
-};
+    for (int64_t v : ns) us.push_back(static_cast<double>(v) / 1e3);
+    return ds::bench::of(std::move(us));
+}
 
 double clock_read_ns() {
     constexpr int kReads = 2'000'000;
@@ -152,11 +151,11 @@ wakeup_p50 measure_wakeups(const channel& c, bool spinning, int wakeups) {
     }
     stop = true;
     waiter.join();
-    const sorted_us wake(wake_ns), read(read_ns), work(work_ns);
+    const ds::bench::percentiles wake = us_of(wake_ns), read = us_of(read_ns), work = us_of(work_ns);
     std::printf("%-12s %-17s %7.1f %7.1f %7.1f   %7.2f %7.2f   %7.2f %7.2f\n", c.name,
-                spinning ? "spinning on read" : "asleep in poll", wake.at(0.5), wake.at(0.9), wake.at(0.99),
-                read.at(0.5), read.at(0.9), work.at(0.5), work.at(0.9));
-    return {wake.at(0.5), read.at(0.5), work.at(0.5)};
+                spinning ? "spinning on read" : "asleep in poll", wake.p50, wake.p90, wake.p99, read.p50, read.p90,
+                work.p50, work.p90);
+    return {wake.p50, read.p50, work.p50};
 }
 
 // Answers sent at once, as the lane gets them from its ranks: `senders` threads, released
@@ -217,10 +216,10 @@ void measure_answers_at_once(int senders, int rounds) {
     reader.join();
     for (std::thread& t : threads) t.join();
     for (const channel& c : links) ::close(c.in), ::close(c.out);
-    const sorted_us wake(wake_ns), first(first_ns), last(last_ns);
+    const ds::bench::percentiles wake = us_of(wake_ns), first = us_of(first_ns), last = us_of(last_ns);
     std::printf("%d answers at once over loopback TCP, the reader asleep in poll (us, p50 / p90):\n", senders);
     std::printf("  release -> poll returns %.1f / %.1f; then the first read %.1f / %.1f, the last %.1f / %.1f\n",
-                wake.at(0.5), wake.at(0.9), first.at(0.5), first.at(0.9), last.at(0.5), last.at(0.9));
+                wake.p50, wake.p90, first.p50, first.p90, last.p50, last.p90);
 }
 
 }  // namespace
