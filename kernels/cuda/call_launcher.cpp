@@ -30,17 +30,20 @@ bool can_stream(const sampling_call& call) {
 
 }  // namespace
 
+status check_row_fits(const char* field, int32_t vocab, const kernel_capacity& capacity, const char* advice) {
+    if (chunks_per_row(vocab) <= capacity.chain_blocks) return status::success();
+    return status::invalid(fmt::format(
+        "{} = {}: expected at most {} on this GPU, whose {} resident blocks of the sampling kernel hold one row at "
+        "most (docs/configuration.md, CUDA backend vocabulary){}",
+        field, vocab, int64_t{capacity.chain_blocks} * kChunkTokens, capacity.chain_blocks, advice));
+}
+
 status plan_call(const sampling_call& call, workspace_ref workspace, const kernel_capacity& capacity,
                  replay_coins coins, chain_kernel_params& params) {
     const int32_t bs = call.batch_size;
     const int32_t n = call.tokens_per_req;
     const bool streams = can_stream(call);
-    if (!streams && !chain_row_fits(call.logits.vocab, capacity)) {
-        return status::invalid(
-            fmt::format("logits.vocab = {}: expected at most {} on this GPU, whose {} resident blocks of the sampling "
-                        "kernel hold one row at most (docs/configuration.md, CUDA backend vocabulary)",
-                        call.logits.vocab, int64_t{capacity.chain_blocks} * kChunkTokens, capacity.chain_blocks));
-    }
+    if (!streams) DS_TRY(check_row_fits("logits.vocab", call.logits.vocab, capacity));
     const bool cut_lists = cut_possible(call);
     const std::size_t needed = call_workspace_bytes(bs, n, call.logits.vocab, cut_lists);
     if (workspace.data == nullptr || workspace.bytes < needed) {
@@ -87,26 +90,27 @@ namespace {
 // of them: properties of the device and the kernels, the same for every call, so they are found
 // once per device instead of on every engine call.
 constexpr int kMaxDevices = 64;
-std::atomic<int> chain_blocks_known[kMaxDevices];
-std::atomic<int> streaming_blocks_plus_one[kMaxDevices];  // stored last: 0 while unknown
+// Per device: (streaming blocks + 1) << 32 | chain blocks, 0 while unknown.
+std::atomic<uint64_t> capacity_known[kMaxDevices];
 
 status device_setup(kernel_capacity& capacity) {
     int device = 0;
     CUDA_TRY(cudaGetDevice(&device));
     const bool cached = device >= 0 && device < kMaxDevices;
     if (cached) {
-        const int known = streaming_blocks_plus_one[device].load(std::memory_order_acquire);
-        if (known > 0) {
-            capacity.streaming_blocks = known - 1;
-            capacity.chain_blocks = chain_blocks_known[device].load(std::memory_order_relaxed);
+        const uint64_t known = capacity_known[device].load(std::memory_order_acquire);
+        if (known != 0) {
+            capacity.streaming_blocks = static_cast<int>(known >> 32) - 1;
+            capacity.chain_blocks = static_cast<int>(known & 0xFFFFFFFFu);
             return status::success();
         }
     }
     CUDA_TRY(prepare_chain_kernel());
     CUDA_TRY(query_kernel_capacity(device, capacity));
     if (cached) {
-        chain_blocks_known[device].store(capacity.chain_blocks, std::memory_order_relaxed);
-        streaming_blocks_plus_one[device].store(capacity.streaming_blocks + 1, std::memory_order_release);
+        capacity_known[device].store(
+            (static_cast<uint64_t>(capacity.streaming_blocks + 1) << 32) | static_cast<uint32_t>(capacity.chain_blocks),
+            std::memory_order_release);
     }
     return status::success();
 }

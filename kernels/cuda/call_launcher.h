@@ -25,6 +25,10 @@ struct replay_coins {
     const double* final_coins = nullptr;  // [batch]
 };
 
+// Invalid, naming `field` (= `vocab`) and the bound, when the chain kernel's blocks of a row of
+// `vocab` tokens cannot all be resident on a GPU of `capacity`; `advice` ends the message.
+status check_row_fits(const char* field, int32_t vocab, const kernel_capacity& capacity, const char* advice = "");
+
 // Kernel parameters for `call` over `workspace` on a GPU of `capacity` (query_kernel_capacity):
 // invalid, naming logits.vocab, when the chain kernel's blocks of a row cannot all be resident.
 status plan_call(const sampling_call& call, workspace_ref workspace, const kernel_capacity& capacity,

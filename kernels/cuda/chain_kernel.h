@@ -16,18 +16,13 @@ size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t
 cudaError_t prepare_chain_kernel();
 
 // Thread blocks the GPU holds at once over all its SMs, of each kernel. A chain kernel row's
-// blocks meet at barriers, so they must all be resident together (chain_row_fits); the streaming
+// blocks meet at barriers, so they must all be resident together (check_row_fits); the streaming
 // kernel's segments are sized from its count. Call prepare_chain_kernel first.
 struct kernel_capacity {
     int streaming_blocks = 1;
     int chain_blocks = 1;
 };
 cudaError_t query_kernel_capacity(int device, kernel_capacity& out);
-
-// Whether the chain kernel's blocks of one row of `vocab` tokens can all be resident at once.
-inline bool chain_row_fits(int32_t vocab, const kernel_capacity& capacity) {
-    return chunks_per_row(vocab) <= capacity.chain_blocks;
-}
 
 // Thread blocks of the kernel launch_chain_kernel starts for `params`.
 unsigned chain_kernel_blocks(const chain_kernel_params& params);

@@ -263,13 +263,7 @@ status cuda_backend::create(const kernel_config& config, std::unique_ptr<cuda_ba
     int device = 0;
     CUDA_TRY(cudaGetDevice(&device));
     CUDA_TRY(query_kernel_capacity(device, state->capacity));
-    if (!chain_row_fits(config.vocab_size, state->capacity)) {
-        return status::invalid(fmt::format(
-            "vocab_size = {}: expected at most {} for backend = 'cuda' on this GPU, whose {} resident blocks of "
-            "the sampling kernel hold one row at most (docs/configuration.md, CUDA backend vocabulary); use "
-            "backend = 'cpu'",
-            config.vocab_size, int64_t{state->capacity.chain_blocks} * kChunkTokens, state->capacity.chain_blocks));
-    }
+    DS_TRY(check_row_fits("vocab_size", config.vocab_size, state->capacity, "; use backend = 'cpu'"));
     DS_TRY(state->stream.create());
     const size_t rows = static_cast<size_t>(config.max_rows());
     const size_t vocab = static_cast<size_t>(config.vocab_size);
