@@ -33,22 +33,6 @@ group_key millis_key(const char* key, Field field) {
             }};
 }
 
-// true or false: a JSON boolean in a file, the word from the environment or a flag.
-template <class Field>
-group_key bool_key(const char* key, Field field) {
-    return {key, [field](const group_config& c) { return json(std::invoke(field, c)); },
-            [field](const std::string& k, const raw_value& v, group_config& c) {
-                if (v.value.is_boolean()) {
-                    std::invoke(field, c) = v.value.get<bool>();
-                    return status::success();
-                }
-                std::string word;
-                status s = v.text ? read_choice(k, v, {"true", "false"}, word) : bad(k, v, "true or false");
-                if (s.is_ok()) std::invoke(field, c) = word == "true";
-                return s;
-            }};
-}
-
 // A named choice (config/choices.h): the name in the file, its enum in the program.
 template <class Enum, std::size_t N, class Field>
 group_key choice_key(const char* key, Field field, const std::array<Enum, N>& all, const char* (*name_of)(Enum)) {
@@ -90,7 +74,7 @@ const std::vector<group_key>& keys() {
         choice_key(
             "ucx_device_memory", [](auto& g) -> auto& { return g.transport.ucx.device_memory; }, kAllUcxMemoryModes,
             ucx_memory_mode_name),
-        bool_key(
+        bool_key<c>(
             "ucx_peer_error_handling", [](auto& g) -> auto& { return g.transport.ucx.peer_error_handling; }),
         choice_key("mode", in_part(&c::distribution, &distribution_config::mode), kAllModes, mode_name),
         choice_key("rank0_policy", in_part(&c::distribution, &distribution_config::policy), kAllPolicies, policy_name),
@@ -148,7 +132,8 @@ const std::vector<group_key>& fault_keys() {
              return texts;
          },
          [](const std::string& k, const raw_value& v, group_config& c) { return read_fault_specs(k, v, c.faults); }},
-        bool_key("payload_checksums", in_part(&group_config::transport, &transport_options::payload_checksums)),
+        bool_key<group_config>("payload_checksums",
+                               in_part(&group_config::transport, &transport_options::payload_checksums)),
     };
     return table;
 }

@@ -67,6 +67,22 @@ key_entry<Config> string_key(const char* key, Field field) {
             }};
 }
 
+// true or false: a JSON boolean in a file, the word from the environment or a flag.
+template <class Config, class Field>
+key_entry<Config> bool_key(const char* key, Field field) {
+    return {key, [field](const Config& c) { return nlohmann::json(std::invoke(field, c)); },
+            [field](const std::string& k, const raw_value& v, Config& c) {
+                if (v.value.is_boolean()) {
+                    std::invoke(field, c) = v.value.get<bool>();
+                    return status::success();
+                }
+                std::string word;
+                status s = v.text ? read_choice(k, v, {"true", "false"}, word) : bad(k, v, "true or false");
+                if (s.is_ok()) std::invoke(field, c) = word == "true";
+                return s;
+            }};
+}
+
 // The JSON source: a file to read (empty: none), or, when `text` is not empty, the document itself
 // as a binding passes it (include/distsample/distsample_rank_c.h); errors name the file, or
 // "the config JSON".
