@@ -16,13 +16,17 @@
 #include "actors/log.h"
 #include "actors/step_board.h"
 #include "core/clock.h"
+#include "transport/local_socket.h"
 
 namespace ds {
 
 namespace {
 
 constexpr uint32_t kGreetingMagic = 0x6473616c;  // "dsal"
-constexpr size_t kHeaderBytes = sizeof(uint64_t) + 2 * sizeof(int32_t) + sizeof(uint64_t) + 5 * sizeof(int64_t);
+constexpr uint32_t kOfferMagic = 0x6473616f;     // "dsao": the lane's answer to a local greeting
+// Frames a rank may publish before the reader has taken them: a rank answers each step once, so
+// this many steps in flight (more send over CAF until the reader catches up).
+constexpr uint32_t kRingSlots = 8;
 // A peer that began a greeting or a frame has this long to finish it.
 constexpr std::chrono::milliseconds kFrameWait{100};
 constexpr int64_t kFrameWaitNs = std::chrono::nanoseconds(kFrameWait).count();
@@ -32,42 +36,6 @@ constexpr std::chrono::milliseconds kGreetingWait{1000};
 constexpr int kIdlePollMs = 100;
 // How soon the lane's thread reads again after a caller that read the lane leaves.
 constexpr int kReaderBackMs = 1;
-
-size_t body_bytes(int64_t bs, int64_t n) {
-    return kHeaderBytes + static_cast<size_t>(bs * n + bs) * 4 + static_cast<size_t>(bs * n) * 8 +
-           static_cast<size_t>(bs);
-}
-
-template <class T>
-void put(std::string& out, const T& value) {
-    out.append(reinterpret_cast<const char*>(&value), sizeof value);
-}
-
-template <class T>
-void put_all(std::string& out, const std::vector<T>& values) {
-    out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
-}
-
-// Reads the body in order; the caller has checked its length.
-class body_reader {
-   public:
-    explicit body_reader(std::string_view body) : at_(body.data()) {}
-    template <class T>
-    T take() {
-        T value;
-        std::memcpy(&value, at_, sizeof value);
-        at_ += sizeof value;
-        return value;
-    }
-    template <class T>
-    void take_all(std::vector<T>& values) {
-        std::memcpy(values.data(), at_, values.size() * sizeof(T));
-        at_ += values.size() * sizeof(T);
-    }
-
-   private:
-    const char* at_;
-};
 
 // Logs why a rank's connection is closed; false, for a reader to return.
 bool lane_lost(int32_t rank, const std::string& why) {
@@ -82,80 +50,20 @@ uint64_t random_secret() {
 
 }  // namespace
 
-void append_answer(const rank_result& result, std::string& out) {
-    const step_outputs& o = *result.outputs;
-    const int32_t bs = o.batch_size();
-    const int32_t n = bs == 0 ? 0 : static_cast<int32_t>(o.accept_index.size() / static_cast<size_t>(bs));
-    out.reserve(out.size() + body_bytes(bs, n));
-    put(out, result.step_id);
-    put(out, bs);
-    put(out, n);
-    put(out, result.digest);
-    const step_timing& t = result.timing;
-    for (int64_t v :
-         {t.rank_step_ns, t.rank_transport_ns, t.rank_received_bytes, t.rank_began_at_ns, t.rank_answered_at_ns})
-        put(out, v);
-    put_all(out, o.packed);
-    put_all(out, o.accept_index);
-    put_all(out, o.logprobs);  // their bytes: the bits, NaN payloads included
-    put_all(out, o.row_error);
-}
-
-std::string encode_answer(const rank_result& result) {
-    std::string body;
-    append_answer(result, body);
-    return body;
-}
-
-uint64_t answer_step_id(std::string_view body) {
-    if (body.size() < sizeof(uint64_t)) return 0;
-    return body_reader(body).take<uint64_t>();
-}
-
-status decode_answer(std::string_view body, int32_t rank, const dist_step& step, rank_result& out) {
-    if (body.size() < kHeaderBytes)
-        return status::invalid(fmt::format("answer of {} bytes: expected at least {}", body.size(), kHeaderBytes));
-    body_reader in(body);
-    out = rank_result{};
-    out.rank = rank;
-    out.step_id = in.take<uint64_t>();
-    const auto bs = in.take<int32_t>();
-    const auto n = in.take<int32_t>();
-    if (out.step_id != step.id) return status::invalid(fmt::format("step id = {}: expected {}", out.step_id, step.id));
-    if (bs != step.plan.bs || n != step.plan.tokens_per_req)
-        return status::invalid(fmt::format("step {}: bs = {}, N = {}: expected {} and {}", step.id, bs, n, step.plan.bs,
-                                           step.plan.tokens_per_req));
-    if (body.size() != body_bytes(bs, n))
-        return status::invalid(
-            fmt::format("step {}: answer of {} bytes: expected {}", step.id, body.size(), body_bytes(bs, n)));
-    out.digest = in.take<uint64_t>();
-    step_timing& t = out.timing;
-    for (int64_t* v :
-         {&t.rank_step_ns, &t.rank_transport_ns, &t.rank_received_bytes, &t.rank_began_at_ns, &t.rank_answered_at_ns})
-        *v = in.take<int64_t>();
-    auto outputs = std::make_shared<step_outputs>();
-    outputs->resize(bs, n);
-    in.take_all(outputs->packed);
-    in.take_all(outputs->accept_index);
-    in.take_all(outputs->logprobs);
-    in.take_all(outputs->row_error);
-    if (outputs->digest() != out.digest)
-        return status::invalid(
-            fmt::format("step {}: digest = {:#x}: the outputs hash to {:#x}", step.id, out.digest, outputs->digest()));
-    out.outputs = std::move(outputs);
-    return status::success();
-}
-
-answer_lane::answer_lane(const group_config& config, net::unique_fd listener, uint16_t port)
+answer_lane::answer_lane(const std::string& host, const group_config& config, net::unique_fd listener, uint16_t port,
+                         net::unique_fd local_listener, std::string local_name)
     : ranks_(config.distribution.tp),
-      max_body_(body_bytes(config.limits.max_batch, config.limits.max_tokens_per_req)),
+      max_body_(answer_body_bytes(config.limits.max_batch, config.limits.max_tokens_per_req)),
       spin_(config.tuning.rank_spin_us),
+      host_(host),
       listener_(std::move(listener)),
       port_(port),
+      local_listener_(std::move(local_listener)),
+      local_name_(std::move(local_name)),
       secret_(random_secret()) {}
 
 status answer_lane::open(const std::string& host, uint16_t port, const group_config& config,
-                         std::shared_ptr<answer_lane>& out) {
+                         std::shared_ptr<answer_lane>& out, bool shared_memory) {
     net::unique_fd listener;
     uint16_t bound = 0;
     if (status s = net::listen_tcp(host, port, listener, bound); !s.is_ok())
@@ -163,7 +71,15 @@ status answer_lane::open(const std::string& host, uint16_t port, const group_con
     auto wake = std::make_shared<bell>();
     wake->fd = net::unique_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (wake->fd.get() < 0) return net::io_error("answer lane: eventfd");
-    std::shared_ptr<answer_lane> lane(new answer_lane(config, std::move(listener), bound));
+    // A random name: lanes of several groups on one host never meet, and a stale name is never reused.
+    std::string local_name = shared_memory ? fmt::format("distsample-answers-{:016x}", random_secret()) : "";
+    net::unique_fd local_listener;
+    if (status s = shared_memory ? net::listen_local(local_name, local_listener) : status::success(); !s.is_ok()) {
+        coordinator_log().warn("answer lane: {}; ranks on this host answer over TCP", s.message);
+        local_name.clear();
+    }
+    std::shared_ptr<answer_lane> lane(
+        new answer_lane(host, config, std::move(listener), bound, std::move(local_listener), std::move(local_name)));
     lane->bell_ = std::move(wake);
     lane->thread_ = std::thread([raw = lane.get()] { raw->serve(); });
     out = std::move(lane);
@@ -260,23 +176,46 @@ void answer_lane::bell::drain() const {
     [[maybe_unused]] const ssize_t n = ::read(fd.get(), &count, sizeof count);
 }
 
+void answer_lane::gather_polled() {
+    polled_.assign({pollfd{bell_->fd.get(), POLLIN, 0}, pollfd{listener_.get(), POLLIN, 0},
+                    pollfd{local_listener_.get(), POLLIN, 0}});  // poll skips a descriptor of -1
+    polled_owner_.clear();
+    for (size_t i = 0; i < connections_.size(); ++i) {
+        const connection& c = connections_[i];
+        polled_.push_back(pollfd{c.fd.get(), POLLIN, 0});
+        polled_owner_.emplace_back(i, false);
+        if (!c.ring) continue;
+        polled_.push_back(pollfd{c.ring->bell_fd(), POLLIN, 0});
+        polled_owner_.emplace_back(i, true);
+    }
+}
+
 void answer_lane::round(int max_wait_ms, const std::function<bool()>* done) {
-    std::vector<pollfd>& polled = polled_;
-    polled.assign({pollfd{bell_->fd.get(), POLLIN, 0}, pollfd{listener_.get(), POLLIN, 0}});
-    for (const connection& c : connections_) polled.push_back(pollfd{c.fd.get(), POLLIN, 0});
+    gather_polled();
     const bool spinning = steady_now_ns() < spin_until_ns_.load(std::memory_order_acquire);
-    if (::poll(polled.data(), polled.size(), spinning ? 0 : std::min(max_wait_ms, idle_poll_ms())) <= 0) {
+    if (::poll(polled_.data(), polled_.size(), spinning ? 0 : std::min(max_wait_ms, idle_poll_ms())) <= 0) {
         drop_closed_and_silent();
         return;
     }
     const int64_t woke_at_ns = steady_now_ns();
-    if (polled[0].revents != 0) bell_->drain();
-    if (polled[1].revents != 0) accept_connection();
-    // Connections accepted just now are not in `polled`: they are read on the next round.
-    for (size_t i = 0; i + 2 < polled.size(); ++i) {
-        connection& c = connections_[i];
-        if (polled[i + 2].revents == 0 || c.fd.get() < 0) continue;
-        if (!(c.rank < 0 ? read_greeting(c) : read_answers(c, woke_at_ns))) c.fd = net::unique_fd();
+    if (polled_[0].revents != 0) bell_->drain();
+    if (polled_[1].revents != 0) accept_connection(listener_, false);
+    if (polled_[2].revents != 0) accept_connection(local_listener_, true);
+    // Connections accepted just now are not in `polled_`: they are read on the next round.
+    for (size_t i = 0; i < polled_owner_.size(); ++i) {
+        const auto [index, ring_bell] = polled_owner_[i];
+        connection& c = connections_[index];
+        if (polled_[i + 3].revents == 0 || c.fd.get() < 0) continue;
+        bool keep = true;
+        if (ring_bell)
+            keep = read_ring(c, woke_at_ns);
+        else if (c.rank < 0)
+            keep = read_greeting(c) && (!c.local || offer_ring(c));
+        else if (c.local)
+            keep = false;  // a ring's socket only closes: a hang-up, or bytes no rank sends
+        else
+            keep = read_answers(c, woke_at_ns);
+        if (!keep) c.fd = net::unique_fd();
         // A caller whose step is settled returns now; the next reader takes what is left.
         if (done != nullptr && (*done)()) return;
     }
@@ -313,8 +252,8 @@ void answer_lane::drop_closed_and_silent() {
     connections_ = std::move(kept);
 }
 
-void answer_lane::accept_connection() {
-    net::unique_fd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+void answer_lane::accept_connection(const net::unique_fd& listener, bool local) {
+    net::unique_fd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (fd.get() < 0) return;  // gone before it was accepted, or out of descriptors: the rank uses CAF
     // Every rank holds one connection; more than twice that many are not ranks of this group.
     if (connections_.size() >= static_cast<size_t>(2 * ranks_)) {
@@ -323,6 +262,7 @@ void answer_lane::accept_connection() {
     }
     connection c;
     c.fd = std::move(fd);
+    c.local = local;
     c.accepted = net::clock::now();
     connections_.push_back(std::move(c));
 }
@@ -345,9 +285,33 @@ bool answer_lane::read_greeting(connection& c) {
         if (&other != &c && other.rank == rank) other.fd = net::unique_fd();
     }
     c.rank = rank;
-    c.in.resize(sizeof(uint32_t) + max_body_);
-    coordinator_log().debug("answer lane: rank {} connected", rank);
+    if (!c.local) c.in.resize(sizeof(uint32_t) + max_body_);
+    coordinator_log().debug("answer lane: rank {} connected{}", rank, c.local ? " on this host" : "");
     return true;
+}
+
+bool answer_lane::offer_ring(connection& c) {
+    std::unique_ptr<answer_ring> ring;
+    status s = answer_ring::create(max_body_, kRingSlots, ring);
+    if (s.is_ok()) {
+        const int passed[] = {ring->memory_fd(), ring->bell_fd()};
+        s = net::send_with_descriptors(c.fd.get(), &kOfferMagic, sizeof kOfferMagic, passed, 2,
+                                       net::clock::now() + kFrameWait);
+    }
+    // The rank, with no ring, answers over TCP.
+    if (!s.is_ok()) return lane_lost(c.rank, fmt::format("no shared-memory ring ({})", s.message));
+    c.ring = std::move(ring);
+    return true;
+}
+
+bool answer_lane::read_ring(connection& c, int64_t woke_at_ns) {
+    c.ring->drain_bell();  // before the ring is read: a frame published after this rings again
+    for (;;) {
+        bool got = false;
+        if (const status s = c.ring->read(ring_body_, got); !s.is_ok()) return lane_lost(c.rank, s.message);
+        if (!got) return true;
+        if (!file_answer(c, ring_body_, woke_at_ns, steady_now_ns())) return false;
+    }
 }
 
 bool answer_lane::read_answers(connection& c, int64_t woke_at_ns) {
@@ -400,20 +364,48 @@ bool answer_lane::file_answer(const connection& c, std::string_view body, int64_
     return true;
 }
 
-status answer_sender::connect(const std::string& host, uint16_t port, uint64_t secret, int32_t rank,
-                              std::chrono::milliseconds timeout, std::unique_ptr<answer_sender>& out) {
+status answer_sender::connect(const answer_lane_address& lane, int32_t rank, std::chrono::milliseconds timeout,
+                              std::unique_ptr<answer_sender>& out, bool local) {
+    if (local && !lane.local_name.empty()) {
+        const status s = connect_local(lane, rank, timeout, out);
+        if (s.is_ok()) return s;
+        rank_log().debug("rank {}: answer lane on this host: {}; answers go over TCP", rank, s.message);
+    }
     const auto deadline = net::clock::now() + timeout;
     net::unique_fd fd;
-    status s = net::connect_tcp(host, port, deadline, fd);
+    status s = net::connect_tcp(lane.host, lane.port, deadline, fd);
     if (s.is_ok()) s = net::write_value(fd.get(), kGreetingMagic, deadline);
     if (s.is_ok()) s = net::write_value(fd.get(), rank, deadline);
-    if (s.is_ok()) s = net::write_value(fd.get(), secret, deadline);
-    if (!s.is_ok()) return {s.code, fmt::format("answer lane at {}:{}: {}", host, port, s.message)};
-    out.reset(new answer_sender(std::move(fd), timeout));
+    if (s.is_ok()) s = net::write_value(fd.get(), lane.secret, deadline);
+    if (!s.is_ok()) return {s.code, fmt::format("answer lane at {}:{}: {}", lane.host, lane.port, s.message)};
+    out.reset(new answer_sender(std::move(fd), nullptr, timeout));
+    return status::success();
+}
+
+status answer_sender::connect_local(const answer_lane_address& lane, int32_t rank, std::chrono::milliseconds timeout,
+                                    std::unique_ptr<answer_sender>& out) {
+    const auto deadline = net::clock::now() + timeout;
+    net::unique_fd fd;
+    DS_TRY(net::connect_local(lane.local_name, fd));
+    DS_TRY(net::write_value(fd.get(), kGreetingMagic, deadline));
+    DS_TRY(net::write_value(fd.get(), rank, deadline));
+    DS_TRY(net::write_value(fd.get(), lane.secret, deadline));
+    uint32_t magic = 0;
+    net::unique_fd passed[2];
+    DS_TRY(net::receive_with_descriptors(fd.get(), &magic, sizeof magic, passed, 2, deadline));
+    if (magic != kOfferMagic) return status::invalid(fmt::format("answer {:#x}: expected {:#x}", magic, kOfferMagic));
+    std::unique_ptr<answer_ring> ring;
+    DS_TRY(answer_ring::attach(std::move(passed[0]), std::move(passed[1]), ring));
+    out.reset(new answer_sender(std::move(fd), std::move(ring), timeout));
     return status::success();
 }
 
 status answer_sender::send(const rank_result& result) {
+    if (ring_) {
+        frame_.clear();
+        append_answer(result, frame_);
+        return ring_->write(frame_);
+    }
     frame_.assign(sizeof(uint32_t), '\0');  // the body's length, set below
     append_answer(result, frame_);
     const auto length = static_cast<uint32_t>(frame_.size() - sizeof(uint32_t));

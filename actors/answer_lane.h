@@ -1,23 +1,25 @@
 // The answer lane (docs/architecture.md, The answer lane): a rank process's successful step result
-// travels to the coordinator's process over a TCP connection of its own, read by a thread (the
-// lane's own, or a caller waiting for its step) that files it on the step's board (step_board.h),
-// where the set's last filing answers a library caller on the spot. The same result still comes
-// back over CAF, which the coordinator needs for its commits and the next job, and a second filing
-// for a rank is ignored: the lane only takes CAF's middleman hops (a wake-up of each process's
-// multiplexer and of the scheduled membership actor, hundreds of microseconds on loopback) off the
-// step's critical path. A lane that fails costs nothing but that speed: the rank drops it until
-// the next epoch and CAF answers alone.
+// travels to the coordinator's process on a path of its own, read by a thread (the lane's own, or a
+// caller waiting for its step) that files it on the step's board (step_board.h), where the set's
+// last filing answers a library caller on the spot. The same result still comes back over CAF,
+// which the coordinator needs for its commits and the next job, and a second filing for a rank is
+// ignored: the lane only takes CAF's middleman hops (a wake-up of each process's multiplexer and of
+// the scheduled membership actor, hundreds of microseconds on loopback) off the step's critical
+// path. A lane that fails costs nothing but that speed: the rank drops it until the next epoch and
+// CAF answers alone.
 //
-// Wire format (host byte order: both ends are processes of one build), per connection:
-//   rank -> coordinator, once:  u32 magic "dsal", i32 rank, u64 secret (from the form_msg)
-//   then per answer:            u32 body bytes, body = u64 step id, i32 bs, i32 N, u64 digest,
-//                               i64 x 5 timing (step_timing's fields in order), i32 packed
-//                               [bs*N + bs], i32 accept_index [bs*N], u32 logprob bits [bs*N],
-//                               u8 row_error [bs]
+// Two paths, one frame body (actors/answer_frame.h):
+// - a rank on the coordinator's host connects to the lane's local socket (an abstract Unix socket,
+//   transport/local_socket.h), greets, and is handed a shared-memory ring and its bell
+//   (actors/answer_ring.h): answers then cross without the kernel's network path;
+// - any other rank (another host or network namespace, where the local name is not found) connects
+//   over TCP and sends, per answer, u32 body bytes and the body.
+// The greeting, on either path: u32 magic "dsal", i32 rank, u64 secret (from the form_msg); on the
+// local path the lane answers u32 magic "dsao" with the ring's memory and bell attached.
 // A connection with a wrong magic, secret or rank, a frame larger than the group's largest
-// answer or not finished within 100 ms of its first bytes, a frame for a step not in flight or of
-// another shape, or a digest that does not match its outputs is closed (logged); its rank's
-// answers then come over CAF only.
+// answer or not finished within 100 ms of its first bytes, a ring whose head or lengths break its
+// rules, a frame for a step not in flight or of another shape, or a digest that does not match its
+// outputs is closed (logged); its rank's answers then come over CAF only.
 #pragma once
 
 #include <poll.h>
@@ -35,6 +37,8 @@
 #include <thread>
 #include <vector>
 
+#include "actors/answer_frame.h"
+#include "actors/answer_ring.h"
 #include "actors/rank_core.h"
 #include "config/group_config.h"
 #include "transport/socket_io.h"
@@ -44,28 +48,31 @@ namespace ds {
 class step_board;
 struct dist_step;
 
-// The body of an answer frame for `result` (outputs present), appended to `out`.
-void append_answer(const rank_result& result, std::string& out);
-std::string encode_answer(const rank_result& result);
-// Rank `rank`'s result of `step` from a frame body: invalid, naming the field, when its step id,
-// shape or digest is not `step`'s.
-status decode_answer(std::string_view body, int32_t rank, const dist_step& step, rank_result& out);
-// The step id a frame body names (0 when the body is too short to name one).
-uint64_t answer_step_id(std::string_view body);
+// Where a rank finds the lane: what the form_msg offers.
+struct answer_lane_address {
+    std::string host;
+    uint16_t port = 0;
+    uint64_t secret = 0;
+    std::string local_name;  // the local socket's abstract name; empty: TCP only
+};
 
 // The coordinator's end: a listening socket and the thread that reads every rank's connection.
 class answer_lane {
    public:
     // Listens on host:port (0: any free port) for `config`'s ranks; `spin` > 0: after each step is
     // expected, the thread polls without sleeping for that long (tuning.rank_spin_us).
+    // With `shared_memory`, also listens at a random local name for ranks on this host (without
+    // one when the host refuses it: those ranks then use TCP too).
     static status open(const std::string& host, uint16_t port, const group_config& config,
-                       std::shared_ptr<answer_lane>& out);
+                       std::shared_ptr<answer_lane>& out, bool shared_memory = true);
     ~answer_lane();  // stops the thread, closes every connection
     answer_lane(const answer_lane&) = delete;
     answer_lane& operator=(const answer_lane&) = delete;
 
     uint16_t port() const { return port_; }
     uint64_t secret() const { return secret_; }
+    const std::string& local_name() const { return local_name_; }
+    answer_lane_address address() const { return {host_, port_, secret_, local_name_}; }
 
     // The step `board` settles may be answered on the lane; held weakly, so an answer that comes
     // after its step is done is dropped.
@@ -88,7 +95,9 @@ class answer_lane {
    private:
     struct connection {
         net::unique_fd fd;
-        int32_t rank = -1;  // -1 until its greeting is read
+        bool local = false;  // accepted on the local socket: answers come through `ring`
+        int32_t rank = -1;   // -1 until its greeting is read
+        std::unique_ptr<answer_ring> ring;
         net::clock::time_point accepted;
         // A rank's received bytes (room for one largest frame, sized at its greeting): one recv
         // takes every frame the socket holds, and a frame cut short waits at the front.
@@ -97,7 +106,8 @@ class answer_lane {
         int64_t partial_since_ns = 0;  // when the frame cut short began to arrive (steady_now_ns)
     };
 
-    answer_lane(const group_config& config, net::unique_fd listener, uint16_t port);
+    answer_lane(const std::string& host, const group_config& config, net::unique_fd listener, uint16_t port,
+                net::unique_fd local_listener, std::string local_name);
     // The lane's thread: rounds while no caller reads.
     void serve();
     // One poll of the bell, the listener and every connection (bounded by `max_wait_ms`), then
@@ -113,9 +123,15 @@ class answer_lane {
         void ring() const;
         void drain() const;
     };
-    void accept_connection();
+    // The round's descriptors: the bell, the listeners, each connection's socket and ring bell.
+    void gather_polled();
+    void accept_connection(const net::unique_fd& listener, bool local);
     // False: the connection is to be closed.
     bool read_greeting(connection& c);
+    // A greeted local connection's ring, created and handed to its rank.
+    bool offer_ring(connection& c);
+    // Takes every frame the connection's ring holds and files it.
+    bool read_ring(connection& c, int64_t woke_at_ns);
     // Reads what the socket holds and files every complete frame; `woke_at_ns`: when poll returned.
     bool read_answers(connection& c, int64_t woke_at_ns);
     // `received_at_ns`: when the recv that completed the frames returned.
@@ -130,8 +146,11 @@ class answer_lane {
     const int32_t ranks_;
     const size_t max_body_;
     const std::chrono::microseconds spin_;
+    const std::string host_;
     const net::unique_fd listener_;
     const uint16_t port_;
+    const net::unique_fd local_listener_;  // -1: none
+    const std::string local_name_;
     const uint64_t secret_;
     std::shared_ptr<bell> bell_;
     std::atomic<bool> stopping_{false};
@@ -141,6 +160,10 @@ class answer_lane {
     std::mutex reading_;
     std::vector<connection> connections_;  // under reading_
     std::vector<pollfd> polled_;           // under reading_: a round's descriptors
+    // under reading_: for each of polled_ past the listeners, its connection's index and whether it
+    // is the connection's ring bell
+    std::vector<std::pair<size_t, bool>> polled_owner_;
+    std::string ring_body_;  // under reading_: a frame copied out of a ring
     // Callers in read_until; the lane's thread waits on stop_ while there are any, looking again
     // every kReaderBackMs.
     std::mutex stop_mutex_;
@@ -151,21 +174,28 @@ class answer_lane {
     std::thread thread_;
 };
 
-// A rank's end: its connection to the coordinator's lane for one epoch.
+// A rank's end: its path to the coordinator's lane for one epoch.
 class answer_sender {
    public:
-    // Connects and greets within `timeout`.
-    static status connect(const std::string& host, uint16_t port, uint64_t secret, int32_t rank,
-                          std::chrono::milliseconds timeout, std::unique_ptr<answer_sender>& out);
+    // Through the lane's local socket and a shared-memory ring when the coordinator's process is on
+    // this host (and `local` allows it), else over TCP; connected and greeted within `timeout`.
+    static status connect(const answer_lane_address& lane, int32_t rank, std::chrono::milliseconds timeout,
+                          std::unique_ptr<answer_sender>& out, bool local = true);
     // Sends a successful result (outputs present), within the timeout.
     status send(const rank_result& result);
+    // Whether answers go through shared memory.
+    bool shares_memory() const { return ring_ != nullptr; }
 
    private:
-    answer_sender(net::unique_fd fd, std::chrono::milliseconds timeout) : fd_(std::move(fd)), timeout_(timeout) {}
+    answer_sender(net::unique_fd fd, std::unique_ptr<answer_ring> ring, std::chrono::milliseconds timeout)
+        : fd_(std::move(fd)), ring_(std::move(ring)), timeout_(timeout) {}
+    static status connect_local(const answer_lane_address& lane, int32_t rank, std::chrono::milliseconds timeout,
+                                std::unique_ptr<answer_sender>& out);
 
-    net::unique_fd fd_;
+    net::unique_fd fd_;  // the TCP connection, or the local socket that stays open beside the ring
+    std::unique_ptr<answer_ring> ring_;
     std::chrono::milliseconds timeout_;
-    std::string frame_;  // reused: the length, then the body
+    std::string frame_;  // reused: over TCP the length, then the body; through the ring the body
 };
 
 }  // namespace ds

@@ -174,7 +174,8 @@ void try_form(membership_actor* self) {
                         rendezvous->port(),
                         std::move(live),
                         st.lane ? st.lane->port() : uint16_t{0},
-                        st.lane ? st.lane->secret() : 0};
+                        st.lane ? st.lane->secret() : 0,
+                        st.lane ? st.lane->local_name() : std::string()};
     // The epoch is done when every rank has answered, also when one failed: a rank still inside
     // this epoch's bootstrap would miss the next epoch's rendezvous.
     struct form_answers {

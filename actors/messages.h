@@ -142,6 +142,7 @@ struct form_msg {
     std::vector<register_msg> registrations;
     uint16_t answer_port = 0;  // the answer lane on `host` (actors/answer_lane.h); 0: none
     uint64_t answer_secret = 0;
+    std::string answer_local;  // the lane's local socket, for ranks on `host`'s host; empty: none
 };
 
 // CAF's error for a failed status (category "distsample", code = status_code, context = message).
@@ -247,8 +248,8 @@ typename Inspector::result_type inspect(Inspector& f, join_msg& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, form_msg& x) {
-    return f(caf::meta::type_name("form_msg"), x.epoch, x.host, x.port, x.registrations, x.answer_port,
-             x.answer_secret);
+    return f(caf::meta::type_name("form_msg"), x.epoch, x.host, x.port, x.registrations, x.answer_port, x.answer_secret,
+             x.answer_local);
 }
 
 template <class Inspector>

@@ -47,7 +47,7 @@ caf::result<op_ack> ack(int32_t rank, const status& s) {
 std::unique_ptr<answer_sender> connect_answer_lane(const rank_core& core, const form_msg& m) {
     std::unique_ptr<answer_sender> lane;
     if (m.answer_port == 0) return lane;
-    if (status s = answer_sender::connect(m.host, m.answer_port, m.answer_secret, core.rank(),
+    if (status s = answer_sender::connect({m.host, m.answer_port, m.answer_secret, m.answer_local}, core.rank(),
                                           core.config().transport.timeout, lane);
         !s.is_ok())
         rank_log().warn("rank {}: {}; answers go over CAF only", core.rank(), s.message);

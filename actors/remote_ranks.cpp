@@ -75,7 +75,8 @@ status publish_remote_ranks(caf::actor_system& system, const group_config& confi
                             uint16_t port, remote_ranks& out, const topology_config& topology) {
     std::shared_ptr<answer_lane> lane;
     if (topology.answer_port >= 0) {
-        DS_TRY(answer_lane::open(host, static_cast<uint16_t>(topology.answer_port), config, lane));
+        DS_TRY(answer_lane::open(host, static_cast<uint16_t>(topology.answer_port), config, lane,
+                                 topology.answer_shared_memory));
     }
     out.lane = lane;
     out.membership =

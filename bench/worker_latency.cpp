@@ -14,9 +14,10 @@
 //                      caller's wake-up);
 //   overhead           the hand-off + the last answer -> the reply (target: <= 50 us at p50), and
 //                      critical path - that rank's sampling, which also counts the other ranks' tail;
-// three times: the ranks' answers on the answer lane (actors/answer_lane.h) read by the caller's
-// thread waiting in group::step, then read by the lane's own thread (the caller waits on
-// group::submit's future), then over CAF only;
+// four times: the ranks' answers on the answer lane (actors/answer_lane.h) read by the caller's
+// thread waiting in group::step (through shared memory, the workers being on this host), the same
+// over TCP, then read by the lane's own thread (the caller waits on group::submit's future), then
+// over CAF only;
 // and, in the same run, the same step on rank threads of one process (local transport, the rows
 // handed in by the caller), submit -> reply, with its ranks' sampling time. All processes run on
 // this host, so their steady clocks agree. With --backend cuda the ranks sample on the GPU and each
@@ -79,6 +80,7 @@ double us_of(int64_t ns) { return static_cast<double>(ns) * 1e-3; }
 // How the ranks' answers reach the caller.
 enum class answer_path {
     caller_reads_lane,  // the answer lane, read by the caller's thread in group::step
+    caller_reads_tcp,   // the same with the ranks' answers over TCP instead of shared memory
     lane_thread,        // the answer lane, read by its own thread; the caller waits on the future
     caf_only,           // no answer lane
 };
@@ -86,6 +88,7 @@ enum class answer_path {
 const char* path_name(answer_path path) {
     switch (path) {
         case answer_path::caller_reads_lane: return "on the answer lane, read by the caller's thread";
+        case answer_path::caller_reads_tcp: return "on the answer lane over TCP, read by the caller's thread";
         case answer_path::lane_thread: return "on the answer lane, read by its own thread";
         case answer_path::caf_only: return "over CAF only (no answer lane)";
     }
@@ -123,6 +126,7 @@ std::map<uint64_t, caller_record> drive_steps(const options& o, answer_path path
     ds::topology_config topology;
     topology.logits_source = "worker";
     topology.answer_port = path == answer_path::caf_only ? -1 : 0;
+    topology.answer_shared_memory = path != answer_path::caller_reads_tcp;
     std::unique_ptr<ds::group> group;
     ds::status s = ds::group::create_with_rank_processes(make_config(o, true), topology, "127.0.0.1", port, group);
     if (s.is_ok()) s = group->wait_for_ranks(std::chrono::seconds(30));
@@ -236,11 +240,12 @@ bool print_breakdown(const options& o, answer_path path, const std::map<uint64_t
     print_row("     reading, checking and filing it", to_filed);
     print_row("       the ranks' answers: first arrival -> last", arrival_spread);
     if (!last_received.empty()) {
-        // The reader's wake-up (poll returning) to the first recv, then one answer's decoding,
-        // check and filing: what the reading costs before any queueing behind other answers.
-        print_row("       the first-filed answer: its arrival -> its recv", first_received);
-        print_row("       the first-filed answer: its recv -> filed", first_read);
-        print_row("       the last-filed answer: its arrival -> its recv", last_received);
+        // The reader's wake-up (poll returning) to the first read (its recv, or its copy out of
+        // the shared-memory ring), then one answer's decoding, check and filing: what the reading
+        // costs before any queueing behind other answers.
+        print_row("       the first-filed answer: its arrival -> read", first_received);
+        print_row("       the first-filed answer: read -> filed", first_read);
+        print_row("       the last-filed answer: its arrival -> read", last_received);
     }
     print_row("       the last-filed answer: its arrival -> filed", last_read);
     print_row("       first answer filed -> last filed", filing_spread);
@@ -365,7 +370,8 @@ int main(int argc, char** argv) {
     int64_t bytes = 0;
     // Forks first, while this process has no threads (each group's threads end with the group).
     bool workers = true;
-    for (const answer_path path : {answer_path::caller_reads_lane, answer_path::lane_thread, answer_path::caf_only})
+    for (const answer_path path : {answer_path::caller_reads_lane, answer_path::caller_reads_tcp,
+                                   answer_path::lane_thread, answer_path::caf_only})
         workers = workers && bench_workers(o, path, bytes);
     const bool threads = bench_threads(o);
     fmt::print("\nbytes the worker ranks received per step over the transport (all ranks): {}\n", bytes);

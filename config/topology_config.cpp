@@ -45,6 +45,7 @@ const std::vector<topology_key>& keys() {
         string_key<topology_config>("coordinator", &topology_config::coordinator),
         int_key<topology_config>("rendezvous_port", &topology_config::rendezvous_port, 0, 65535),
         int_key<topology_config>("answer_port", &topology_config::answer_port, -1, 65535),
+        bool_key<topology_config>("answer_shared_memory", &topology_config::answer_shared_memory),
         {"hosts", [](const topology_config& c) { return json(c.hosts); },
          [](const std::string& k, const raw_value& v, topology_config& c) {
              std::vector<raw_value> items;

@@ -23,6 +23,7 @@ struct topology_config {
     std::string coordinator = "127.0.0.1:7710";  // HOST:PORT the coordinator listens on and the ranks join
     int32_t rendezvous_port = 0;  // each epoch's transport rendezvous, on the coordinator's host; 0 = any free port
     int32_t answer_port = 0;      // the ranks' answer lane, on the coordinator's host; 0 = any free port, -1 = none
+    bool answer_shared_memory = true;  // ranks on the coordinator's host answer through shared memory, not TCP
     std::vector<std::string>
         hosts;  // per rank: its host's address; a rank process without --rank takes the one that is local
     std::vector<int32_t> devices;  // per rank: its CUDA device (CUDA_VISIBLE_DEVICES of the rank process)

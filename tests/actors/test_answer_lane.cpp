@@ -2,10 +2,13 @@
 // answers over the lane settle a step's board and answer its caller however their frames arrive
 // (several at once, in pieces), on the lane's thread or on a caller's that reads the lane itself,
 // and connections that are not the group's ranks, send what no rank
-// sends or leave a frame unfinished are closed without harm to the others.
+// sends or leave a frame unfinished are closed without harm to the others; a rank on the lane's
+// host answers through a shared-memory ring, and one that breaks the ring's rules loses it.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -21,6 +24,7 @@
 
 #include "actors/answer_lane.h"
 #include "actors/step_board.h"
+#include "transport/local_socket.h"
 
 namespace ds {
 namespace {
@@ -75,10 +79,17 @@ struct step_under_test {
     bool answered_within(std::chrono::milliseconds wait) { return reply.wait_for(wait) == std::future_status::ready; }
 };
 
-std::unique_ptr<answer_sender> sender_of(const answer_lane& lane, int32_t rank) {
+// A rank on the lane's host answers through shared memory unless it is made to use TCP.
+enum class lane_path { shared_memory, tcp };
+
+std::unique_ptr<answer_sender> sender_of(const answer_lane& lane, int32_t rank,
+                                         lane_path path = lane_path::shared_memory) {
     std::unique_ptr<answer_sender> sender;
-    const status s = answer_sender::connect("127.0.0.1", lane.port(), lane.secret(), rank, kTimeout, sender);
+    const status s = answer_sender::connect(lane.address(), rank, kTimeout, sender, path == lane_path::shared_memory);
     EXPECT_TRUE(s.is_ok()) << s.message;
+    if (sender) {
+        EXPECT_EQ(sender->shares_memory(), path == lane_path::shared_memory);
+    }
     return sender;
 }
 
@@ -158,11 +169,14 @@ TEST(AnswerLane, AFrameOfAnotherStepShapeOrDigestIsRefusedNamingTheField) {
     EXPECT_EQ(answer_step_id(body.substr(0, 3)), 0u);
 }
 
-TEST(AnswerLane, EveryRanksAnswerOnTheLaneSettlesTheStepAndAnswersItsCaller) {
+// The tests that hold for either path a rank's answers take.
+class AnswerLanePaths : public ::testing::TestWithParam<lane_path> {};
+
+TEST_P(AnswerLanePaths, EveryRanksAnswerOnTheLaneSettlesTheStepAndAnswersItsCaller) {
     std::shared_ptr<answer_lane> lane;
     ASSERT_TRUE(answer_lane::open("127.0.0.1", 0, lane_config(), lane).is_ok());
     std::vector<std::unique_ptr<answer_sender>> senders;
-    for (int32_t r = 0; r < kRanks; ++r) senders.push_back(sender_of(*lane, r));
+    for (int32_t r = 0; r < kRanks; ++r) senders.push_back(sender_of(*lane, r, GetParam()));
     for (uint64_t id = 1; id <= 3; ++id) {
         step_under_test step(id);
         lane->expect(step.board);
@@ -201,11 +215,11 @@ std::future<std::thread::id> answering_thread(step_under_test& step) {
     return thread->get_future();
 }
 
-TEST(AnswerLane, ACallerReadingTheLaneSettlesItsStepOnItsOwnThreadAndTheLaneReadsAgainAfterIt) {
+TEST_P(AnswerLanePaths, ACallerReadingTheLaneSettlesItsStepOnItsOwnThreadAndTheLaneReadsAgainAfterIt) {
     std::shared_ptr<answer_lane> lane;
     ASSERT_TRUE(answer_lane::open("127.0.0.1", 0, lane_config(), lane).is_ok());
     std::vector<std::unique_ptr<answer_sender>> senders;
-    for (int32_t r = 0; r < kRanks; ++r) senders.push_back(sender_of(*lane, r));
+    for (int32_t r = 0; r < kRanks; ++r) senders.push_back(sender_of(*lane, r, GetParam()));
     step_under_test step(1);
     std::future<std::thread::id> answered_on = answering_thread(step);
     lane->expect(step.board);
@@ -227,11 +241,11 @@ TEST(AnswerLane, ACallerReadingTheLaneSettlesItsStepOnItsOwnThreadAndTheLaneRead
     EXPECT_EQ(lane->filed(), uint64_t{2 * kRanks});
 }
 
-TEST(AnswerLane, OfTwoCallersOneReadsAndTheOtherWaitsOnItsReply) {
+TEST_P(AnswerLanePaths, OfTwoCallersOneReadsAndTheOtherWaitsOnItsReply) {
     std::shared_ptr<answer_lane> lane;
     ASSERT_TRUE(answer_lane::open("127.0.0.1", 0, lane_config(), lane).is_ok());
     std::vector<std::unique_ptr<answer_sender>> senders;
-    for (int32_t r = 0; r < kRanks; ++r) senders.push_back(sender_of(*lane, r));
+    for (int32_t r = 0; r < kRanks; ++r) senders.push_back(sender_of(*lane, r, GetParam()));
     step_under_test first(1), second(2);
     lane->expect(first.board);
     lane->expect(second.board);
@@ -280,10 +294,10 @@ TEST(AnswerLane, AReadingCallerWhoseStepIsSettledElsewhereIsNudgedOutOfItsWait) 
     EXPECT_EQ(lane->filed(), 0u);
 }
 
-TEST(AnswerLane, AnAnswerAfterItsStepIsDoneIsDroppedAndTheConnectionKept) {
+TEST_P(AnswerLanePaths, AnAnswerAfterItsStepIsDoneIsDroppedAndTheConnectionKept) {
     std::shared_ptr<answer_lane> lane;
     ASSERT_TRUE(answer_lane::open("127.0.0.1", 0, lane_config(), lane).is_ok());
-    std::unique_ptr<answer_sender> rank0 = sender_of(*lane, 0);
+    std::unique_ptr<answer_sender> rank0 = sender_of(*lane, 0, GetParam());
     {
         step_under_test gone(4);
         lane->expect(gone.board);
@@ -323,11 +337,11 @@ TEST(AnswerLane, ConnectionsThatAreNotTheGroupsRanksAreClosed) {
     EXPECT_EQ(lane->filed(), 0u);
 }
 
-TEST(AnswerLane, ARankThatSendsWhatNoRankSendsLosesItsLaneAndTheOthersAreUnharmed) {
+TEST_P(AnswerLanePaths, ARankThatSendsWhatNoRankSendsLosesItsLaneAndTheOthersAreUnharmed) {
     std::shared_ptr<answer_lane> lane;
     ASSERT_TRUE(answer_lane::open("127.0.0.1", 0, lane_config(), lane).is_ok());
     std::vector<std::unique_ptr<answer_sender>> senders;
-    for (int32_t r = 0; r < kRanks; ++r) senders.push_back(sender_of(*lane, r));
+    for (int32_t r = 0; r < kRanks; ++r) senders.push_back(sender_of(*lane, r, GetParam()));
     step_under_test step(7);
     lane->expect(step.board);
     // Rank 3, by hand: a greeting, then a frame longer than any answer of the group.
@@ -428,6 +442,85 @@ TEST(AnswerLane, ALengthBeyondTheLargestAnswerClosesTheConnectionAtOnce) {
     EXPECT_LT(net::clock::now() - began, kFrameWait);
     EXPECT_EQ(lane->filed(), 0u);
 }
+
+// A rank's handshake on the lane's local socket, by hand: its greeting, and the ring it is handed.
+struct local_rank_by_hand {
+    net::unique_fd socket;
+    std::unique_ptr<answer_ring> ring;
+};
+
+local_rank_by_hand local_greeting(const answer_lane& lane, int32_t rank, uint64_t secret) {
+    local_rank_by_hand r;
+    EXPECT_TRUE(net::connect_local(lane.local_name(), r.socket).is_ok());
+    const auto deadline = net::clock::now() + kTimeout;
+    EXPECT_TRUE(net::write_value(r.socket.get(), uint32_t{0x6473616c}, deadline).is_ok());
+    EXPECT_TRUE(net::write_value(r.socket.get(), rank, deadline).is_ok());
+    EXPECT_TRUE(net::write_value(r.socket.get(), secret, deadline).is_ok());
+    return r;
+}
+
+status receive_ring(local_rank_by_hand& r) {
+    uint32_t magic = 0;
+    net::unique_fd passed[2];
+    DS_TRY(
+        net::receive_with_descriptors(r.socket.get(), &magic, sizeof magic, passed, 2, net::clock::now() + kTimeout));
+    return answer_ring::attach(std::move(passed[0]), std::move(passed[1]), r.ring);
+}
+
+TEST(AnswerLane, ALocalGreetingThatIsNotTheGroupsRanksGetsNoRing) {
+    std::shared_ptr<answer_lane> lane;
+    ASSERT_TRUE(answer_lane::open("127.0.0.1", 0, lane_config(), lane).is_ok());
+    ASSERT_FALSE(lane->local_name().empty());
+    for (const auto& [rank, secret] : {std::pair<int32_t, uint64_t>{1, lane->secret() ^ 1}, {kRanks, lane->secret()}}) {
+        local_rank_by_hand r = local_greeting(*lane, rank, secret);
+        const status s = receive_ring(r);
+        EXPECT_EQ(s.code, status_code::aborted) << "rank " << rank << ": " << s.message;
+        EXPECT_EQ(r.ring, nullptr);
+    }
+    local_rank_by_hand honest = local_greeting(*lane, 1, lane->secret());
+    const status s = receive_ring(honest);
+    EXPECT_TRUE(s.is_ok()) << s.message;
+}
+
+TEST(AnswerLane, ARankThatBreaksItsRingLosesItsLaneAndTheOthersAreUnharmed) {
+    // What no writer of the ring does: publish more frames than it has slots, or a length beyond the
+    // largest answer.
+    enum class breach { head_too_far, length_too_long };
+    for (const breach kind : {breach::head_too_far, breach::length_too_long}) {
+        std::shared_ptr<answer_lane> lane;
+        ASSERT_TRUE(answer_lane::open("127.0.0.1", 0, lane_config(), lane).is_ok());
+        std::vector<std::unique_ptr<answer_sender>> senders;
+        for (int32_t r = 0; r < kRanks - 1; ++r) senders.push_back(sender_of(*lane, r));
+        local_rank_by_hand rogue = local_greeting(*lane, kRanks - 1, lane->secret());
+        ASSERT_TRUE(receive_ring(rogue).is_ok());
+        step_under_test step(3);
+        lane->expect(step.board);
+        // The rogue rank writes its ring's memory as it likes.
+        void* memory = ::mmap(nullptr, 256 + 64, PROT_READ | PROT_WRITE, MAP_SHARED, rogue.ring->memory_fd(), 0);
+        ASSERT_NE(memory, MAP_FAILED);
+        auto* base = static_cast<char*>(memory);
+        if (kind == breach::length_too_long) {
+            const auto length = static_cast<uint32_t>(rogue.ring->max_body() + 1);
+            std::memcpy(base + 256, &length, sizeof length);
+        }
+        const uint64_t head = kind == breach::head_too_far ? 1000 : 1;
+        __atomic_store_n(reinterpret_cast<uint64_t*>(base + 64), head, __ATOMIC_RELEASE);
+        const uint64_t one = 1;
+        ASSERT_EQ(::write(rogue.ring->bell_fd(), &one, sizeof one), static_cast<ssize_t>(sizeof one));
+        ::munmap(memory, 256 + 64);
+        EXPECT_TRUE(closed_by_lane(rogue.socket.get())) << "a broken ring kept its rank's lane";
+        for (int32_t r = 0; r < kRanks - 1; ++r)
+            ASSERT_TRUE(senders[static_cast<size_t>(r)]->send(result_of(r, 3)).is_ok());
+        step.board->file(result_of(kRanks - 1, 3));  // as CAF's answer would
+        EXPECT_TRUE(step.answered_within(kTimeout));
+        EXPECT_EQ(lane->filed(), uint64_t{kRanks - 1});
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(BothPaths, AnswerLanePaths, ::testing::Values(lane_path::shared_memory, lane_path::tcp),
+                         [](const ::testing::TestParamInfo<lane_path>& path) {
+                             return path.param == lane_path::tcp ? "Tcp" : "SharedMemory";
+                         });
 
 }  // namespace
 }  // namespace ds
