@@ -8,9 +8,12 @@
 // overhead. Prints both tables; with --json FILE also writes the figures for bench/peers_torch.py.
 //
 //   bench_cuda_sampling [--vocab V] [--dtype f32|bf16] [--no-probes] [--json FILE] [--case K]
+//                       [--two-pass-probe]
 //
 // V defaults to 128256 and the logits to fp32; bf16 logits are the fp32 rows rounded, and their
 // floor counts two bytes a token. --no-probes times the cases alone (for V and dtype sweeps).
+// --two-pass-probe (fp32) also times a design probe for temperature-only rows at bs 256
+// (floor_probes.h, probe_two_pass_rows) against the floor and this run's temperature step.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +21,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -58,6 +62,7 @@ struct bench_options {
     int32_t vocab = 128256;
     ds::logits_dtype dtype = ds::logits_dtype::f32;
     bool probes = true;
+    bool two_pass_probe = false;
 };
 
 size_t token_bytes(ds::logits_dtype dtype) { return dtype == ds::logits_dtype::f32 ? 4 : 2; }
@@ -245,6 +250,10 @@ bool parse_options(int argc, char** argv, bench_options& o) {
             o.probes = false;
             continue;
         }
+        if (flag == "--two-pass-probe") {
+            o.two_pass_probe = true;
+            continue;
+        }
         if (i + 1 >= argc) break;
         const std::string value = argv[++i];
         if (flag == "--json") {
@@ -264,7 +273,41 @@ bool parse_options(int argc, char** argv, bench_options& o) {
         std::fprintf(stderr, "bench_cuda_sampling: --vocab must be in [16, 1048576], got %d\n", o.vocab);
         return false;
     }
+    if (o.two_pass_probe && o.dtype != ds::logits_dtype::f32) {
+        std::fprintf(stderr, "bench_cuda_sampling: --two-pass-probe reads fp32 logits\n");
+        return false;
+    }
     return true;
+}
+
+// The design probe at the temperature case's 256 rows, against the floor and that case's step.
+ds::status print_two_pass_probe(const bench_options& o, const void* device_logits, double bandwidth,
+                                const std::vector<case_result>& results, int iterations) {
+    constexpr int64_t kRows = 256;
+    ds::cuda::two_pass_probe_result r;
+    DS_TRY(ds::cuda::probe_two_pass_rows(static_cast<const float*>(device_logits), kRows, o.vocab, kProbeTemperature,
+                                         iterations, r));
+    const double floor_us = static_cast<double>(kRows) * o.vocab * sizeof(float) / (bandwidth * 1e12) * 1e6;
+    double temperature_us = 0.0;
+    for (const case_result& c : results) {
+        if (c.c->name == "sample temperature") temperature_us = c.ours_us;
+    }
+    std::printf(
+        "\ndesign probe: temperature-only rows, no chunk held across the row barrier (%lld rows, floor %.1f "
+        "us; the kernel alone, no draw)\n",
+        static_cast<long long>(kRows), floor_us);
+    std::printf("%-58s %8s %8s %10s\n", "variant", "us", "x floor", "x temp step");
+    const std::pair<const char*, double> rows[] = {
+        {"max pass, barrier, masses read again, 2048-token chunks", r.reread_2048_us},
+        {"max pass, barrier, masses read again, 4096-token chunks", r.reread_4096_us},
+        {"max pass, barrier, masses read again, 8192-token chunks", r.reread_8192_us},
+        {"max pass, barrier, masses from registers, 8192 tokens", r.registers_8192_us},
+        {"max pass, no barrier, masses read again, 4096 tokens", r.no_barrier_4096_us},
+    };
+    for (const auto& [name, us] : rows)
+        std::printf("%-58s %8.1f %8.2f %10.2f\n", name, us, us / floor_us,
+                    temperature_us > 0.0 ? us / temperature_us : 0.0);
+    return ds::status::success();
 }
 
 }  // namespace
@@ -313,6 +356,11 @@ int main(int argc, char** argv) {
         results.push_back(result);
     }
     if (probed) print_floors(results, bandwidth);
+    if (o.two_pass_probe) s = print_two_pass_probe(o, device_logits.get(), bandwidth, results, kIterations);
+    if (!s.is_ok()) {
+        std::fprintf(stderr, "two-pass probe: %s\n", s.message.c_str());
+        return 1;
+    }
     if (!o.json_path.empty() && !write_json(o.json_path, results, bandwidth, o, probed)) {
         std::fprintf(stderr, "bench_cuda_sampling: cannot write --json %s\n", o.json_path.c_str());
         return 1;

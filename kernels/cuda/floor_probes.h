@@ -37,4 +37,19 @@ struct arithmetic_probe_result {
 status probe_exact_arithmetic(int64_t rows, int32_t vocab, float temperature, int iterations,
                               arithmetic_probe_result& result);
 
+// A design probe for temperature-only rows (two_pass_probe.cu): a block streams its chunk for the
+// chunk's maximum, meets its row's blocks at a global barrier, then reads the chunk again (from
+// L2) for the masses, holding no chunk in shared memory across the barrier. fp32 `[rows, vocab]`
+// logits (16-byte aligned, vocab a multiple of 4). Times per chunk size; the chunk kept in
+// registers instead of read again; no barrier (each block's own maximum), the barrier's bound.
+struct two_pass_probe_result {
+    double reread_2048_us = 0.0;
+    double reread_4096_us = 0.0;
+    double reread_8192_us = 0.0;
+    double registers_8192_us = 0.0;
+    double no_barrier_4096_us = 0.0;
+};
+status probe_two_pass_rows(const float* logits, int64_t rows, int32_t vocab, float temperature, int iterations,
+                           two_pass_probe_result& result);
+
 }  // namespace ds::cuda
