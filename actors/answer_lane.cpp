@@ -22,8 +22,6 @@ namespace ds {
 
 namespace {
 
-constexpr uint32_t kGreetingMagic = 0x6473616c;  // "dsal"
-constexpr uint32_t kOfferMagic = 0x6473616f;     // "dsao": the lane's answer to a local greeting
 // Frames a rank may publish before the reader has taken them: a rank answers each step once, so
 // this many steps in flight (more send over CAF until the reader catches up).
 constexpr uint32_t kRingSlots = 8;
@@ -182,11 +180,13 @@ void answer_lane::gather_polled() {
     polled_owner_.clear();
     for (size_t i = 0; i < connections_.size(); ++i) {
         const connection& c = connections_[i];
+        // The ring's bell first: answers published just before a hang-up are filed before the close.
+        if (c.ring) {
+            polled_.push_back(pollfd{c.ring->bell_fd(), POLLIN, 0});
+            polled_owner_.emplace_back(i, true);
+        }
         polled_.push_back(pollfd{c.fd.get(), POLLIN, 0});
         polled_owner_.emplace_back(i, false);
-        if (!c.ring) continue;
-        polled_.push_back(pollfd{c.ring->bell_fd(), POLLIN, 0});
-        polled_owner_.emplace_back(i, true);
     }
 }
 
@@ -210,7 +210,7 @@ void answer_lane::round(int max_wait_ms, const std::function<bool()>* done) {
         if (ring_bell)
             keep = read_ring(c, woke_at_ns);
         else if (c.rank < 0)
-            keep = read_greeting(c) && (!c.local || offer_ring(c));
+            keep = read_greeting(c) && (!c.local || c.rank < 0 || offer_ring(c));
         else if (c.local)
             keep = false;  // a ring's socket only closes: a hang-up, or bytes no rank sends
         else
@@ -226,7 +226,7 @@ int answer_lane::idle_poll_ms() const {
     const int64_t now_ns = steady_now_ns();
     int64_t wait_ns = std::chrono::nanoseconds(std::chrono::milliseconds(kIdlePollMs)).count();
     for (const connection& c : connections_) {
-        if (c.filled > 0) wait_ns = std::min(wait_ns, c.partial_since_ns + kFrameWaitNs - now_ns);
+        if (c.rank >= 0 && c.filled > 0) wait_ns = std::min(wait_ns, c.partial_since_ns + kFrameWaitNs - now_ns);
     }
     // Rounded up: the round it wakes finds the frame's time up instead of polling again for 0 ms.
     return static_cast<int>(std::max<int64_t>(0, (wait_ns + 999'999) / 1'000'000));
@@ -243,7 +243,7 @@ void answer_lane::drop_closed_and_silent() {
                                    kGreetingWait.count());
             continue;
         }
-        if (c.filled > 0 && now_ns - c.partial_since_ns >= kFrameWaitNs) {
+        if (c.rank >= 0 && c.filled > 0 && now_ns - c.partial_since_ns >= kFrameWaitNs) {
             lane_lost(c.rank, fmt::format("a frame not finished within {} ms", kFrameWait.count()));
             continue;
         }
@@ -260,33 +260,48 @@ void answer_lane::accept_connection(const net::unique_fd& listener, bool local) 
         coordinator_log().warn("answer lane: a connection beyond {} refused", 2 * ranks_);
         return;
     }
+    // Any process of this network namespace can reach the local socket: only this user's are heard.
+    ucred peer{};
+    socklen_t length = sizeof peer;
+    if (local && (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0 || peer.uid != ::geteuid())) {
+        coordinator_log().warn("answer lane: a local connection of another user (uid {}) refused", peer.uid);
+        return;
+    }
     connection c;
     c.fd = std::move(fd);
     c.local = local;
     c.accepted = net::clock::now();
+    c.in.resize(sizeof(lane_greeting));
     connections_.push_back(std::move(c));
 }
 
 bool answer_lane::read_greeting(connection& c) {
-    const auto deadline = net::clock::now() + kFrameWait;
-    uint32_t magic = 0;
-    int32_t rank = -1;
-    uint64_t secret = 0;
-    status s = net::read_value(c.fd.get(), magic, deadline);
-    if (s.is_ok()) s = net::read_value(c.fd.get(), rank, deadline);
-    if (s.is_ok()) s = net::read_value(c.fd.get(), secret, deadline);
-    if (!s.is_ok() || magic != kGreetingMagic || secret != secret_ || rank < 0 || rank >= ranks_) {
-        coordinator_log().warn("answer lane: a connection that is not a rank of this group was closed{}",
-                               s.is_ok() ? "" : fmt::format(" ({})", s.message));
+    // The greeting's bytes as they come, never waiting for the rest: a peer that sends a part holds
+    // no reader up, and is closed kGreetingWait after it was accepted (drop_closed_and_silent).
+    while (c.filled < sizeof(lane_greeting)) {
+        const ssize_t n = ::recv(c.fd.get(), c.in.data() + c.filled, sizeof(lane_greeting) - c.filled, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+        if (n <= 0) {
+            coordinator_log().warn("answer lane: a connection closed before its greeting");
+            return false;
+        }
+        c.filled += static_cast<size_t>(n);
+    }
+    lane_greeting g;
+    std::memcpy(&g, c.in.data(), sizeof g);
+    c.filled = 0;
+    if (g.magic != kLaneGreetingMagic || g.secret != secret_ || g.rank < 0 || g.rank >= ranks_) {
+        coordinator_log().warn("answer lane: a connection that is not a rank of this group was closed");
         return false;
     }
     // A rank that connects again (a new epoch, a restarted process) replaces its old connection.
     for (connection& other : connections_) {
-        if (&other != &c && other.rank == rank) other.fd = net::unique_fd();
+        if (&other != &c && other.rank == g.rank) other.fd = net::unique_fd();
     }
-    c.rank = rank;
+    c.rank = g.rank;
     if (!c.local) c.in.resize(sizeof(uint32_t) + max_body_);
-    coordinator_log().debug("answer lane: rank {} connected{}", rank, c.local ? " on this host" : "");
+    coordinator_log().debug("answer lane: rank {} connected{}", g.rank, c.local ? " on this host" : "");
     return true;
 }
 
@@ -294,8 +309,8 @@ bool answer_lane::offer_ring(connection& c) {
     std::unique_ptr<answer_ring> ring;
     status s = answer_ring::create(max_body_, kRingSlots, ring);
     if (s.is_ok()) {
-        const int passed[] = {ring->memory_fd(), ring->bell_fd()};
-        s = net::send_with_descriptors(c.fd.get(), &kOfferMagic, sizeof kOfferMagic, passed, 2,
+        const int passed[] = {ring->memory_fd(), ring->rank_bell_fd()};
+        s = net::send_with_descriptors(c.fd.get(), &kLaneOfferMagic, sizeof kLaneOfferMagic, passed, 2,
                                        net::clock::now() + kFrameWait);
     }
     // The rank, with no ring, answers over TCP.
@@ -362,55 +377,6 @@ bool answer_lane::file_answer(const connection& c, std::string_view body, int64_
     filed_.fetch_add(1, std::memory_order_relaxed);  // before the filing, which may answer the caller
     board->file(result, woke_at_ns);
     return true;
-}
-
-status answer_sender::connect(const answer_lane_address& lane, int32_t rank, std::chrono::milliseconds timeout,
-                              std::unique_ptr<answer_sender>& out, bool local) {
-    if (local && !lane.local_name.empty()) {
-        const status s = connect_local(lane, rank, timeout, out);
-        if (s.is_ok()) return s;
-        rank_log().debug("rank {}: answer lane on this host: {}; answers go over TCP", rank, s.message);
-    }
-    const auto deadline = net::clock::now() + timeout;
-    net::unique_fd fd;
-    status s = net::connect_tcp(lane.host, lane.port, deadline, fd);
-    if (s.is_ok()) s = net::write_value(fd.get(), kGreetingMagic, deadline);
-    if (s.is_ok()) s = net::write_value(fd.get(), rank, deadline);
-    if (s.is_ok()) s = net::write_value(fd.get(), lane.secret, deadline);
-    if (!s.is_ok()) return {s.code, fmt::format("answer lane at {}:{}: {}", lane.host, lane.port, s.message)};
-    out.reset(new answer_sender(std::move(fd), nullptr, timeout));
-    return status::success();
-}
-
-status answer_sender::connect_local(const answer_lane_address& lane, int32_t rank, std::chrono::milliseconds timeout,
-                                    std::unique_ptr<answer_sender>& out) {
-    const auto deadline = net::clock::now() + timeout;
-    net::unique_fd fd;
-    DS_TRY(net::connect_local(lane.local_name, fd));
-    DS_TRY(net::write_value(fd.get(), kGreetingMagic, deadline));
-    DS_TRY(net::write_value(fd.get(), rank, deadline));
-    DS_TRY(net::write_value(fd.get(), lane.secret, deadline));
-    uint32_t magic = 0;
-    net::unique_fd passed[2];
-    DS_TRY(net::receive_with_descriptors(fd.get(), &magic, sizeof magic, passed, 2, deadline));
-    if (magic != kOfferMagic) return status::invalid(fmt::format("answer {:#x}: expected {:#x}", magic, kOfferMagic));
-    std::unique_ptr<answer_ring> ring;
-    DS_TRY(answer_ring::attach(std::move(passed[0]), std::move(passed[1]), ring));
-    out.reset(new answer_sender(std::move(fd), std::move(ring), timeout));
-    return status::success();
-}
-
-status answer_sender::send(const rank_result& result) {
-    if (ring_) {
-        frame_.clear();
-        append_answer(result, frame_);
-        return ring_->write(frame_);
-    }
-    frame_.assign(sizeof(uint32_t), '\0');  // the body's length, set below
-    append_answer(result, frame_);
-    const auto length = static_cast<uint32_t>(frame_.size() - sizeof(uint32_t));
-    std::memcpy(frame_.data(), &length, sizeof length);
-    return net::write_all(fd_.get(), frame_.data(), frame_.size(), net::clock::now() + timeout_);
 }
 
 }  // namespace ds

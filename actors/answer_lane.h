@@ -39,6 +39,7 @@
 
 #include "actors/answer_frame.h"
 #include "actors/answer_ring.h"
+#include "actors/answer_sender.h"
 #include "actors/rank_core.h"
 #include "config/group_config.h"
 #include "transport/socket_io.h"
@@ -47,14 +48,6 @@ namespace ds {
 
 class step_board;
 struct dist_step;
-
-// Where a rank finds the lane: what the form_msg offers.
-struct answer_lane_address {
-    std::string host;
-    uint16_t port = 0;
-    uint64_t secret = 0;
-    std::string local_name;  // the local socket's abstract name; empty: TCP only
-};
 
 // The coordinator's end: a listening socket and the thread that reads every rank's connection.
 class answer_lane {
@@ -172,30 +165,6 @@ class answer_lane {
     std::mutex mutex_;
     std::map<uint64_t, std::weak_ptr<step_board>> boards_;  // by step id, under mutex_
     std::thread thread_;
-};
-
-// A rank's end: its path to the coordinator's lane for one epoch.
-class answer_sender {
-   public:
-    // Through the lane's local socket and a shared-memory ring when the coordinator's process is on
-    // this host (and `local` allows it), else over TCP; connected and greeted within `timeout`.
-    static status connect(const answer_lane_address& lane, int32_t rank, std::chrono::milliseconds timeout,
-                          std::unique_ptr<answer_sender>& out, bool local = true);
-    // Sends a successful result (outputs present), within the timeout.
-    status send(const rank_result& result);
-    // Whether answers go through shared memory.
-    bool shares_memory() const { return ring_ != nullptr; }
-
-   private:
-    answer_sender(net::unique_fd fd, std::unique_ptr<answer_ring> ring, std::chrono::milliseconds timeout)
-        : fd_(std::move(fd)), ring_(std::move(ring)), timeout_(timeout) {}
-    static status connect_local(const answer_lane_address& lane, int32_t rank, std::chrono::milliseconds timeout,
-                                std::unique_ptr<answer_sender>& out);
-
-    net::unique_fd fd_;  // the TCP connection, or the local socket that stays open beside the ring
-    std::unique_ptr<answer_ring> ring_;
-    std::chrono::milliseconds timeout_;
-    std::string frame_;  // reused: over TCP the length, then the body; through the ring the body
 };
 
 }  // namespace ds

@@ -1,7 +1,6 @@
 #include "actors/answer_ring.h"
 
 #include <fcntl.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,6 +19,7 @@ constexpr size_t kTailOffset = 128;
 constexpr size_t kSlotsOffset = 256;
 constexpr uint32_t kMaxSlots = 64;
 constexpr size_t kSlotAlignment = 64;
+constexpr int kDrainReads = 16;  // of 256 rings each
 
 struct ring_geometry {
     uint32_t magic;
@@ -44,10 +44,11 @@ status map_shared(int fd, size_t bytes, char*& base) {
 
 }  // namespace
 
-answer_ring::answer_ring(net::unique_fd memory, net::unique_fd bell, char* base, size_t mapped, uint32_t slots,
-                         size_t slot_bytes, size_t max_body)
+answer_ring::answer_ring(net::unique_fd memory, net::unique_fd bell, net::unique_fd rank_bell, char* base,
+                         size_t mapped, uint32_t slots, size_t slot_bytes, size_t max_body)
     : memory_(std::move(memory)),
       bell_(std::move(bell)),
+      rank_bell_(std::move(rank_bell)),
       base_(base),
       mapped_(mapped),
       slots_(slots),
@@ -66,17 +67,26 @@ status answer_ring::create(size_t max_body, uint32_t slots, std::unique_ptr<answ
     if (::ftruncate(memory.get(), static_cast<off_t>(bytes)) != 0) return net::io_error("answer ring: ftruncate");
     if (::fcntl(memory.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
         return net::io_error("answer ring: sealing");
-    net::unique_fd bell(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (bell.get() < 0) return net::io_error("answer ring: eventfd");
+    int ends[2] = {-1, -1};
+    if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) return net::io_error("answer ring: pipe2");
+    net::unique_fd bell(ends[0]), rank_bell(ends[1]);
     char* base = nullptr;
     DS_TRY(map_shared(memory.get(), bytes, base));
     const ring_geometry geometry{kRingMagic, slots, slot_bytes};
     std::memcpy(base, &geometry, sizeof geometry);  // the rest of a new memfd reads as zeros
-    out.reset(new answer_ring(std::move(memory), std::move(bell), base, bytes, slots, slot_bytes, max_body));
+    out.reset(new answer_ring(std::move(memory), std::move(bell), std::move(rank_bell), base, bytes, slots, slot_bytes,
+                              max_body));
     return status::success();
 }
 
 status answer_ring::attach(net::unique_fd memory, net::unique_fd bell, std::unique_ptr<answer_ring>& out) {
+    struct stat bell_info {};
+    if (::fstat(bell.get(), &bell_info) != 0 || !S_ISFIFO(bell_info.st_mode))
+        return status::invalid("answer ring: the bell is not a pipe");
+    // Unsealed memory could shrink under this mapping (a SIGBUS at the next write).
+    const int seals = ::fcntl(memory.get(), F_GET_SEALS);
+    if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_SEAL)) != (F_SEAL_SHRINK | F_SEAL_SEAL))
+        return status::invalid("answer ring: the memory is not sealed against shrinking");
     struct stat info {};
     if (::fstat(memory.get(), &info) != 0) return net::io_error("answer ring: fstat");
     const auto bytes = static_cast<size_t>(info.st_size);
@@ -96,8 +106,8 @@ status answer_ring::attach(net::unique_fd memory, net::unique_fd bell, std::uniq
                                            bytes, geometry.magic, geometry.slots, geometry.slot_bytes));
     }
     const auto slot_bytes = static_cast<size_t>(geometry.slot_bytes);
-    out.reset(new answer_ring(std::move(memory), std::move(bell), base, bytes, geometry.slots, slot_bytes,
-                              slot_bytes - sizeof(uint32_t)));
+    out.reset(new answer_ring(std::move(memory), std::move(bell), net::unique_fd(), base, bytes, geometry.slots,
+                              slot_bytes, slot_bytes - sizeof(uint32_t)));
     out->next_ = load_acquire(out->head());
     return status::success();
 }
@@ -116,9 +126,9 @@ status answer_ring::write(std::string_view body) {
     std::memcpy(at, &length, sizeof length);
     std::memcpy(at + sizeof length, body.data(), body.size());
     store_release(head(), ++next_);
-    const uint64_t one = 1;
-    // A full counter (2^64 - 2 rings not drained) already wakes the reader.
-    [[maybe_unused]] const ssize_t n = ::write(bell_.get(), &one, sizeof one);
+    const char ring = 1;
+    // A full pipe (thousands of rings not drained) wakes the reader already.
+    [[maybe_unused]] const ssize_t n = ::write(bell_.get(), &ring, sizeof ring);
     return status::success();
 }
 
@@ -141,8 +151,10 @@ status answer_ring::read(std::string& body, bool& got) {
 }
 
 void answer_ring::drain_bell() const {
-    uint64_t count = 0;
-    [[maybe_unused]] const ssize_t n = ::read(bell_.get(), &count, sizeof count);
+    char rings[256];
+    for (int i = 0; i < kDrainReads; ++i) {
+        if (::read(bell_.get(), rings, sizeof rings) < static_cast<ssize_t>(sizeof rings)) return;
+    }
 }
 
 }  // namespace ds

@@ -62,13 +62,15 @@ status connect_local(const std::string& name, unique_fd& out) {
     sockaddr_un address{};
     socklen_t length = 0;
     DS_TRY(local_address(name, address, length));
-    unique_fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    // Non-blocking: a full backlog fails at once instead of waiting without a deadline.
+    unique_fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (fd.get() < 0) return io_error("socket");
     for (;;) {
         if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), length) == 0) break;
         if (errno == EINTR) continue;
         if (errno == ECONNREFUSED || errno == ENOENT)
             return {status_code::aborted, fmt::format("nothing listens at local socket '{}'", name)};
+        if (errno == EAGAIN) return {status_code::aborted, fmt::format("local socket '{}' is not accepting", name)};
         return io_error(fmt::format("connect local socket '{}'", name));
     }
     out = std::move(fd);

@@ -17,7 +17,8 @@ constexpr int kMaxPassedDescriptors = 4;
 
 // A listening socket at the abstract name `name` (at most 100 bytes, no NUL).
 status listen_local(const std::string& name, unique_fd& out);
-// A connection to the abstract name `name`: unavailable at once when nothing listens there.
+// A non-blocking connection to the abstract name `name`: aborted at once when nothing listens
+// there or its backlog is full (the caller has another way: TCP).
 status connect_local(const std::string& name, unique_fd& out);
 
 // Sends `bytes` of `data` with `count` descriptors attached (SCM_RIGHTS), within the deadline.

@@ -10,9 +10,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "actors/answer_ring.h"
 
@@ -30,14 +33,12 @@ struct ring_pair {
 };
 
 // The coordinator's end, and the rank's from descriptors of the same memory and bell (as passed).
-ring_pair make_pair() {
-    ring_pair p;
+void make_pair(ring_pair& p) {
     status s = answer_ring::create(kMaxBody, kSlots, p.reader);
-    EXPECT_TRUE(s.is_ok()) << s.message;
-    s = answer_ring::attach(net::unique_fd(::dup(p.reader->memory_fd())), net::unique_fd(::dup(p.reader->bell_fd())),
-                            p.writer);
-    EXPECT_TRUE(s.is_ok()) << s.message;
-    return p;
+    ASSERT_TRUE(s.is_ok()) << s.message;
+    s = answer_ring::attach(net::unique_fd(::dup(p.reader->memory_fd())),
+                            net::unique_fd(::dup(p.reader->rank_bell_fd())), p.writer);
+    ASSERT_TRUE(s.is_ok()) << s.message;
 }
 
 bool rung(const answer_ring& ring) {
@@ -56,7 +57,8 @@ void poke(const answer_ring& ring, size_t offset, const void* value, size_t byte
 }
 
 TEST(AnswerRing, FramesComeOutAsTheyWentInAndInOrder) {
-    ring_pair p = make_pair();
+    ring_pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p));
     EXPECT_EQ(p.reader->max_body(), kMaxBody);
     EXPECT_GE(p.writer->max_body(), kMaxBody);
     std::string got;
@@ -73,8 +75,43 @@ TEST(AnswerRing, FramesComeOutAsTheyWentInAndInOrder) {
     }
 }
 
+TEST(AnswerRing, AWriterAndAReaderOnTwoThreadsPassEveryFrameInOrder) {
+    ring_pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p));
+    constexpr int kFrames = 20000;
+    // Frame i: its number, then bytes that depend on it, of a length that varies with it.
+    auto frame = [](int i) {
+        std::string body(static_cast<size_t>(8 + i % 97), static_cast<char>(i % 251));
+        std::memcpy(body.data(), &i, sizeof i);
+        return body;
+    };
+    std::atomic<bool> stop{false};  // the reader gave up: the writer must not wait on a full ring forever
+    std::thread writer([&] {
+        for (int i = 0; i < kFrames && !stop.load(); ++i) {
+            const std::string body = frame(i);
+            while (p.writer->write(body).code == status_code::aborted && !stop.load()) std::this_thread::yield();
+        }
+    });
+    std::string got;
+    int next = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (next < kFrames && std::chrono::steady_clock::now() < until) {
+        bool taken = false;
+        const status s = p.reader->read(got, taken);
+        if (!s.is_ok() || (taken && got != frame(next))) {
+            ADD_FAILURE() << "frame " << next << ": " << (s.is_ok() ? "other bytes" : s.message);
+            break;
+        }
+        if (taken) ++next;
+    }
+    stop.store(true);
+    writer.join();
+    EXPECT_EQ(next, kFrames);
+}
+
 TEST(AnswerRing, AFullRingRefusesTheNextFrameUntilOneIsTaken) {
-    ring_pair p = make_pair();
+    ring_pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p));
     for (uint32_t i = 0; i < kSlots; ++i) ASSERT_TRUE(p.writer->write(body_of(10, static_cast<char>('0' + i))).is_ok());
     const status full = p.writer->write("late");
     EXPECT_EQ(full.code, status_code::aborted);
@@ -95,7 +132,8 @@ TEST(AnswerRing, AFullRingRefusesTheNextFrameUntilOneIsTaken) {
 }
 
 TEST(AnswerRing, EveryFrameRingsTheBellAndDrainingSilencesIt) {
-    ring_pair p = make_pair();
+    ring_pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p));
     EXPECT_FALSE(rung(*p.reader));
     ASSERT_TRUE(p.writer->write("one").is_ok());
     EXPECT_TRUE(rung(*p.reader));
@@ -106,7 +144,8 @@ TEST(AnswerRing, EveryFrameRingsTheBellAndDrainingSilencesIt) {
 }
 
 TEST(AnswerRing, TheRankCannotResizeTheMemoryUnderTheReader) {
-    ring_pair p = make_pair();
+    ring_pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p));
     EXPECT_NE(::ftruncate(p.writer->memory_fd(), 0), 0) << "the memory could be shrunk";
     EXPECT_NE(::ftruncate(p.writer->memory_fd(), 1 << 30), 0) << "the memory could be grown";
     EXPECT_NE(::fcntl(p.writer->memory_fd(), F_ADD_SEALS, F_SEAL_WRITE), 0) << "the seals could be changed";
@@ -116,7 +155,8 @@ TEST(AnswerRing, AWriterThatBreaksTheRulesIsRefusedNamingWhat) {
     std::string got;
     bool taken = false;
     {
-        ring_pair p = make_pair();
+        ring_pair p;
+        ASSERT_NO_FATAL_FAILURE(make_pair(p));
         const uint64_t head = kSlots + 1;  // more frames than slots, none taken
         poke(*p.reader, kHeadOffset, &head, sizeof head);
         const status s = p.reader->read(got, taken);
@@ -124,7 +164,8 @@ TEST(AnswerRing, AWriterThatBreaksTheRulesIsRefusedNamingWhat) {
         EXPECT_NE(s.message.find("head = 4: expected 0 to 3"), std::string::npos) << s.message;
     }
     {
-        ring_pair p = make_pair();
+        ring_pair p;
+        ASSERT_NO_FATAL_FAILURE(make_pair(p));
         ASSERT_TRUE(p.writer->write("x").is_ok());
         ASSERT_TRUE(p.reader->read(got, taken).is_ok());
         const uint64_t behind = 0;  // the head moved back behind the frame taken
@@ -132,7 +173,8 @@ TEST(AnswerRing, AWriterThatBreaksTheRulesIsRefusedNamingWhat) {
         EXPECT_EQ(p.reader->read(got, taken).code, status_code::invalid_argument);
     }
     {
-        ring_pair p = make_pair();
+        ring_pair p;
+        ASSERT_NO_FATAL_FAILURE(make_pair(p));
         ASSERT_TRUE(p.writer->write("x").is_ok());
         const auto length = static_cast<uint32_t>(p.reader->max_body() + 1);
         poke(*p.reader, kFirstSlotOffset, &length, sizeof length);
@@ -146,15 +188,19 @@ TEST(AnswerRing, AWriterThatBreaksTheRulesIsRefusedNamingWhat) {
 TEST(AnswerRing, MemoryOfAnotherShapeIsNotAttached) {
     std::unique_ptr<answer_ring> reader;
     ASSERT_TRUE(answer_ring::create(kMaxBody, kSlots, reader).is_ok());
-    auto attach_copy = [&](size_t bytes, uint32_t magic) {
-        net::unique_fd memory(::memfd_create("test", MFD_CLOEXEC));
+    // A copy of the ring's memory, of `bytes` with `magic`, sealed unless `sealed` is false.
+    auto attach_copy = [&](size_t bytes, uint32_t magic, bool sealed = true) {
+        net::unique_fd memory(::memfd_create("test", MFD_CLOEXEC | MFD_ALLOW_SEALING));
         EXPECT_EQ(::ftruncate(memory.get(), static_cast<off_t>(bytes)), 0);
         std::string header(256, '\0');
         EXPECT_EQ(::pread(reader->memory_fd(), header.data(), header.size(), 0), 256);
         std::memcpy(header.data(), &magic, sizeof magic);
         EXPECT_EQ(::pwrite(memory.get(), header.data(), header.size(), 0), 256);
+        if (sealed) {
+            EXPECT_EQ(::fcntl(memory.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+        }
         std::unique_ptr<answer_ring> writer;
-        return answer_ring::attach(std::move(memory), net::unique_fd(::dup(reader->bell_fd())), writer);
+        return answer_ring::attach(std::move(memory), net::unique_fd(::dup(reader->rank_bell_fd())), writer);
     };
     struct stat info {};
     ASSERT_EQ(::fstat(reader->memory_fd(), &info), 0);
@@ -168,6 +214,12 @@ TEST(AnswerRing, MemoryOfAnotherShapeIsNotAttached) {
         EXPECT_EQ(s.code, status_code::invalid_argument) << size << " bytes, magic " << magic;
         EXPECT_NE(s.message.find("answer ring of"), std::string::npos) << s.message;
     }
+    const status unsealed = attach_copy(bytes, 0x64736172, false);
+    EXPECT_NE(unsealed.message.find("not sealed"), std::string::npos) << unsealed.message;
+    std::unique_ptr<answer_ring> writer;
+    const status not_a_pipe = answer_ring::attach(net::unique_fd(::dup(reader->memory_fd())),
+                                                  net::unique_fd(::dup(reader->memory_fd())), writer);
+    EXPECT_NE(not_a_pipe.message.find("not a pipe"), std::string::npos) << not_a_pipe.message;
     std::unique_ptr<answer_ring> none;
     EXPECT_EQ(answer_ring::create(kMaxBody, 0, none).code, status_code::invalid_argument);
 }

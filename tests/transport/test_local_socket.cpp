@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <thread>
 
@@ -42,7 +43,7 @@ TEST(LocalSocket, ANameNobodyListensAtIsRefusedAtOnce) {
     const status s = connect_local(unique_name("nobody"), fd);
     EXPECT_EQ(s.code, status_code::aborted) << s.message;
     EXPECT_NE(s.message.find("nothing listens"), std::string::npos) << s.message;
-    EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::milliseconds(100));
+    EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(1)) << "the refusal waited";
 }
 
 TEST(LocalSocket, ANameTooLongOrEmptyIsRefusedNamingTheLimit) {
