@@ -129,7 +129,8 @@ void answer_lane::serve() {
     }
 }
 
-bool answer_lane::read_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline) {
+bool answer_lane::read_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline,
+                             std::chrono::steady_clock::time_point spin_until) {
     if (done()) return false;  // the lane's thread keeps reading, undisturbed
     guests_.fetch_add(1, std::memory_order_acq_rel);
     bell_->ring();  // the lane's thread ends its round and lets go of reading_
@@ -146,7 +147,8 @@ bool answer_lane::read_until(const std::function<bool()>& done, std::chrono::ste
         while (!done()) {
             const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
             if (left.count() <= 0) break;
-            round(static_cast<int>(std::min<int64_t>(left.count(), kIdlePollMs)), &done);
+            round(static_cast<int>(std::min<int64_t>(left.count(), kIdlePollMs)), &done,
+                  std::chrono::steady_clock::now() < spin_until);
         }
         bell_->reader.store(std::thread::id());
     }
@@ -190,9 +192,9 @@ void answer_lane::gather_polled() {
     }
 }
 
-void answer_lane::round(int max_wait_ms, const std::function<bool()>* done) {
+void answer_lane::round(int max_wait_ms, const std::function<bool()>* done, bool spin) {
     gather_polled();
-    const bool spinning = steady_now_ns() < spin_until_ns_.load(std::memory_order_acquire);
+    const bool spinning = spin || steady_now_ns() < spin_until_ns_.load(std::memory_order_acquire);
     if (::poll(polled_.data(), polled_.size(), spinning ? 0 : std::min(max_wait_ms, idle_poll_ms())) <= 0) {
         drop_closed_and_silent();
         return;

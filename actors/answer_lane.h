@@ -78,8 +78,10 @@ class answer_lane {
     // answer wakes, and it settles the step on the spot, one thread wake-up fewer than being woken
     // by the lane's thread (each is tens of microseconds on the GPU machines' VMs). False at once,
     // reading nothing, when `done()` holds already or another caller reads. `done` is asked after
-    // every round; another thread that makes it true calls a nudger().
-    bool read_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
+    // every round; another thread that makes it true calls a nudger(). Until `spin_until` the
+    // caller polls without sleeping (tuning.reply_spin_us): no wake-up when the answers come.
+    bool read_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline,
+                    std::chrono::steady_clock::time_point spin_until = {});
     // Ends the reading caller's current wait in poll, so that it asks `done` again (a no-op on the
     // reading thread itself, or when nobody reads). It holds the lane's wake-up descriptor, not
     // the lane, so it may outlive the lane and run on any thread.
@@ -105,8 +107,9 @@ class answer_lane {
     void serve();
     // One poll of the bell, the listener and every connection (bounded by `max_wait_ms`), then
     // what they hold: accepted, greeted, answers filed; it ends early once `done` (if given)
-    // holds. Under reading_.
-    void round(int max_wait_ms, const std::function<bool()>* done);
+    // holds. With `spin`, or while the lane spins (tuning.rank_spin_us), poll does not sleep.
+    // Under reading_.
+    void round(int max_wait_ms, const std::function<bool()>* done, bool spin = false);
 
     // What wakes the reader from its poll: an eventfd, and which caller reads (none: the lane's
     // thread, or nobody).

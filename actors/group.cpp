@@ -163,10 +163,12 @@ std::future<step_reply> group::submit(step_request step) {
 step_reply group::wait(std::future<step_reply>& reply) {
     auto ready = [&reply] { return reply.wait_for(std::chrono::seconds(0)) == std::future_status::ready; };
     const auto now = std::chrono::steady_clock::now();
-    // The coordinator answers within its step timeout; the margin only guards against one that is gone.
-    if (impl_->lane) impl_->lane->read_until(ready, now + impl_->config.distribution.step_timeout + kReplyMargin);
-    // Polling first spares the wake-up of a thread asleep on the future when the answer is near.
+    // Polling first spares the wake-up of a thread asleep (on the lane, or on the future) when the
+    // answer is near.
     const auto poll_until = now + std::chrono::microseconds(impl_->config.tuning.reply_spin_us);
+    // The coordinator answers within its step timeout; the margin only guards against one that is gone.
+    if (impl_->lane)
+        impl_->lane->read_until(ready, now + impl_->config.distribution.step_timeout + kReplyMargin, poll_until);
     while (std::chrono::steady_clock::now() < poll_until && !ready()) {
     }
     return reply.get();

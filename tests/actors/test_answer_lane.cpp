@@ -3,6 +3,8 @@
 // or on a caller's that reads the lane itself, through shared memory and over TCP alike; and
 // connections that are not the group's ranks, send what no rank sends or leave a frame unfinished
 // are closed without harm to the others.
+#include <sys/resource.h>
+
 #include "support/answer_lane_support.h"
 
 namespace ds::answer_lane_test {
@@ -78,6 +80,30 @@ TEST_P(AnswerLanePaths, ACallerReadingTheLaneSettlesItsStepOnItsOwnThreadAndTheL
     ASSERT_TRUE(next.answered_within(kTimeout)) << "the lane's thread did not read again";
     EXPECT_NE(next_answered_on.get(), std::this_thread::get_id());
     EXPECT_EQ(lane->filed(), uint64_t{2 * kRanks});
+}
+
+long voluntary_switches() {
+    rusage usage{};
+    ::getrusage(RUSAGE_THREAD, &usage);
+    return usage.ru_nvcsw;
+}
+
+TEST_P(AnswerLanePaths, ACallerSpinningOnTheLaneNeverSleepsUntilItsAnswersCome) {
+    std::shared_ptr<answer_lane> lane;
+    ASSERT_TRUE(answer_lane::open("127.0.0.1", 0, lane_config(), lane).is_ok());
+    std::vector<std::unique_ptr<answer_sender>> senders;
+    for (int32_t r = 0; r < kRanks; ++r) senders.push_back(sender_of(*lane, r, GetParam()));
+    step_under_test step(1);
+    lane->expect(step.board);
+    std::thread ranks = send_later(senders, 1, std::chrono::milliseconds(50));
+    const auto now = std::chrono::steady_clock::now();
+    const long before = voluntary_switches();
+    lane->read_until([&] { return step.answered_within(std::chrono::milliseconds(0)); }, now + kTimeout,
+                     now + kTimeout);
+    const long slept = voluntary_switches() - before;
+    ranks.join();
+    ASSERT_TRUE(step.answered_within(std::chrono::milliseconds(0)));
+    EXPECT_EQ(slept, 0) << "the caller slept while it should have polled";
 }
 
 TEST_P(AnswerLanePaths, OfTwoCallersOneReadsAndTheOtherWaitsOnItsReply) {
