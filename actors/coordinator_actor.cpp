@@ -58,6 +58,9 @@ struct coordinator_state {
     std::shared_ptr<step_board> board;  // where the running step's results meet
     int32_t pending = 0;
     std::vector<bool> answered;  // by rank, for the running step
+    // By rank: the running step's results as they came to this actor (over CAF); the board's may
+    // still be being written by the answer lane's thread when the last of these arrives.
+    std::vector<rank_result> results;
     std::chrono::steady_clock::time_point deadline;
     bool deadline_check_armed = false;
     step_timeline timeline;
@@ -173,7 +176,10 @@ void fail_current(coordinator* self, const status& why) {
 void complete_step(coordinator* self) {
     coordinator_state& st = self->state;
     const dist_step& step = *st.current_step;
-    step_outcome o = combine_rank_results(step, st.board->results(), st.config.distribution.policy);
+    // A complete board's filings are all written (and visible here); an incomplete one means every
+    // rank's result came here first (pending reached 0) while a filing of the lane's is under way.
+    const std::vector<rank_result>& results = st.board->complete() ? st.board->results() : st.results;
+    step_outcome o = combine_rank_results(step, results, st.config.distribution.policy);
     if (!st.current_reply.sink) {
         if (!o.failure.is_ok()) {
             st.current_reply.promise.deliver(make_caf_error(o.failure));
@@ -202,6 +208,7 @@ void on_rank_result(coordinator* self, uint64_t id, rank_result& r) {
         return;
     }
     st.answered[static_cast<size_t>(r.rank)] = true;
+    st.results[static_cast<size_t>(r.rank)] = r;
     st.board->file(r);  // a no-op when the rank filed it itself, as it does before it answers
     if (--st.pending == 0) complete_step(self);
 }
@@ -273,6 +280,7 @@ void start_step(coordinator* self, job& j) {
         std::make_shared<const dist_step>(make_dist_step(id, *j.request, plan, st.config.limits.vocab_size));
     st.pending = static_cast<int32_t>(st.ranks.size());
     st.answered.assign(st.ranks.size(), false);
+    st.results.assign(st.ranks.size(), rank_result{});
     st.deadline = std::chrono::steady_clock::now() + st.config.distribution.step_timeout;
     arm_deadline_check(self);
     st.transport->begin_epoch(id);  // no rank runs a step now: the last one finished or failed
