@@ -153,6 +153,36 @@ TEST(SamplingApi, ABrokenAllGreedyPromiseIsFlagged) {
     EXPECT_EQ(predict[0], 1);
 }
 
+TEST(SamplingApi, ABrokenUnfilteredPromiseIsFlagged) {
+    const std::vector<float> logits{0.5f, 1.5f, -1.0f};
+    std::vector<int32_t> predict(1), accept_index(1), accept_length(1);
+    std::vector<uint8_t> row_error(1);
+    sampling_call call;
+    call.logits = {logits.data(), logits_dtype::f32, 1, 3, 3, false};
+    call.batch_size = 1;
+    call.unfiltered_hint = true;
+    call.outputs = {predict.data(), accept_index.data(), accept_length.data(), nullptr, row_error.data()};
+    ASSERT_TRUE(run_call(call).is_ok());  // temperature 1, nothing filtered: kept
+    EXPECT_EQ(row_error[0], kRowOk);
+    EXPECT_GE(predict[0], 0);
+    const auto broken_by = [&](auto&& change) {
+        sampling_call broken = call;
+        change(broken.params);
+        EXPECT_TRUE(run_call(broken).is_ok());
+        return row_error[0] == kRowErrorInvalidParams && predict[0] == -1;
+    };
+    EXPECT_TRUE(broken_by([](request_sources& p) { p.top_k = param<int32_t>::uniform(2); }));
+    EXPECT_TRUE(broken_by([](request_sources& p) { p.top_p = param<float>::uniform(0.9f); }));
+    EXPECT_TRUE(broken_by([](request_sources& p) { p.min_p = param<float>::uniform(0.1f); }));
+    EXPECT_TRUE(broken_by([](request_sources& p) { p.presence_penalty = param<float>::uniform(0.5f); }));
+    // A greedy request keeps the promise whatever its top_p.
+    EXPECT_FALSE(broken_by([](request_sources& p) {
+        p.temperature = param<float>::uniform(0.0f);
+        p.top_p = param<float>::uniform(0.9f);
+    }));
+    EXPECT_EQ(predict[0], 1);
+}
+
 TEST(SamplingApi, ErrorsNameTheField) {
     const std::vector<float> logits(8, 0.0f);
     std::vector<int32_t> predict(2), accept_index(2), accept_length(2);
