@@ -365,23 +365,21 @@ cudaError_t launch_step(const sampling_call& call, const chain_kernel_params& pa
     launch.stream = stream;
     launch.attrs = &overlap;
     launch.numAttrs = 1;
-    if (params.stream_segments > 0) {
+    // The streaming kernels are compiled per dtype: launch(kernel<dtype>) for the step's.
+    const auto per_dtype = [&](auto f32, auto bf16, auto f16) {
         switch (params.dtype) {
-            case logits_dtype::f32:
-                return cudaLaunchKernelEx(&launch, streaming_greedy_kernel<logits_dtype::f32>, params);
-            case logits_dtype::bf16:
-                return cudaLaunchKernelEx(&launch, streaming_greedy_kernel<logits_dtype::bf16>, params);
-            default: return cudaLaunchKernelEx(&launch, streaming_greedy_kernel<logits_dtype::f16>, params);
+            case logits_dtype::f32: return cudaLaunchKernelEx(&launch, f32, params);
+            case logits_dtype::bf16: return cudaLaunchKernelEx(&launch, bf16, params);
+            default: return cudaLaunchKernelEx(&launch, f16, params);
         }
+    };
+    if (params.stream_segments > 0) {
+        return per_dtype(streaming_greedy_kernel<logits_dtype::f32>, streaming_greedy_kernel<logits_dtype::bf16>,
+                         streaming_greedy_kernel<logits_dtype::f16>);
     }
     if (params.sampled_blocks > 0) {
-        switch (params.dtype) {
-            case logits_dtype::f32:
-                return cudaLaunchKernelEx(&launch, streaming_sampled_kernel<logits_dtype::f32>, params);
-            case logits_dtype::bf16:
-                return cudaLaunchKernelEx(&launch, streaming_sampled_kernel<logits_dtype::bf16>, params);
-            default: return cudaLaunchKernelEx(&launch, streaming_sampled_kernel<logits_dtype::f16>, params);
-        }
+        return per_dtype(streaming_sampled_kernel<logits_dtype::f32>, streaming_sampled_kernel<logits_dtype::bf16>,
+                         streaming_sampled_kernel<logits_dtype::f16>);
     }
     launch.dynamicSmemBytes = sizeof(kernel_shared);
     return cudaLaunchKernelEx(&launch, chain_kernel, params);

@@ -303,44 +303,39 @@ TEST_F(CudaBackend, MatchesCpuOnTwoThousandRandomBatches) {
     EXPECT_EQ(compared, trials);
 }
 
-// The streaming kernel (every request plain greedy): vocabularies that end mid-chunk and
-// mid-vector, 16-bit logits, odd row strides, bitmasks (a row with nothing allowed), NaN, ties,
-// accepted chains and logprobs, against the CPU backend.
-TEST_F(CudaBackend, PlainGreedyStepsMatchCpu) {
-    const int32_t vocabs[] = {16, 4097, 8190, 32000, 128256, 151936};
+// Random steps over `vocabs` made plain by `make_plain` (one of random_step's), half of them
+// sampled when N = 1, against the CPU backend.
+void expect_plain_steps_agree(uint64_t seed, const std::vector<int32_t>& vocabs,
+                              void (random_step::*make_plain)(std::mt19937_64&), const std::string& what) {
     const int trials = trials_from_environment(300) / 2 + 1;
-    std::mt19937_64 rng(4096);
+    std::mt19937_64 rng(seed);
     for (int trial = 0; trial < trials; ++trial) {
-        const int32_t vocab = vocabs[trial % 6];
+        const int32_t vocab = vocabs[static_cast<size_t>(trial) % vocabs.size()];
         const int32_t n = 1 + static_cast<int32_t>(rng() % 4);
         int32_t bs = 1 + static_cast<int32_t>(rng() % 64);
         while (static_cast<int64_t>(bs) * n * vocab > 8'000'000) bs = (bs + 1) / 2;
         random_step step(rng, vocab, bs, n);
-        step.make_plain_greedy(rng);
+        (step.*make_plain)(rng);
         const step_kind kind = n == 1 && rng() % 2 ? step_kind::sample : step_kind::verify;
-        expect_backends_agree(step, kind, "plain greedy trial " + std::to_string(trial));
-        if (HasFatalFailure()) return;
+        expect_backends_agree(step, kind, what + " trial " + std::to_string(trial));
+        if (::testing::Test::HasFatalFailure()) return;
     }
+}
+
+// The streaming greedy kernel (every request plain greedy): vocabularies that end mid-chunk and
+// mid-vector, 16-bit logits, odd row strides, bitmasks (a row with nothing allowed), NaN, ties,
+// accepted chains and logprobs, against the CPU backend.
+TEST_F(CudaBackend, PlainGreedyStepsMatchCpu) {
+    expect_plain_steps_agree(4096, {16, 4097, 8190, 32000, 128256, 151936}, &random_step::make_plain_greedy,
+                             "plain greedy");
 }
 
 // The streaming sampled kernel (nothing to filter): vocabularies that end mid-chunk and
 // mid-vector, 16-bit logits, odd row strides, NaN, -inf, infinite maxima, ties, greedy rows among
 // sampled ones, accepted chains and logprobs, against the CPU backend.
 TEST_F(CudaBackend, PlainSampledStepsMatchCpu) {
-    const int32_t vocabs[] = {16, 4097, 8190, 8193, 32000, 128256, 151936, 262144};
-    const int trials = trials_from_environment(300) / 2 + 1;
-    std::mt19937_64 rng(8192);
-    for (int trial = 0; trial < trials; ++trial) {
-        const int32_t vocab = vocabs[trial % 8];
-        const int32_t n = 1 + static_cast<int32_t>(rng() % 4);
-        int32_t bs = 1 + static_cast<int32_t>(rng() % 64);
-        while (static_cast<int64_t>(bs) * n * vocab > 8'000'000) bs = (bs + 1) / 2;
-        random_step step(rng, vocab, bs, n);
-        step.make_plain_sampled(rng);
-        const step_kind kind = n == 1 && rng() % 2 ? step_kind::sample : step_kind::verify;
-        expect_backends_agree(step, kind, "plain sampled trial " + std::to_string(trial));
-        if (HasFatalFailure()) return;
-    }
+    expect_plain_steps_agree(8192, {16, 4097, 8190, 8193, 32000, 128256, 151936, 262144},
+                             &random_step::make_plain_sampled, "plain sampled");
 }
 
 // Which kernel a step runs, told by its thread blocks: a small plain sampled step one block per
