@@ -54,8 +54,6 @@ struct request_view {
     uint8_t error = kRowOk;  // kRowErrorInvalidParams: a value above is out of range
 
     DS_HD bool greedy() const { return exact::is_greedy(temperature, top_k); }
-    // No top-k, top-p or min-p filter.
-    DS_HD bool unfiltered() const { return top_k == -1 && top_p >= 1.0f && min_p <= 0.0f; }
 };
 
 template <class T>
@@ -129,10 +127,8 @@ DS_HD request_view resolve_request(const sampling_call& call, int32_t b) {
         ok = ranges::token(r.seen_tokens[k], vocab) && r.seen_counts[k] >= 1;
     }
     ok = candidates_in_vocab(call, b) && ok;
-    // A broken all-greedy or unfiltered promise is flagged the same way on every device.
-    const bool plain = r.bias_count == 0 && !r.penalties.active();
-    ok = ok && !(call.all_greedy_hint && !(r.greedy() && plain));
-    ok = ok && !(call.unfiltered_hint && !((r.greedy() || r.unfiltered()) && plain));
+    // A broken all-greedy promise is flagged the same way on every device.
+    ok = ok && !(call.all_greedy_hint && (!r.greedy() || r.bias_count > 0 || r.penalties.active()));
     if (!ok) {
         r = request_view{};
         r.error = kRowErrorInvalidParams;

@@ -144,11 +144,6 @@ struct sampling_call {
     // reading device memory): the call may take a faster path. A request that breaks the promise
     // emits nothing and gets row_error = kRowErrorInvalidParams.
     bool all_greedy_hint = false;
-    // No request has a top-k, top-p or min-p filter, penalties or bias (each is greedy, or samples
-    // from its whole tempered distribution), a promise as all_greedy_hint is: without a bitmask the
-    // call then takes the streaming path for temperature sampling, which it also takes by itself
-    // when those parameters are neutral scalars. A request that breaks it is flagged the same way.
-    bool unfiltered_hint = false;
     sampling_outputs outputs;
 
     // Shapes, pointers and scalar ranges; names the field and the allowed range.

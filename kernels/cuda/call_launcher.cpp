@@ -28,23 +28,6 @@ bool can_stream(const sampling_call& call) {
            !(call.logprobs == logprob_mode::raw && call.bitmask != nullptr);
 }
 
-// No request can change a logit by a penalty: the penalties are neutral scalars, or no token has
-// been seen and no draft precedes a row.
-bool no_penalties(const sampling_call& call) {
-    const request_sources& p = call.params;
-    const bool neutral = p.presence_penalty.values == nullptr && p.presence_penalty.scalar == 0.0f &&
-                         p.frequency_penalty.values == nullptr && p.frequency_penalty.scalar == 0.0f &&
-                         p.repetition_penalty.values == nullptr && p.repetition_penalty.scalar == 1.0f;
-    return neutral || (p.seen.empty() && call.tokens_per_req == 1);
-}
-
-// The streaming sampled kernel reads the logits as given: no cut, penalty, bias or mask (by the
-// call's scalars, or by its unfiltered_hint).
-bool can_stream_sampled(const sampling_call& call) {
-    const bool unfiltered = call.unfiltered_hint || (!cut_possible(call) && no_penalties(call));
-    return unfiltered && call.params.logit_bias.empty() && call.bitmask == nullptr;
-}
-
 }  // namespace
 
 status check_row_fits(const char* field, int32_t vocab, const kernel_capacity& capacity, const char* advice) {
@@ -60,10 +43,7 @@ status plan_call(const sampling_call& call, workspace_ref workspace, const kerne
     const int32_t bs = call.batch_size;
     const int32_t n = call.tokens_per_req;
     const bool streams = can_stream(call);
-    // A row's sampled chunks meet at a barrier: all resident together, else the chain kernel runs.
-    const bool streams_sampled =
-        !streams && can_stream_sampled(call) && sampled_chunks_per_row(call.logits.vocab) <= capacity.sampled_blocks;
-    if (!streams && !streams_sampled) DS_TRY(check_row_fits("logits.vocab", call.logits.vocab, capacity));
+    if (!streams) DS_TRY(check_row_fits("logits.vocab", call.logits.vocab, capacity));
     const bool cut_lists = cut_possible(call);
     const std::size_t needed = call_workspace_bytes(bs, n, call.logits.vocab, cut_lists);
     if (workspace.data == nullptr || workspace.bytes < needed) {
@@ -95,10 +75,6 @@ status plan_call(const sampling_call& call, workspace_ref workspace, const kerne
     const int64_t wanted = capacity.streaming_blocks / std::max<int64_t>(rows, 1);
     params.stream_segments =
         streams ? static_cast<int32_t>(std::clamp<int64_t>(wanted, 1, max_stream_segments(call.logits.vocab))) : 0;
-    // Persistent blocks: one per item up to what the GPU holds at once.
-    const int64_t items = rows * sampled_chunks_per_row(call.logits.vocab);
-    params.sampled_blocks =
-        streams_sampled ? static_cast<int32_t>(std::min<int64_t>(items, capacity.sampled_blocks)) : 0;
     if (const char* problem = params.check()) return {status_code::internal, problem};
     return status::success();
 }
@@ -114,33 +90,27 @@ namespace {
 // of them: properties of the device and the kernels, the same for every call, so they are found
 // once per device instead of on every engine call.
 constexpr int kMaxDevices = 64;
-// Per device, once known: the kernels' capacity, published by `known`.
-struct known_capacity {
-    std::atomic<bool> known{false};
-    std::atomic<int> streaming_blocks{0};
-    std::atomic<int> chain_blocks{0};
-    std::atomic<int> sampled_blocks{0};
-};
-known_capacity capacity_known[kMaxDevices];
+// Per device: (streaming blocks + 1) << 32 | chain blocks, 0 while unknown.
+std::atomic<uint64_t> capacity_known[kMaxDevices];
 
 status device_setup(kernel_capacity& capacity) {
     int device = 0;
     CUDA_TRY(cudaGetDevice(&device));
-    known_capacity* cache = device >= 0 && device < kMaxDevices ? &capacity_known[device] : nullptr;
-    if (cache != nullptr && cache->known.load(std::memory_order_acquire)) {
-        capacity.streaming_blocks = cache->streaming_blocks.load(std::memory_order_relaxed);
-        capacity.chain_blocks = cache->chain_blocks.load(std::memory_order_relaxed);
-        capacity.sampled_blocks = cache->sampled_blocks.load(std::memory_order_relaxed);
-        return status::success();
+    const bool cached = device >= 0 && device < kMaxDevices;
+    if (cached) {
+        const uint64_t known = capacity_known[device].load(std::memory_order_acquire);
+        if (known != 0) {
+            capacity.streaming_blocks = static_cast<int>(known >> 32) - 1;
+            capacity.chain_blocks = static_cast<int>(known & 0xFFFFFFFFu);
+            return status::success();
+        }
     }
     CUDA_TRY(prepare_chain_kernel());
     CUDA_TRY(query_kernel_capacity(device, capacity));
-    if (cache != nullptr) {
-        // Threads that race here store the same values.
-        cache->streaming_blocks.store(capacity.streaming_blocks, std::memory_order_relaxed);
-        cache->chain_blocks.store(capacity.chain_blocks, std::memory_order_relaxed);
-        cache->sampled_blocks.store(capacity.sampled_blocks, std::memory_order_relaxed);
-        cache->known.store(true, std::memory_order_release);
+    if (cached) {
+        capacity_known[device].store(
+            (static_cast<uint64_t>(capacity.streaming_blocks + 1) << 32) | static_cast<uint32_t>(capacity.chain_blocks),
+            std::memory_order_release);
     }
     return status::success();
 }

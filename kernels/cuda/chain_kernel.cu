@@ -29,16 +29,13 @@
 //
 // The kernel's parts, in the order they build on each other: chain_block.cuh (shared memory,
 // barriers, loading a chunk), cut_selection.cuh, chain_walk.cuh, row_combine.cuh, row_draws.cuh,
-// listed_rows.cuh, top_p_rows.cuh, streaming_greedy.cuh, streaming_sampled.cuh; this file holds the
-// chain kernel and the launches.
+// listed_rows.cuh, top_p_rows.cuh, streaming_greedy.cuh; this file holds the chain kernel and the
+// launches.
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <climits>
-
 #include "kernels/cuda/chain_kernel.h"
-#include "kernels/cuda/streaming_sampled.cuh"
+#include "kernels/cuda/streaming_greedy.cuh"
 #include "kernels/cuda/top_p_rows.cuh"
 
 namespace ds::cuda {
@@ -307,7 +304,6 @@ cudaError_t query_kernel_capacity(int device, kernel_capacity& out) {
     int sms = 0;
     int streaming_per_sm = 0;
     int chain_per_sm = 0;
-    int sampled_per_sm = INT_MAX;
     cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (e == cudaSuccess)
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&streaming_per_sm, streaming_greedy_kernel<logits_dtype::f32>,
@@ -315,17 +311,8 @@ cudaError_t query_kernel_capacity(int device, kernel_capacity& out) {
     if (e == cudaSuccess)
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&chain_per_sm, chain_kernel, kBlockThreads,
                                                           sizeof(kernel_shared));
-    // The dtypes' kernels may use different registers: the row must fit with the fewest.
-    for (const void* sampled : {reinterpret_cast<const void*>(streaming_sampled_kernel<logits_dtype::f32>),
-                                reinterpret_cast<const void*>(streaming_sampled_kernel<logits_dtype::bf16>),
-                                reinterpret_cast<const void*>(streaming_sampled_kernel<logits_dtype::f16>)}) {
-        int per_sm = 0;
-        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sampled, kBlockThreads, 0);
-        sampled_per_sm = std::min(sampled_per_sm, per_sm);
-    }
     out.streaming_blocks = sms * streaming_per_sm;
     out.chain_blocks = sms * chain_per_sm;
-    out.sampled_blocks = sms * sampled_per_sm;
     return e;
 }
 
@@ -341,7 +328,6 @@ size_t chain_kernel_workspace_bytes(int64_t max_rows, int32_t max_batch, int32_t
 
 unsigned chain_kernel_blocks(const chain_kernel_params& params) {
     const auto rows = static_cast<unsigned>(params.batch_size) * static_cast<unsigned>(params.tokens_per_req);
-    if (params.sampled_blocks > 0) return static_cast<unsigned>(params.sampled_blocks);
     return rows *
            static_cast<unsigned>(params.stream_segments > 0 ? params.stream_segments : chunks_per_row(params.vocab));
 }
@@ -365,21 +351,14 @@ cudaError_t launch_step(const sampling_call& call, const chain_kernel_params& pa
     launch.stream = stream;
     launch.attrs = &overlap;
     launch.numAttrs = 1;
-    // The streaming kernels are compiled per dtype: launch(kernel<dtype>) for the step's.
-    const auto per_dtype = [&](auto f32, auto bf16, auto f16) {
-        switch (params.dtype) {
-            case logits_dtype::f32: return cudaLaunchKernelEx(&launch, f32, params);
-            case logits_dtype::bf16: return cudaLaunchKernelEx(&launch, bf16, params);
-            default: return cudaLaunchKernelEx(&launch, f16, params);
-        }
-    };
     if (params.stream_segments > 0) {
-        return per_dtype(streaming_greedy_kernel<logits_dtype::f32>, streaming_greedy_kernel<logits_dtype::bf16>,
-                         streaming_greedy_kernel<logits_dtype::f16>);
-    }
-    if (params.sampled_blocks > 0) {
-        return per_dtype(streaming_sampled_kernel<logits_dtype::f32>, streaming_sampled_kernel<logits_dtype::bf16>,
-                         streaming_sampled_kernel<logits_dtype::f16>);
+        switch (params.dtype) {
+            case logits_dtype::f32:
+                return cudaLaunchKernelEx(&launch, streaming_greedy_kernel<logits_dtype::f32>, params);
+            case logits_dtype::bf16:
+                return cudaLaunchKernelEx(&launch, streaming_greedy_kernel<logits_dtype::bf16>, params);
+            default: return cudaLaunchKernelEx(&launch, streaming_greedy_kernel<logits_dtype::f16>, params);
+        }
     }
     launch.dynamicSmemBytes = sizeof(kernel_shared);
     return cudaLaunchKernelEx(&launch, chain_kernel, params);

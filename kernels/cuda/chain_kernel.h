@@ -17,11 +17,10 @@ cudaError_t prepare_chain_kernel();
 
 // Thread blocks the GPU holds at once over all its SMs, of each kernel. A chain kernel row's
 // blocks meet at barriers, so they must all be resident together (check_row_fits); the streaming
-// greedy kernel's segments are sized from its count. Call prepare_chain_kernel first.
+// kernel's segments are sized from its count. Call prepare_chain_kernel first.
 struct kernel_capacity {
     int streaming_blocks = 1;
     int chain_blocks = 1;
-    int sampled_blocks = 1;  // the streaming sampled kernel's, whose row's blocks meet at a barrier too
 };
 cudaError_t query_kernel_capacity(int device, kernel_capacity& out);
 

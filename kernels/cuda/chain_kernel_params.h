@@ -85,15 +85,6 @@ DS_HD int32_t stream_segment_tokens(int32_t vocab, int32_t segments) {
     return (even + kStreamSegmentQuantum - 1) / kStreamSegmentQuantum * kStreamSegmentQuantum;
 }
 
-// Steps where no request can have a top-k, top-p or min-p cut, penalties or bias, and no bitmask
-// applies, run the streaming sampled kernel: one block per kSampledChunkTokens tokens of a row,
-// streaming them through registers (no shared-memory copy) before and after the row's barrier.
-constexpr int32_t kSampledChunkTokens = 8192;
-static_assert(kSampledChunkTokens >= kMinStreamSegmentTokens, "the partials hold a row's sampled chunks");
-static_assert(kSampledChunkTokens % kStreamSegmentQuantum == 0, "chunks start on a whole vector");
-
-DS_HD int32_t sampled_chunks_per_row(int32_t vocab) { return (vocab + kSampledChunkTokens - 1) / kSampledChunkTokens; }
-
 // Per-row arrival counters and the draft's processed logit. Zeroed before every launch.
 struct row_sync {
     uint32_t maxima_arrived = 0;      // blocks that published their chunk's argmax
@@ -213,10 +204,6 @@ struct chain_kernel_params {
     // Every request greedy, none with penalties or bias: the streaming kernel runs with this many
     // segments per row, in [1, max_stream_segments(vocab)] (same tokens). 0: the chain kernel.
     int32_t stream_segments = 0;
-    // No request can have a cut, penalties or bias, and there is no bitmask: the streaming sampled
-    // kernel runs with this many persistent blocks, at least sampled_chunks_per_row(vocab) and
-    // all resident at once (same tokens). 0: another kernel.
-    int32_t sampled_blocks = 0;
 
     // Empty when launchable, else what is wrong.
     const char* check() const {
@@ -227,8 +214,6 @@ struct chain_kernel_params {
         }
         if (tokens_per_req > 1 && candidates == nullptr) return "verify needs candidates";
         if (row_stride < vocab || vocab <= 0) return "row_stride must be >= vocab > 0";
-        if (sampled_blocks > 0 && (stream_segments > 0 || bitmask != nullptr))
-            return "the streaming sampled kernel takes neither segments nor a bitmask";
         return nullptr;
     }
 };

@@ -158,15 +158,12 @@ struct cuda_backend::impl {
             step.bitmask, step.bitmask != nullptr ? rows * static_cast<size_t>(bitmask_words(step.logits.vocab)) : 0);
         call.thresholds = step.thresholds;
         call.logprobs = with_logprobs ? logprob_mode::processed : logprob_mode::none;
-        bool plain = true, greedy = true;
-        for (int32_t b = 0; b < bs && plain; ++b) {
+        bool plain_greedy = true;
+        for (int32_t b = 0; b < bs && plain_greedy; ++b) {
             const sampling_params& sp = pool.params(step.slots[b]);
-            plain = sp.logit_bias.empty() && !sp.has_penalties() &&
-                    (is_greedy(sp) || (sp.top_k == -1 && sp.top_p >= 1.0f && sp.min_p <= 0.0f));
-            greedy = greedy && is_greedy(sp);
+            plain_greedy = is_greedy(sp) && sp.logit_bias.empty() && !sp.has_penalties();
         }
-        call.all_greedy_hint = plain && greedy;
-        call.unfiltered_hint = plain && !greedy;
+        call.all_greedy_hint = plain_greedy;
         coins.coins = mapped.put(step.coins, step.coins != nullptr ? static_cast<size_t>(bs) * (n - 1) : 0);
         coins.final_coins = mapped.put(step.final_coins, step.final_coins != nullptr ? static_cast<size_t>(bs) : 0);
         const output_layout out = outputs_for(bs, n);
@@ -192,8 +189,7 @@ struct cuda_backend::impl {
                         step.final_coins != nullptr,
                         with_logprobs,
                         step.thresholds.single,
-                        step.thresholds.acc,
-                        staged.params.sampled_blocks};
+                        step.thresholds.acc};
         return status::success();
     }
 
@@ -316,7 +312,7 @@ status cuda_backend::replay_graph(const step_input& step, const step_output& out
     if (!(staged.shape == captured)) {
         return status::invalid(
             "replay_graph: the step's shape differs from the captured one (batch, N, logits, optional inputs, bias and "
-            "penalty sizes, thresholds, and the kernel the requests' parameters select must match); capture again");
+            "penalty sizes, thresholds, and whether every request is plain greedy must match); capture again");
     }
     DS_TRY(st.graph.launch(st.stream.get()));
     return st.finish(step.batch_size, step.tokens_per_req, captured.logprobs, out);

@@ -81,15 +81,13 @@ struct staged_shape {
     logits_dtype dtype = logits_dtype::f32;
     bool verify = false, bitmask = false, coins = false, final_coins = false, logprobs = false;
     float threshold_single = 1.0f, threshold_acc = 1.0f;
-    int32_t sampled_blocks = 0;
 
     bool operator==(const staged_shape& o) const {
         return batch_size == o.batch_size && tokens_per_req == o.tokens_per_req && bias_entries == o.bias_entries &&
                seen_entries == o.seen_entries && stream_segments == o.stream_segments && logits == o.logits &&
                row_stride == o.row_stride && dtype == o.dtype && verify == o.verify && bitmask == o.bitmask &&
                coins == o.coins && final_coins == o.final_coins && logprobs == o.logprobs &&
-               threshold_single == o.threshold_single && threshold_acc == o.threshold_acc &&
-               sampled_blocks == o.sampled_blocks;
+               threshold_single == o.threshold_single && threshold_acc == o.threshold_acc;
     }
 };
 

@@ -142,9 +142,9 @@ struct random_step {
         }
     }
 
-    // Temperature sampling with nothing to filter, which the CUDA backend runs on its streaming
-    // sampled kernel: every request samples its whole tempered distribution or is greedy, no
-    // penalties, no bias, no bitmask; drafts often the previous row's argmax.
+    // Temperature sampling with nothing to filter: every request samples its whole tempered
+    // distribution or is greedy, no penalties, no bias, no bitmask; drafts often the previous
+    // row's argmax.
     void make_plain_sampled(std::mt19937_64& rng) {
         std::uniform_real_distribution<float> unit(0.0f, 1.0f);
         bitmask.clear();
@@ -330,49 +330,13 @@ TEST_F(CudaBackend, PlainGreedyStepsMatchCpu) {
                              "plain greedy");
 }
 
-// The streaming sampled kernel (nothing to filter): vocabularies that end mid-chunk and
-// mid-vector, 16-bit logits, odd row strides, NaN, -inf, infinite maxima, ties, greedy rows among
-// sampled ones, accepted chains and logprobs, against the CPU backend.
+// Temperature sampling with nothing to filter (the chain kernel's rows without a cut, whose draw
+// walks one warp region): vocabularies that end mid-chunk and mid-vector, 16-bit logits, odd row
+// strides, NaN, -inf, infinite maxima, ties, greedy rows among sampled ones, accepted chains and
+// logprobs, against the CPU backend.
 TEST_F(CudaBackend, PlainSampledStepsMatchCpu) {
     expect_plain_steps_agree(8192, {16, 4097, 8190, 8193, 32000, 128256, 151936, 262144},
                              &random_step::make_plain_sampled, "plain sampled");
-}
-
-// Which kernel a step runs, told by its thread blocks: a small plain sampled step one block per
-// 8192 tokens of a row (the streaming sampled kernel, whose persistent blocks are fewer only when
-// the GPU cannot hold that many), the same step with one top-k request one per 16384 (the chain
-// kernel); the replayed graphs still match the CPU backend.
-TEST_F(CudaBackend, PlainSampledStepsRunTheStreamingSampledKernel) {
-    std::mt19937_64 rng(11);
-    random_step step(rng, 128256, 8, 1);
-    step.dtype = logits_dtype::f32;
-    step.stride = step.vocab;
-    step.f32.resize(static_cast<size_t>(step.bs) * static_cast<size_t>(step.vocab));
-    step.make_plain_sampled(rng);
-    std::shared_ptr<void> device_logits;
-    ASSERT_TRUE(cuda::upload_to_device(step.f32.data(), step.f32.size() * sizeof(float), device_logits).is_ok());
-    for (const bool filtered : {false, true}) {
-        random_step shaped = step;
-        if (filtered) shaped.params[3].top_k = 50;
-        std::unique_ptr<sampling_backend> cpu_backend;
-        ASSERT_TRUE(make_backend(backend_kind::cpu, shaped.config(), cpu_backend).is_ok());
-        std::unique_ptr<cuda::cuda_backend> gpu;
-        ASSERT_TRUE(cuda::cuda_backend::create(shaped.config(), gpu).is_ok());
-        shaped.register_all(*cpu_backend);
-        shaped.register_all(*gpu);
-        const step_input host_in = shaped.input(step_kind::sample);
-        step_input device_in = host_in;
-        device_in.logits.data = device_logits.get();
-        device_in.logits.on_device = true;
-        ASSERT_TRUE(gpu->capture_graph(device_in, step_kind::sample).is_ok());
-        cuda::graph_shape captured;
-        ASSERT_TRUE(gpu->captured_shape(captured).is_ok());
-        EXPECT_EQ(captured.kernel_blocks, static_cast<unsigned>(shaped.bs) * (filtered ? 8u : 16u));
-        outputs expected(shaped.bs, 1), replayed(shaped.bs, 1);
-        ASSERT_TRUE(cpu_backend->sample(host_in, expected.view()).is_ok());
-        ASSERT_TRUE(gpu->replay_graph(device_in, replayed.view()).is_ok());
-        expect_same(expected, replayed, filtered ? "chain kernel" : "streaming sampled kernel");
-    }
 }
 
 TEST_F(CudaBackend, DeviceLogitsAndGraphReplayMatchCpu) {
