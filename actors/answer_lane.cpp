@@ -193,8 +193,11 @@ void answer_lane::gather_polled() {
 }
 
 void answer_lane::round(int max_wait_ms, const std::function<bool()>* done, bool spin) {
-    gather_polled();
     const bool spinning = spin || steady_now_ns() < spin_until_ns_.load(std::memory_order_acquire);
+    // A spinning reader looks at the rings' memory before it asks the kernel: their answers are
+    // filed without a poll and without draining their bells (a later round drains what they hold).
+    if (spinning && read_rings_in_memory(done)) return;
+    gather_polled();
     if (::poll(polled_.data(), polled_.size(), spinning ? 0 : std::min(max_wait_ms, idle_poll_ms())) <= 0) {
         drop_closed_and_silent();
         return;
@@ -321,8 +324,20 @@ bool answer_lane::offer_ring(connection& c) {
     return true;
 }
 
+bool answer_lane::read_rings_in_memory(const std::function<bool()>* done) {
+    const int64_t now_ns = steady_now_ns();
+    for (connection& c : connections_) {
+        if (c.ring && c.fd.get() >= 0 && !read_ring_frames(c, now_ns)) c.fd = net::unique_fd();
+    }
+    return done != nullptr && (*done)();
+}
+
 bool answer_lane::read_ring(connection& c, int64_t woke_at_ns) {
     c.ring->drain_bell();  // before the ring is read: a frame published after this rings again
+    return read_ring_frames(c, woke_at_ns);
+}
+
+bool answer_lane::read_ring_frames(connection& c, int64_t woke_at_ns) {
     for (;;) {
         bool got = false;
         if (const status s = c.ring->read(ring_body_, got); !s.is_ok()) return lane_lost(c.rank, s.message);

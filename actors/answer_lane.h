@@ -126,8 +126,12 @@ class answer_lane {
     bool read_greeting(connection& c);
     // A greeted local connection's ring, created and handed to its rank.
     bool offer_ring(connection& c);
-    // Takes every frame the connection's ring holds and files it.
+    // Empties the ring's bell, then takes every frame the ring holds and files it.
     bool read_ring(connection& c, int64_t woke_at_ns);
+    // Takes every frame the connection's ring holds and files it, leaving its bell as it is.
+    bool read_ring_frames(connection& c, int64_t woke_at_ns);
+    // Files what every ring holds, with no system call; true when `done` says the step is settled.
+    bool read_rings_in_memory(const std::function<bool()>* done);
     // Reads what the socket holds and files every complete frame; `woke_at_ns`: when poll returned.
     bool read_answers(connection& c, int64_t woke_at_ns);
     // `received_at_ns`: when the recv that completed the frames returned.
