@@ -64,14 +64,6 @@ struct row_totals {
     double raw_sum;
 };
 
-// Where a row's draw lands when each chunk's kept mass is known: the chunk that holds the
-// target (-1: none), the kept mass before it, and the region of it that does (-1: the whole chunk).
-struct draw_place {
-    uint64_t before;
-    int32_t owner;
-    int32_t region;
-};
-
 struct kernel_shared {
     union alignas(16) {
         float chunk[kChunkTokens];     // this block's processed logits
@@ -97,7 +89,9 @@ struct kernel_shared {
     };
     block_scratch scratch;
     row_totals totals;      // the row's combined maxima and masses (thread 0 combines)
-    draw_place place;       // no-cut rows: where the draw's target lies
+    uint64_t owner_before;  // no-cut rows: kept mass before the chunk that holds the draw
+    int32_t owner;
+    int32_t owner_region;  // rows without a cut: the region of the owner's chunk that holds the draw, or -1
     int32_t list_offset;  // cut rows: this chunk's first place in the row's candidate list
     int32_t list_count;
     int32_t gathered;  // top-p rows' last block: the sort keys gathered
@@ -155,37 +149,27 @@ __device__ __forceinline__ void wait_for_the_prepare_kernel() {
 #endif
 }
 
-// Thread 0 waits until `expected` blocks have counted themselves in at `counter`; the block then
-// sees their writes. A wait past kBarrierTimeoutNs raises the launch's fault flag instead of
-// hanging.
-__device__ void await_count(uint32_t* counter, uint32_t expected, const chain_kernel_params& p) {
-    if (threadIdx.x == 0) {
-        const uint64_t start = global_nanoseconds();
-        while (*static_cast<volatile uint32_t*>(counter) < expected) {
-            if (global_nanoseconds() - start > kBarrierTimeoutNs) {
-                atomicExch(&p.workspace.control->fault, 1u);
-                break;
-            }
-            __nanosleep(64);
-        }
-        __threadfence();
-    }
-    __syncthreads();
-}
-
 // Publishes thread 0's writes (threads that wrote global memory fence themselves first) and
-// counts the block in; with `expected`, waits until that many blocks have (await_count).
+// counts the block in; with `expected`, waits until that many blocks have. A wait past
+// kBarrierTimeoutNs raises the launch's fault flag instead of hanging.
 __device__ void arrive(uint32_t* counter, uint32_t expected, const chain_kernel_params& p) {
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(counter, 1u);
+        if (expected > 0) {
+            const uint64_t start = global_nanoseconds();
+            while (*static_cast<volatile uint32_t*>(counter) < expected) {
+                if (global_nanoseconds() - start > kBarrierTimeoutNs) {
+                    atomicExch(&p.workspace.control->fault, 1u);
+                    break;
+                }
+                __nanosleep(64);
+            }
+            __threadfence();
+        }
     }
-    if (expected > 0) {
-        await_count(counter, expected, p);
-    } else {
-        __syncthreads();
-    }
+    __syncthreads();
 }
 
 // Loads `vectors` 16-byte vectors of 8 halves each into shared memory as floats: asynchronous

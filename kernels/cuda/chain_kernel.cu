@@ -187,13 +187,13 @@ __device__ __forceinline__ void sample_row(const row_context& ctx, int32_t first
     if (!maybe_cut) {
         // Kept: every token that passes min_p. The last block to arrive draws.
         if (arrive_last(&sync.partials_arrived, static_cast<uint32_t>(ctx.chunks), sh.flag)) {
-            combine_masses(row_partials, ctx.chunks, sh.totals);
+            combine_masses(row_partials, ctx.chunks, sh);
             draw_from_chunks(ctx, cut{ctx.min_mass, false, 0, -1}, sh, ctx.min_mass <= 1);
         }
         return;
     }
     arrive(&sync.partials_arrived, static_cast<uint32_t>(ctx.chunks), ctx.p);
-    combine_masses(row_partials, ctx.chunks, sh.totals);
+    combine_masses(row_partials, ctx.chunks, sh);
     const bool top_k_active = r.top_k >= 0 && static_cast<uint64_t>(r.top_k) < sh.totals.nonzero;
     if (!top_k_active && r.top_p >= 1.0f) {
         // No cut after all (top_k reaches every token with mass).

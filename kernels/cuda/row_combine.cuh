@@ -107,8 +107,8 @@ __device__ __forceinline__ void copy_logprob_totals(const row_totals& totals, ro
     result.raw_sum = totals.raw_sum;
 }
 
-// The row's nonzero, mass_total and min_p_mass from the chunks' (exact integer sums).
-__device__ void combine_masses(const chunk_partial* partials, int32_t chunks, row_totals& totals) {
+// sh.totals' nonzero, mass_total and min_p_mass from the chunks' (exact integer sums).
+__device__ void combine_masses(const chunk_partial* partials, int32_t chunks, kernel_shared& sh) {
     if (threadIdx.x < 32) {
         uint64_t nonzero = 0, mass_total = 0, min_p_mass = 0;
         for (int32_t c = static_cast<int32_t>(threadIdx.x); c < chunks; c += 32) {
@@ -120,9 +120,9 @@ __device__ void combine_masses(const chunk_partial* partials, int32_t chunks, ro
         mass_total = warp_sum(mass_total);
         min_p_mass = warp_sum(min_p_mass);
         if (threadIdx.x == 0) {
-            totals.nonzero = nonzero;
-            totals.mass_total = mass_total;
-            totals.min_p_mass = min_p_mass;
+            sh.totals.nonzero = nonzero;
+            sh.totals.mass_total = mass_total;
+            sh.totals.min_p_mass = min_p_mass;
         }
     }
     __syncthreads();

@@ -31,21 +31,23 @@ __device__ row_draw plan_draw(const row_context& ctx, const cut& kept, uint64_t 
     return d;
 }
 
-// Where the draw of `d` lands among the row's chunks of `chunk_tokens` tokens, from their kept
-// masses (partials' min_p_mass): warp 0 scans them, 32 chunks at a time, then (`by_region`, rows
-// whose chunks published their masses by region) the regions of the chunk that holds the target.
-// The draft left out of the residual is taken off where it lies. Ends with the block in step.
-__device__ void locate_draw(const row_context& ctx, const row_draw& d, int32_t chunk_tokens, bool by_region,
-                            draw_place& place) {
+// The draw by the row's last block when each chunk's kept mass is known (partials' min_p_mass, the
+// row's in sh.totals.min_p_mass): find the chunk that holds the target mass, load it again and
+// find the token in it. Rows without a top-k/top-p cut keep the tokens that pass min_p. With
+// `by_region` (a row without a cut whose chunks published their masses by region), only the
+// region of the chunk that holds the target is loaded and walked.
+__device__ void draw_from_chunks(const row_context& ctx, const cut& kept, kernel_shared& sh, bool by_region = false) {
+    const row_totals& totals = sh.totals;
+    const row_draw d = plan_draw(ctx, kept, totals.min_p_mass, totals.max_logit);
     const chunk_partial* partials = ctx.p.workspace.partials + ctx.row * ctx.chunks;
-    if (threadIdx.x < 32) {
+    if (threadIdx.x < 32) {  // warp 0 scans the chunks' kept masses, 32 chunks at a time
         const int lane = static_cast<int>(threadIdx.x);
         uint64_t before = 0;
         int32_t owner = -1;
         for (int32_t round = 0; round < ctx.chunks && owner < 0; round += 32) {
             const int32_t c = round + lane;
             uint64_t in_chunk = c < ctx.chunks ? __ldcg(&partials[c].min_p_mass) : 0;
-            if (d.excluded >= c * chunk_tokens && d.excluded < (c + 1) * chunk_tokens) in_chunk -= d.draft_mass;
+            if (d.excluded >= c * kChunkTokens && d.excluded < (c + 1) * kChunkTokens) in_chunk -= d.draft_mass;
             const uint64_t inclusive = warp_inclusive_scan(in_chunk);
             const unsigned crossed = __ballot_sync(kFullMask, before + inclusive > d.target);
             if (crossed != 0) {
@@ -58,8 +60,8 @@ __device__ void locate_draw(const row_context& ctx, const row_draw& d, int32_t c
         }
         int32_t region = -1;
         if (by_region && owner >= 0) {
-            const int32_t chunk_first = owner * chunk_tokens;
-            const warp_region span = region_of_warp(min(chunk_tokens, ctx.p.vocab - chunk_first), lane);
+            const int32_t chunk_first = owner * kChunkTokens;
+            const warp_region span = region_of_warp(min(kChunkTokens, ctx.p.vocab - chunk_first), lane);
             uint64_t in_region = lane < kMassRegions ? __ldcg(&partials[owner].region_mass[lane]) : 0;
             if (lane < kMassRegions && d.excluded >= chunk_first + span.begin && d.excluded < chunk_first + span.end)
                 in_region -= d.draft_mass;
@@ -70,52 +72,25 @@ __device__ void locate_draw(const row_context& ctx, const row_draw& d, int32_t c
                 before += __shfl_sync(kFullMask, inclusive - in_region, region);
             }
         }
-        if (lane == 0) place = draw_place{before, owner, region};
+        if (lane == 0) {
+            sh.owner = owner;
+            sh.owner_before = before;
+            sh.owner_region = region;
+        }
     }
     __syncthreads();
-}
-
-// The tokens the draw walks once `place` is known: the owner chunk, or its region.
-__device__ __forceinline__ void owned_tokens(const row_context& ctx, const draw_place& place, int32_t chunk_tokens,
-                                             int32_t& first, int32_t& count) {
-    first = place.owner * chunk_tokens;
-    count = min(chunk_tokens, ctx.p.vocab - first);
-    if (place.region >= 0) {
-        const warp_region span = region_of_warp(count, place.region);
-        first += span.begin;
-        count = span.end - span.begin;
-    }
-}
-
-// Thread 0 writes what a sampled row without a cut leaves for its chain walk.
-__device__ void publish_draw(const row_context& ctx, const row_totals& totals, const row_draw& d, int32_t token,
-                             float logit) {
-    if (threadIdx.x != 0) return;
-    row_result& result = ctx.p.workspace.results[ctx.row];
-    result.top = totals.top;
-    result.max_logit = totals.max_logit;
-    result.kept_mass = totals.min_p_mass;
-    result.draft_mass = d.draft_mass;
-    copy_logprob_totals(totals, result);
-    result.stop_token = token;
-    result.stop_logit = logit;
-}
-
-// The draw by the row's last block when each chunk's kept mass is known (partials' min_p_mass, the
-// row's in sh.totals.min_p_mass): find the chunk that holds the target mass, load it again and
-// find the token in it. Rows without a top-k/top-p cut keep the tokens that pass min_p. With
-// `by_region` (a row without a cut whose chunks published their masses by region), only the
-// region of the chunk that holds the target is loaded and walked.
-__device__ void draw_from_chunks(const row_context& ctx, const cut& kept, kernel_shared& sh, bool by_region = false) {
-    const row_totals& totals = sh.totals;
-    const row_draw d = plan_draw(ctx, kept, totals.min_p_mass, totals.max_logit);
-    locate_draw(ctx, d, kChunkTokens, by_region, sh.place);
+    const int32_t owner = sh.owner;
     int32_t token = -1;
     float logit = 0.0f;
-    if (sh.place.owner >= 0) {
-        int32_t first = 0, count = 0;
-        owned_tokens(ctx, sh.place, kChunkTokens, first, count);
-        const uint64_t remaining = d.target - sh.place.before;
+    if (owner >= 0) {
+        int32_t first = owner * kChunkTokens;
+        int32_t count = min(kChunkTokens, ctx.p.vocab - first);
+        if (sh.owner_region >= 0) {
+            const warp_region span = region_of_warp(count, sh.owner_region);
+            first += span.begin;
+            count = span.end - span.begin;
+        }
+        const uint64_t remaining = d.target - sh.owner_before;
         load_raw_chunk(ctx.p, ctx.row, first, count, sh.data.chunk);
         process_chunk(mask_of(ctx.p, ctx.row), ctx.r, drafts_of(ctx.p, ctx.b, ctx.j), first, count, sh.data.chunk);
         const float* chunk = sh.data.chunk;
@@ -131,7 +106,16 @@ __device__ void draw_from_chunks(const row_context& ctx, const cut& kept, kernel
             logit = chunk[at];
         }
     }
-    publish_draw(ctx, totals, d, token, logit);
+    if (threadIdx.x == 0) {
+        row_result& result = ctx.p.workspace.results[ctx.row];
+        result.top = totals.top;
+        result.max_logit = totals.max_logit;
+        result.kept_mass = totals.min_p_mass;
+        result.draft_mass = d.draft_mass;
+        copy_logprob_totals(totals, result);
+        result.stop_token = token;
+        result.stop_logit = logit;
+    }
 }
 
 // A cut's first phase: every token whose mass can survive the cut is at or above this bound.

@@ -181,29 +181,6 @@ __device__ void stream_segment(const chain_kernel_params& p, int64_t row, int32_
     }
 }
 
-// The block's argmax (and softmax sum) from its threads' streams, published as the segment's
-// partial; the segment's logits are as given, so the raw ones are the same.
-__device__ void publish_segment(const stream_state& s, bool with_softmax, chunk_partial& mine, block_scratch& scratch) {
-    float segment_max = 0.0f;
-    const int32_t index = block_argmax(s.best, s.best_index, segment_max, scratch);
-    double softmax = 0.0;
-    if (with_softmax && index >= 0) {
-        // Equal maxima are not rescaled: two infinite ones would give exp(inf - inf) = NaN.
-        const double rescaled = s.softmax_max == segment_max ? s.softmax
-                                : s.softmax_max > -HUGE_VALF
-                                    ? s.softmax * exp(static_cast<double>(s.softmax_max) - segment_max)
-                                    : 0.0;
-        softmax = block_sum(rescaled, scratch);
-    }
-    if (threadIdx.x == 0) {
-        mine.max_logit = segment_max;
-        mine.max_index = index;
-        mine.softmax_sum = index >= 0 ? softmax : 0.0;
-        mine.raw_max = index >= 0 ? segment_max : -HUGE_VALF;
-        mine.raw_sum = index >= 0 ? softmax : 0.0;
-    }
-}
-
 template <logits_dtype Dtype>
 __global__ void __launch_bounds__(kBlockThreads, kStreamBlocksPerSm) streaming_greedy_kernel(chain_kernel_params p) {
     __shared__ streaming_shared sh;
@@ -229,7 +206,24 @@ __global__ void __launch_bounds__(kBlockThreads, kStreamBlocksPerSm) streaming_g
     stream_segment<Dtype>(p, row, first, end, draft, needs.softmax, s);
     wait_for_the_prepare_kernel();  // it clears the row's counters (and resolves the requests)
     if (s.holds_draft) sync.draft_logit = s.draft_logit;
-    publish_segment(s, needs.softmax, row_partials[segment], sh.scratch);
+    float segment_max = 0.0f;
+    const int32_t index = block_argmax(s.best, s.best_index, segment_max, sh.scratch);
+    double softmax = 0.0;
+    if (needs.softmax && index >= 0) {
+        // Equal maxima are not rescaled: two infinite ones would give exp(inf - inf) = NaN.
+        const double rescaled = s.softmax_max == segment_max ? s.softmax
+                                : s.softmax_max > -HUGE_VALF
+                                    ? s.softmax * exp(static_cast<double>(s.softmax_max) - segment_max)
+                                    : 0.0;
+        softmax = block_sum(rescaled, sh.scratch);
+    }
+    if (threadIdx.x == 0) {
+        row_partials[segment].max_logit = segment_max;
+        row_partials[segment].max_index = index;
+        row_partials[segment].softmax_sum = index >= 0 ? softmax : 0.0;
+        row_partials[segment].raw_max = index >= 0 ? segment_max : -HUGE_VALF;
+        row_partials[segment].raw_sum = index >= 0 ? softmax : 0.0;
+    }
     if (draft >= first && draft < end) __threadfence();  // the draft's logit, for the chain walk
     combine_greedy_row(row_partials, segments, needs, sync, ws.results[row], sh.totals, sh.flag);
     if (arrive_last(&ws.request_blocks_done[b], static_cast<uint32_t>(n * segments), sh.flag))
