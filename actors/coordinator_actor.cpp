@@ -6,6 +6,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <utility>
 
 #include "actors/log.h"
 #include "actors/messages.h"
@@ -208,8 +209,8 @@ void on_rank_result(coordinator* self, uint64_t id, rank_result& r) {
         return;
     }
     st.answered[static_cast<size_t>(r.rank)] = true;
-    st.results[static_cast<size_t>(r.rank)] = r;
     st.board->file(r);  // a no-op when the rank filed it itself, as it does before it answers
+    st.results[static_cast<size_t>(r.rank)] = std::move(r);  // r is not read again
     if (--st.pending == 0) complete_step(self);
 }
 
